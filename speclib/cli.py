@@ -1,0 +1,119 @@
+"""Command-line interface: a thin wrapper over the Python API.
+
+``speclib validate FILE`` · ``speclib run PARAMS [--out DIR] [--resume RUN_DIR]`` ·
+``speclib analyze RUN_DIR [--params FILE]`` · ``speclib build-demo`` ·
+``speclib compare RUN_A RUN_B ...``. Errors are one clear message and a non-zero exit code
+(2 for bad input, 1 for a failed run, 130 for an interruption); no traceback for expected
+failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from speclib.params import load_params
+
+    params = load_params(args.file)
+    names = ", ".join(
+        f"{s.name} ({'control' if s.is_control else s.speculative_config.get('method')})"
+        for s in params.series
+    )
+    print(f"{args.file}: OK — {params.name}: series {names}; "
+          f"{params.workload.replicates} replicate(s), concurrency {params.workload.concurrency}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from speclib.runner import run_experiment
+
+    out = args.resume or args.out
+    result = run_experiment(args.params, out=out, resume=bool(args.resume))
+    print(f"report:  {result.report}\nsummary: {result.summary}")
+    if result.failed_launches:
+        print(f"failed launches: {', '.join(result.failed_launches)} (see the report)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from speclib.runner import run_analysis
+
+    result = run_analysis(args.run_dir, params_file=args.params)
+    print(f"report:  {result.report}\nsummary: {result.summary}")
+    return 0
+
+
+def _cmd_build_demo(args: argparse.Namespace) -> int:
+    from speclib.demo_models import main as build_main
+
+    return int(build_main(args.rest) or 0)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from speclib.compare import compare_runs
+
+    table = compare_runs(args.run_dirs)
+    print(table.to_string(index=False))
+    if args.out:
+        Path(args.out).write_text(table.to_html(index=False), encoding="utf-8")
+        print(f"written: {args.out}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="speclib",
+        description="Does vLLM speculative decoding pay off here? Run, analyse, decide.",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("validate", help="check a params file (nothing is started)")
+    v.add_argument("file")
+    v.set_defaults(func=_cmd_validate)
+    r = sub.add_parser("run", help="run an experiment: servers, requests, report")
+    r.add_argument("params", help="params YAML file")
+    r.add_argument("--out", help="run folder (default: output_dir or runs/<name>-<time>)")
+    r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
+    r.set_defaults(func=_cmd_run)
+    a = sub.add_parser("analyze", help="re-run the analysis on a run folder (no server)")
+    a.add_argument("run_dir")
+    a.add_argument("--params", help="params file whose analysis section overrides the run's")
+    a.set_defaults(func=_cmd_analyze)
+    b = sub.add_parser("build-demo", help="build (or locate) the embedded tiny model pair")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(func=_cmd_build_demo)
+    c = sub.add_parser("compare", help="verdict tables of several runs side by side")
+    c.add_argument("run_dirs", nargs="+")
+    c.add_argument("--out", help="also write the table as HTML here")
+    c.set_defaults(func=_cmd_compare)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
+    from speclib.params import ParamsError
+    from speclib.prompts import PromptSetError
+
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ParamsError, PromptSetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: servers stopped", file=sys.stderr)
+        return 130
+    except Exception as exc:  # expected failures: one message, no traceback
+        from speclib.runner import RunFailed
+        from speclib.server import PortInUseError, ServerStartError
+
+        if isinstance(exc, RunFailed | ServerStartError | PortInUseError | FileNotFoundError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise

@@ -1,0 +1,125 @@
+"""Records as pandas DataFrames: the one call a notebook user needs, and the pairing step.
+
+:func:`load_records` reads ``requests.jsonl`` of a run folder into a DataFrame with one row
+per request (raw fields, derived TTFT/TPOT/E2E recomputed from the raw ones, flattened
+per-request acceptance). :func:`pair_frame` matches control and experiment requests by
+replicate, prompt and repeat, keeping only pairs where both succeeded, and counts what was
+dropped on each side.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from speclib.records import RequestRecord, e2e_s, read_records, tpot_s, ttft_s
+from speclib.rundir import RunDir
+
+__all__ = ["PairedFrame", "load_records", "pair_frame", "records_frame"]
+
+_KEY = ["replicate", "prompt_id", "repeat"]
+
+
+def _spec_fields(spec: dict[str, Any] | None) -> dict[str, Any]:
+    if not spec:
+        return {"spec_rate": None, "spec_mean_len": None, "spec_draft_tokens": None,
+                "spec_accepted": None, "spec_steps": None, "spec_no_drafts": None}
+    drafts = spec.get("num_draft_tokens")
+    no_drafts = drafts == 0
+    return {
+        "spec_rate": None if no_drafts else spec.get("draft_acceptance_rate"),
+        "spec_mean_len": None if no_drafts else spec.get("mean_acceptance_length"),
+        "spec_draft_tokens": drafts,
+        "spec_accepted": spec.get("num_accepted_draft_tokens"),
+        "spec_steps": spec.get("num_spec_steps"),
+        "spec_no_drafts": no_drafts,
+    }
+
+
+def _row(rec: RequestRecord) -> dict[str, Any]:
+    row = asdict(rec)
+    row["ttft_s"] = ttft_s(rec)
+    row["tpot_s"] = tpot_s(rec)
+    row["e2e_s"] = e2e_s(rec)
+    row["attempted"] = rec.extra.get("attempted", True) if rec.extra else True
+    row["n_chunks"] = len(rec.chunk_tokens)
+    row["t_end"] = rec.t_start + row["e2e_s"] if row["e2e_s"] is not None else None
+    row.update(_spec_fields(rec.spec))
+    return row
+
+
+def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
+    """A DataFrame of records (one row each), derived metrics recomputed from raw fields."""
+    rows = [_row(r) for r in records]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    for col in ("ttft_s", "tpot_s", "e2e_s", "spec_rate", "spec_mean_len", "t_end"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def load_records(run_dir: str | os.PathLike[str], *, phase: str | None = "measure"
+                 ) -> pd.DataFrame:
+    """All request records of a run folder as a DataFrame (``phase=None`` keeps warm-up)."""
+    path = RunDir.at(run_dir).requests
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a speclib run folder?")
+    df = records_frame(list(read_records(path)))
+    if phase is not None and not df.empty:
+        df = df[df["phase"] == phase].reset_index(drop=True)
+    return df
+
+
+@dataclass(frozen=True)
+class PairedFrame:
+    """Matched control/experiment rows and the counts of what could not be paired."""
+
+    pairs: pd.DataFrame  # columns <metric>_c, <metric>_e, replicate, prompt_id, repeat, ...
+    n_control: int
+    n_experiment: int
+    dropped_control_failed: int
+    dropped_experiment_failed: int
+    dropped_both_failed: int
+    unmatched: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "n_pairs": len(self.pairs),
+            "n_control": self.n_control,
+            "n_experiment": self.n_experiment,
+            "dropped_control_failed": self.dropped_control_failed,
+            "dropped_experiment_failed": self.dropped_experiment_failed,
+            "dropped_both_failed": self.dropped_both_failed,
+            "unmatched": self.unmatched,
+        }
+
+
+def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFrame:
+    """Match ``experiment`` rows to ``control`` rows by replicate, prompt and repeat."""
+    cols = [*_KEY, "ok", "ttft_s", "tpot_s", "e2e_s", "output_tokens", "text", "token_ids",
+            "category", "spec_rate", "spec_mean_len", "spec_steps", "chunk_tokens"]
+    c = df[df["series"] == control][cols]
+    e = df[df["series"] == experiment][cols]
+    merged = c.merge(e, on=_KEY, how="outer", suffixes=("_c", "_e"), indicator=True)
+    both = merged[merged["_merge"] == "both"]
+    ok_c = both["ok_c"].astype(bool)
+    ok_e = both["ok_e"].astype(bool)
+    valid = both[ok_c & ok_e].copy()
+    for m in ("tpot_s", "ttft_s", "e2e_s"):
+        valid[f"{m}_c"] = pd.to_numeric(valid[f"{m}_c"], errors="coerce")
+        valid[f"{m}_e"] = pd.to_numeric(valid[f"{m}_e"], errors="coerce")
+    valid["category"] = valid["category_c"].fillna(valid["category_e"])
+    return PairedFrame(
+        pairs=valid.drop(columns=["_merge"]).reset_index(drop=True),
+        n_control=len(c),
+        n_experiment=len(e),
+        dropped_control_failed=int((~ok_c & ok_e).sum()),
+        dropped_experiment_failed=int((ok_c & ~ok_e).sum()),
+        dropped_both_failed=int((~ok_c & ~ok_e).sum()),
+        unmatched=int((merged["_merge"] != "both").sum()),
+    )

