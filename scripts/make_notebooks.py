@@ -64,17 +64,22 @@ result.to_dict()
 
 save("20_analysis", [
     params_cell('''
-run_dir: str = "../runs/interactive"  # run folder holding requests.jsonl
+run_dir: str = "../runs/cpu-demo"  # run folder holding requests.jsonl (any speclib run)
 params_file: str = ""  # optional params file whose analysis settings override the run's
 '''),
     new_code_cell('''
 from IPython.display import HTML, Markdown, display
 
 from speclib.analysis import analyze_run
-from speclib.reporting import render_report
+from speclib.reporting import conclusion, evidence_figures, method_html, verdict_html
 
-analysis = analyze_run(run_dir, params_file=params_file or None)
-render_report(analysis, display=display, HTML=HTML, Markdown=Markdown)
+analysis = analyze_run(run_dir, params_file=params_file or None)  # writes summary.json
+records = analysis.records  # one row per measured request: explore it with pandas
 '''.strip()),
+    new_code_cell("display(HTML(verdict_html(analysis)))\ndisplay(Markdown(conclusion(analysis)))"),
+    new_code_cell('''
+display(Markdown("## Evidence"), *evidence_figures(analysis))
+'''.strip()),
+    new_code_cell("display(HTML(method_html(analysis)))"),
 ])
 print("notebooks written to", OUT)

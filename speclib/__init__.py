@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "load_records"]
 
 
-def load_records(run_dir):  # noqa: ANN001, ANN201 - thin re-export for notebooks
+def load_records(run_dir):
     """All request records of a run folder as a pandas DataFrame (see speclib.frames)."""
     from speclib.frames import load_records as _load
 

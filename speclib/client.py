@@ -14,8 +14,16 @@ short ``error`` and whatever arrived before the failure; it never raises. The ru
 sending if the failure share passes ``max_error_rate``; the specs never sent are listed in
 the :class:`RunOutcome`.
 
-Per received network read the client takes ``perf_counter()`` first, then splits SSE
-events (robust to events split across reads) and parses the JSON. The sink runs in one
+Timing: ``t_send_mono`` is taken by an aiohttp trace hook just before the request body
+is written to the socket (body pre-encoded, connection pooled), so aiohttp's own request
+building counts in ``queue_wait_s``, not as server latency; if the hook never fires (no
+connection), it is the moment the request was handed to aiohttp. Each network read is
+stamped with ``perf_counter()`` in aiohttp's protocol callback, before any parsing and
+before the request's coroutine resumes (at high concurrency many streams' reads land in
+one loop iteration and their coroutines then run one after another); an SSE event is
+dated by the read that completed its ``data:`` line. Should aiohttp's internals stop
+allowing this, the client falls back to stamping when the coroutine reads, and says so
+in ``RunOutcome.stamp_source``. JSON is parsed after stamping. The sink runs in one
 background thread so a slow disk (``fsync``) never delays the timestamps of other streams.
 Reasoning text (``delta.reasoning_content`` / ``delta.reasoning``) is kept apart from the
 answer in ``record.extra["reasoning_text"]``; its tokens are counted in ``chunk_tokens``
@@ -28,15 +36,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import json
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from speclib.records import RequestRecord
 
@@ -54,7 +66,7 @@ _ERROR_BODY_BYTES = 4096
 _ERROR_EXCERPT_CHARS = 300
 
 Sink = Callable[[RequestRecord], None]
-Progress = Callable[[int, int], None]
+Progress = Callable[[int], None]
 
 
 # --------------------------------------------------------------------------- requests
@@ -124,7 +136,10 @@ class RunOutcome:
     ``cpu_s`` is the process's CPU time during the run (all threads, so a fake server
     running in a thread counts too); ``loop_cpu_s`` that of the event-loop thread alone,
     which decides ``saturated`` (loop CPU / wall > 0.9): then measured latencies include
-    client queueing and should not be trusted.
+    client queueing and should not be trusted. ``event_loop`` names the loop
+    implementation (``asyncio`` or ``uvloop``); ``stamp_source`` says where chunk arrival
+    times were taken: ``protocol`` (as each network read arrived) or ``reader`` (when the
+    request's coroutine read it; the fallback if aiohttp's internals change).
     """
 
     n_ok: int
@@ -133,12 +148,17 @@ class RunOutcome:
     not_attempted: tuple[str, ...]
     not_attempted_index: tuple[int, ...]
     aborted: bool
-    abort_reason: str | None
+    aborted_reason: str | None
     wall_s: float
     cpu_s: float
     loop_cpu_s: float
     saturated: bool
     event_loop: str
+    stamp_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (tuples as lists), e.g. for a launch's ``status.json``."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 def chat_url(base_url: str) -> str:
@@ -155,47 +175,122 @@ def chat_url(base_url: str) -> str:
 class _SseSplitter:
     """Split a byte stream into SSE ``data`` payloads, across arbitrary read boundaries.
 
-    Each payload is returned with the arrival time of the read that completed its first
-    ``data:`` line (the blank line that dispatches it may come in a later read).
+    Each payload comes with the stream position just past its first ``data:`` line, so
+    the caller can date it by the network read that delivered that line (the blank line
+    that dispatches the event may come in a later read).
     """
 
-    __slots__ = ("_data", "_t_first", "_tail")
+    __slots__ = ("_data", "_pos", "_pos_first", "_tail")
 
     def __init__(self) -> None:
         self._tail = b""
+        self._pos = 0  # stream position of the first byte of _tail
         self._data: list[bytes] = []
-        self._t_first = 0.0
+        self._pos_first = 0
 
-    def feed(self, chunk: bytes, t: float) -> list[tuple[float, bytes]]:
+    def feed(self, chunk: bytes) -> list[tuple[int, bytes]]:
         lines = (self._tail + chunk if self._tail else chunk).split(b"\n")
         self._tail = lines.pop()
-        out: list[tuple[float, bytes]] = []
+        out: list[tuple[int, bytes]] = []
+        pos = self._pos
         for line in lines:
-            self._line(line, t, out)
+            pos += len(line) + 1
+            self._line(line, pos, out)
+        self._pos = pos
         return out
 
-    def close(self, t: float) -> list[tuple[float, bytes]]:
+    def close(self) -> list[tuple[int, bytes]]:
         """Flush at end of stream (a last event without its blank line still counts)."""
-        out: list[tuple[float, bytes]] = []
+        out: list[tuple[int, bytes]] = []
         if self._tail:
-            self._line(self._tail, t, out)
+            self._pos += len(self._tail)
+            self._line(self._tail, self._pos, out)
             self._tail = b""
-        self._line(b"", t, out)
+        self._line(b"", self._pos, out)
         return out
 
-    def _line(self, line: bytes, t: float, out: list[tuple[float, bytes]]) -> None:
+    def _line(self, line: bytes, end: int, out: list[tuple[int, bytes]]) -> None:
         if line.endswith(b"\r"):
             line = line[:-1]
         if not line:
             if self._data:
-                out.append((self._t_first, b"\n".join(self._data)))
+                out.append((self._pos_first, b"\n".join(self._data)))
                 self._data = []
         elif line.startswith(b"data:"):
             if not self._data:
-                self._t_first = t
+                self._pos_first = end
             value = line[5:]
             self._data.append(value[1:] if value.startswith(b" ") else value)
         # comments (":…"), "event:", "id:", "retry:" carry nothing we use
+
+
+# --------------------------------------------------------------------------- arrival stamps
+
+
+class _StampingHandler(ResponseHandler):
+    """aiohttp's response protocol, noting when each network read of a body arrived.
+
+    ``arrivals`` pairs the body's byte count after each read with ``perf_counter()``
+    taken before aiohttp parsed that read. The stream reader dates each SSE event by the
+    read that delivered it, not by when its coroutine next ran: under concurrency many
+    streams' reads land in one loop iteration and coroutines resume one after another.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.stamped_body: object = None
+        self.arrivals: list[tuple[int, float]] = []
+
+    def data_received(self, data: bytes) -> None:
+        t = time.perf_counter()
+        super().data_received(data)
+        body = getattr(self, "_payload", None)
+        if body is None:
+            return
+        if body is not self.stamped_body:
+            self.stamped_body, self.arrivals = body, []
+        self.arrivals.append((getattr(body, "total_bytes", -1), t))
+
+
+def _stamping_connector(limit: int) -> tuple[aiohttp.TCPConnector, str]:
+    """A pooled connector, with per-read arrival stamps when this aiohttp allows it."""
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
+    factory = getattr(connector, "_factory", None)
+    if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
+        connector._factory = functools.partial(_StampingHandler, *factory.args, **factory.keywords)
+        return connector, "protocol"
+    return connector, "reader"
+
+
+class _Arrivals:
+    """Dates stream positions of one response by the network read that delivered them."""
+
+    __slots__ = ("_body", "_i", "_proto")
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        conn = resp.connection
+        proto = conn.protocol if conn is not None else None
+        self._proto = proto if isinstance(proto, _StampingHandler) else None
+        self._body = resp.content
+        self._i = 0
+
+    def at(self, pos: int, fallback: float) -> float:
+        """Arrival of the read holding byte ``pos - 1``; ``fallback`` if unknown."""
+        proto = self._proto
+        if proto is None or proto.stamped_body is not self._body:
+            return fallback
+        arrivals, i = proto.arrivals, self._i
+        while i < len(arrivals) and arrivals[i][0] < pos:
+            i += 1
+        self._i = i
+        return arrivals[i][1] if i < len(arrivals) else fallback
+
+    def first(self, fallback: float) -> float:
+        """Arrival of the read that carried the response headers; ``fallback`` if unknown."""
+        proto = self._proto
+        if proto is None or proto.stamped_body is not self._body or not proto.arrivals:
+            return fallback
+        return proto.arrivals[0][1]
 
 
 # --------------------------------------------------------------------------- one request
@@ -211,9 +306,15 @@ class _Failure(Exception):
 
 @dataclass(eq=False)
 class _Acc:
-    """Mutable accumulator for one request; what it holds survives any failure."""
+    """Mutable accumulator for one request; what it holds survives any failure.
+
+    ``t0``/``t_start`` start as the moment the request was handed to aiohttp and move to
+    the moment its body was written to the socket (see :func:`_on_body_sent`).
+    """
 
     t0: float
+    t_start: float
+    sent: bool = False
     status: int | None = None
     headers_offset: float | None = None
     done_offset: float | None = None
@@ -252,10 +353,8 @@ def _error_message(payload: Any) -> str:
 
 def _http_error(status: int, body: bytes) -> str:
     text = body.decode("utf-8", "replace")
-    try:
+    with contextlib.suppress(ValueError):
         text = _error_message(json.loads(text))
-    except ValueError:
-        pass
     return f"HTTP {status}: {_excerpt(text)}" if text.strip() else f"HTTP {status}"
 
 
@@ -270,7 +369,7 @@ def _handle_event(acc: _Acc, t: float, data: bytes) -> bool:
         raise _Failure("bad_event", f"undecodable event: {_excerpt(repr(data), 120)}") from exc
     if not isinstance(obj, dict):
         raise _Failure("bad_event", f"unexpected event: {_excerpt(repr(data), 120)}")
-    if "error" in obj:
+    if obj.get("error"):
         raise _Failure("error_event", f"error event: {_excerpt(_error_message(obj))}")
     previous = acc.output_tokens
     usage = obj.get("usage")
@@ -306,7 +405,9 @@ def _handle_choice(
         acc.reasoning.append(reasoning)
     ids = choice.get("token_ids")
     if isinstance(ids, list):
-        acc.token_ids = (acc.token_ids or []) + ids
+        if acc.token_ids is None:
+            acc.token_ids = []
+        acc.token_ids.extend(ids)
         n = len(ids)
     elif isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         n = usage["completion_tokens"] - (previous or 0)
@@ -319,18 +420,33 @@ def _handle_choice(
         acc.finish_reason = choice["finish_reason"]
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc) -> None:
+async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, arrivals: _Arrivals) -> None:
     splitter = _SseSplitter()
     reader = resp.content
     while True:
         chunk = await reader.readany()
         t = time.perf_counter()
-        events = splitter.feed(chunk, t) if chunk else splitter.close(t)
-        for t_event, data in events:
-            if _handle_event(acc, t_event, data):
+        events = splitter.feed(chunk) if chunk else splitter.close()
+        for pos, data in events:
+            if _handle_event(acc, arrivals.at(pos, t), data):
                 return
         if not chunk:
             raise _Failure("no_done", "stream ended without [DONE]")
+
+
+async def _on_body_sent(
+    _session: aiohttp.ClientSession, ctx: Any, _params: aiohttp.TraceRequestChunkSentParams
+) -> None:
+    """Trace hook run just before the request body is written: the true send time."""
+    acc = ctx.trace_request_ctx
+    if isinstance(acc, _Acc) and not acc.sent:
+        acc.t0, acc.t_start, acc.sent = time.perf_counter(), time.time(), True
+
+
+def _send_tracer() -> aiohttp.TraceConfig:
+    tracer = aiohttp.TraceConfig()
+    tracer.on_request_chunk_sent.append(_on_body_sent)
+    return tracer
 
 
 async def _exchange(
@@ -340,14 +456,16 @@ async def _exchange(
     acc: _Acc,
     timeout: aiohttp.ClientTimeout,
 ) -> None:
-    async with session.post(url, data=spec.body, timeout=timeout) as resp:
-        acc.headers_offset = time.perf_counter() - acc.t0
+    async with session.post(url, data=spec.body, timeout=timeout, trace_request_ctx=acc) as resp:
+        t_headers = time.perf_counter()
+        arrivals = _Arrivals(resp)
+        acc.headers_offset = arrivals.first(t_headers) - acc.t0
         acc.status = resp.status
         if resp.status != 200:
             body = await resp.content.read(_ERROR_BODY_BYTES)
             acc.fail("http", _http_error(resp.status, body))
             return
-        await _read_stream(resp, acc)
+        await _read_stream(resp, acc, arrivals)
 
 
 def _describe(exc: BaseException, timeout_s: float) -> tuple[str, str]:
@@ -362,7 +480,7 @@ def _describe(exc: BaseException, timeout_s: float) -> tuple[str, str]:
     return "client", f"{type(exc).__name__}: {_excerpt(str(exc), 200)}"
 
 
-def _to_record(acc: _Acc, spec: RequestSpec, ctx: _RunContext, t_start: float, due: float) -> RequestRecord:
+def _to_record(acc: _Acc, spec: RequestSpec, ctx: _RunContext, due: float) -> RequestRecord:
     ok = acc.error is None and acc.status == 200 and acc.done_offset is not None
     extra: dict[str, Any] = {}
     if acc.reasoning:
@@ -381,7 +499,7 @@ def _to_record(acc: _Acc, spec: RequestSpec, ctx: _RunContext, t_start: float, d
         category=spec.category,
         concurrency=ctx.concurrency,
         status=acc.status,
-        t_start=t_start,
+        t_start=acc.t_start,
         t_send_mono=acc.t0,
         queue_wait_s=max(0.0, acc.t0 - due),
         headers_offset_s=acc.headers_offset,
@@ -440,11 +558,10 @@ class _RunContext:
     api_key: str | None
     max_error_rate: float | None
     min_requests_before_abort: int
-    total: int
     progress: Progress | None
     n_ok: int = 0
     n_failed: int = 0
-    abort_reason: str | None = None
+    aborted_reason: str | None = None
 
     def scrub(self, text: str) -> str:
         return text.replace(self.api_key, "<api-key>") if self.api_key else text
@@ -455,21 +572,33 @@ class _RunContext:
         else:
             self.n_failed += 1
         done = self.n_ok + self.n_failed
-        if sink_error is not None and self.abort_reason is None:
-            self.abort_reason = f"sink failed: {type(sink_error).__name__}: {sink_error}"
+        if sink_error is not None and self.aborted_reason is None:
+            self.aborted_reason = f"sink failed: {type(sink_error).__name__}: {sink_error}"
         rate = self.max_error_rate
         if (
-            self.abort_reason is None
+            self.aborted_reason is None
             and rate is not None
             and done >= self.min_requests_before_abort
             and self.n_failed / done > rate
         ):
-            self.abort_reason = (
+            self.aborted_reason = (
                 f"failure share {self.n_failed}/{done} = {self.n_failed / done:.2f} "
                 f"exceeds max_error_rate {rate:g}"
             )
         if self.progress is not None:
-            self.progress(done, self.total)
+            self._report_progress(self.progress)
+
+    def _report_progress(self, progress: Progress) -> None:
+        """Tell ``progress`` one more request finished; a broken callback is dropped."""
+        try:
+            progress(1)
+        except Exception as exc:
+            self.progress = None
+            warnings.warn(
+                f"progress callback failed ({type(exc).__name__}: {exc}); run continues without it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 async def _one(
@@ -481,13 +610,12 @@ async def _one(
     timeout_s: float,
     ctx: _RunContext,
 ) -> RequestRecord:
-    t_start = time.time()
-    acc = _Acc(t0=time.perf_counter())
+    acc = _Acc(t0=time.perf_counter(), t_start=time.time())
     try:
         await _exchange(session, url, spec, acc, timeout)
     except Exception as exc:
         acc.fail(*_describe(exc, timeout_s))
-    return _to_record(acc, spec, ctx, t_start, due)
+    return _to_record(acc, spec, ctx, due)
 
 
 def _validate(
@@ -515,9 +643,8 @@ def _validate(
             raise ValueError(
                 f"`arrival_offsets_s` has {len(arrival_offsets_s)} items for {len(specs)} specs"
             )
-        if any(b < a for a, b in zip(arrival_offsets_s, arrival_offsets_s[1:])) or (
-            arrival_offsets_s and arrival_offsets_s[0] < 0
-        ):
+        decreasing = any(b < a for a, b in itertools.pairwise(arrival_offsets_s))
+        if decreasing or (arrival_offsets_s and arrival_offsets_s[0] < 0):
             raise ValueError("`arrival_offsets_s` must be non-negative and non-decreasing")
 
 
@@ -546,14 +673,16 @@ async def run_requests(
     ``arrival_offsets_s`` (seconds from the start, one per spec, non-decreasing) request
     ``i`` is due at that offset and ``queue_wait_s`` is how late it was actually sent
     (waiting for a slot included). ``timeout_s`` bounds each request from send to
-    ``[DONE]``. ``progress(done, total)`` is called on the event loop after each finish.
+    ``[DONE]``. ``progress(1)`` is called on the event loop after each finish (tqdm's
+    ``update`` fits); if it raises, it is dropped with a warning and the run goes on.
 
     Raises only for invalid arguments, or, after the in-flight requests end, the
     exception the sink raised (no new requests are sent once the sink has failed).
     """
     specs = list(specs)
-    _validate(specs, concurrency, timeout_s, max_error_rate, min_requests_before_abort,
-              arrival_offsets_s)
+    _validate(
+        specs, concurrency, timeout_s, max_error_rate, min_requests_before_abort, arrival_offsets_s
+    )
     ctx = _RunContext(
         series=series,
         replicate=replicate,
@@ -563,7 +692,6 @@ async def run_requests(
         api_key=api_key,
         max_error_rate=max_error_rate,
         min_requests_before_abort=min_requests_before_abort,
-        total=len(specs),
         progress=progress,
     )
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -572,9 +700,12 @@ async def run_requests(
     writer = _SinkThread(sink)
     cpu0, loop_cpu0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
     try:
-        connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+        connector, stamp_source = _stamping_connector(concurrency)
         async with aiohttp.ClientSession(
-            connector=connector, headers=headers, timeout=aiohttp.ClientTimeout(total=None)
+            connector=connector,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None),
+            trace_configs=[_send_tracer()],
         ) as session:
             skipped = await _dispatch(
                 session, chat_url(base_url), specs, ctx, writer, timeout_s, arrival_offsets_s
@@ -591,13 +722,14 @@ async def run_requests(
         n_not_attempted=len(skipped),
         not_attempted=tuple(specs[i].prompt_id for i in skipped),
         not_attempted_index=tuple(skipped),
-        aborted=ctx.abort_reason is not None,
-        abort_reason=ctx.abort_reason,
+        aborted=ctx.aborted_reason is not None,
+        aborted_reason=ctx.aborted_reason,
         wall_s=wall,
         cpu_s=time.process_time() - cpu0,
         loop_cpu_s=loop_cpu,
         saturated=wall > 0 and loop_cpu / wall > SATURATION_SHARE,
         event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
+        stamp_source=stamp_source,
     )
 
 
@@ -629,10 +761,10 @@ async def _dispatch(
         if offsets is not None:
             due = start + offsets[i]
             delay = due - time.perf_counter()
-            if delay > 0 and ctx.abort_reason is None:
+            if delay > 0 and ctx.aborted_reason is None:
                 await asyncio.sleep(delay)
         await slots.acquire()
-        if ctx.abort_reason is not None:
+        if ctx.aborted_reason is not None:
             slots.release()
             skipped = list(range(i, len(specs)))
             break
@@ -657,8 +789,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _run_in_new_loop(kwargs: dict[str, Any]) -> RunOutcome:
-    loop = _new_loop()
+def _run_in_new_loop(loop: asyncio.AbstractEventLoop, kwargs: dict[str, Any]) -> RunOutcome:
     try:
         return loop.run_until_complete(run_requests(**kwargs))
     finally:
@@ -667,29 +798,43 @@ def _run_in_new_loop(kwargs: dict[str, Any]) -> RunOutcome:
         loop.close()
 
 
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
 def run_requests_sync(**kwargs: Any) -> RunOutcome:
     """:func:`run_requests` from synchronous code, e.g. a notebook cell.
 
     Runs on a fresh event loop (uvloop when installed). If the calling thread already runs
     a loop (a Jupyter kernel does), the run happens in a new thread with its own loop and
-    this call blocks until it ends; exceptions propagate.
+    this call blocks until it ends; exceptions propagate, and an interrupt (Ctrl-C, the
+    notebook's stop button) cancels the run before it is re-raised. Records already handed
+    to the sink stay written.
     """
+    loop = _new_loop()
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return _run_in_new_loop(kwargs)
+        return _run_in_new_loop(loop, kwargs)
     result: list[RunOutcome] = []
     error: list[BaseException] = []
 
     def target() -> None:
         try:
-            result.append(_run_in_new_loop(kwargs))
+            result.append(_run_in_new_loop(loop, kwargs))
         except BaseException as exc:
             error.append(exc)
 
     thread = threading.Thread(target=target, name="speclib-run", daemon=True)
     thread.start()
-    thread.join()
+    try:
+        thread.join()
+    except BaseException:
+        with contextlib.suppress(RuntimeError):  # the loop may have closed meanwhile
+            loop.call_soon_threadsafe(_cancel_all, loop)
+        thread.join()
+        raise
     if error:
         raise error[0]
     return result[0]

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from speclib.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, TASK_KINDS, Chat, generate_chats
+from speclib.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, Chat, generate_chats
 
 if TYPE_CHECKING:
     import torch

@@ -105,7 +105,7 @@ class MemorySampler:
             self._rss.append(rss)
         if gpu is not None:
             prev = self._gpu_peak or [0] * len(gpu)
-            self._gpu_peak = [max(a, b) for a, b in zip(prev, gpu)]
+            self._gpu_peak = [max(a, b) for a, b in zip(prev, gpu, strict=False)]
         row = {**self.label, "t": time.time(), "rss_bytes": rss, "gpu_used_bytes": gpu}
         fh.write(json.dumps(row) + "\n")
         fh.flush()

@@ -87,9 +87,12 @@ def _parse_labels(line: str, start: int, lineno: int) -> tuple[frozenset[tuple[s
         if eq < 0:
             raise ValueError(f"line {lineno}: label without '=': {line!r}")
         name = line[i:eq].strip()
-        if not name or eq + 1 >= n or line[eq + 1] != '"':
+        i = eq + 1
+        while i < n and line[i] in " \t":
+            i += 1
+        if not name or i >= n or line[i] != '"':
             raise ValueError(f"line {lineno}: label value must be quoted: {line!r}")
-        i = eq + 2
+        i += 1
         value: list[str] = []
         while True:
             if i >= n:

@@ -13,7 +13,7 @@ import ipaddress
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -118,6 +118,11 @@ class ServerParams(_Strict):
         False, description="Enable vLLM prefix caching (off by default: a warm cache biases arms)"
     )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI arguments.")
+    launcher: list[str] | None = Field(
+        None,
+        description="Command that replaces `<this python> -m vllm.entrypoints.openai.api_server`"
+        " (e.g. another venv's python, or a numactl/taskset wrapper); --model etc. follow.",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     start_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for readiness.")
 
@@ -268,8 +273,15 @@ class AnalysisParams(_Strict):
     margin: float = Field(0.05, gt=0, lt=1, description="Equivalence margin δ on TPOT ratio.")
     n_resamples: int = Field(4000, ge=100)
     seed: int = Field(12345, description="Seed of the bootstrap rng.")
-    max_error_rate_increase: float = Field(0.02, ge=0, le=1)
-    memory_limit_gib: float | None = Field(None, gt=0)
+    max_error_rate_increase: float = Field(
+        0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."
+    )
+    min_greedy_agreement: float = Field(
+        0.5, ge=0, le=1,
+        description="Gate (greedy runs): minimum share of prompts whose output equals the "
+        "control's; below it the experiment's outputs are treated as suspect.",
+    )
+    memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
 
 
 class ExperimentParams(_Strict):

@@ -10,7 +10,6 @@ both sizes named), warns about prompts that look like personal data or secrets, 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import warnings
 from dataclasses import dataclass
@@ -138,9 +137,10 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path, *, order: list[di
         if isinstance(spec.get("model"), str) and not s.base_url:
             models[spec["model"]] = resolve_model(spec["model"], params)
             target, draft = Path(models.get(params.server.model, "")), Path(models[spec["model"]])
-            if spec.get("method") == "draft_model" and target.is_dir() and draft.is_dir():
-                if not spec.get("use_heterogeneous_vocab"):
-                    checks.append({"series": s.name, **check_vocab(target, draft)})
+            same_vocab_needed = spec.get("method") == "draft_model" and not spec.get(
+                "use_heterogeneous_vocab")
+            if same_vocab_needed and target.is_dir() and draft.is_dir():
+                checks.append({"series": s.name, **check_vocab(target, draft)})
     prompts = load_prompts(params.resolve_path(params.workload.prompts),
                            limit=params.workload.num_prompts)
     sensitive = scan_sensitive(prompts)

@@ -10,6 +10,7 @@ flushes one line as each request finishes, so a crash loses nothing already fini
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -119,7 +120,7 @@ def tpot_s(rec: RequestRecord) -> float | None:
 def itl_s(rec: RequestRecord) -> list[float]:
     """Inter-chunk gaps. Not comparable under speculation: one chunk may carry many tokens."""
     offs = rec.chunk_offsets_s
-    return [b - a for a, b in zip(offs, offs[1:])]
+    return [b - a for a, b in itertools.pairwise(offs)]
 
 
 def record_to_json(rec: RequestRecord) -> str:

@@ -143,6 +143,7 @@ def build_launch_spec(
         gpu_memory_utilization=sp.gpu_memory_utilization,
         prefix_caching=sp.prefix_caching,
         extra_args=sp.extra_args,
+        launcher=sp.launcher,
     )
     key = _api_key(params)
     return srv.LaunchSpec(

@@ -104,12 +104,17 @@ def build_vllm_argv(
     gpu_memory_utilization: float | None = None,
     prefix_caching: bool = False,
     extra_args: Sequence[str] = (),
-    python: str | None = None,
+    launcher: Sequence[str] | None = None,
 ) -> tuple[str, ...]:
-    """The command line of ``vllm serve`` as ``python -m vllm.entrypoints.openai.api_server``."""
+    """The command line of ``vllm serve`` as ``python -m vllm.entrypoints.openai.api_server``.
+
+    ``launcher`` replaces the ``python -m ...`` prefix (another environment's Python, a
+    ``numactl`` wrapper, or a stand-in server in tests); the arguments follow unchanged.
+    """
     if per_request_metrics and speculative_config is None:
         raise ValueError("per_request_metrics needs speculative_config (vLLM refuses it)")
-    argv = [python or sys.executable, "-m", VLLM_MODULE, "--model", model]
+    prefix = list(launcher) if launcher else [sys.executable, "-m", VLLM_MODULE]
+    argv = [*prefix, "--model", model]
     argv += ["--host", host, "--port", str(port)]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
@@ -291,8 +296,8 @@ def _write_pidfile(spec: LaunchSpec, proc: subprocess.Popen[bytes]) -> None:
 def reap_pidfile(pidfile: Path) -> list[int]:
     """Stop a server left by an earlier, killed run (recorded in ``pidfile``); return pids.
 
-    Only a process whose command line still names vLLM's API server is killed, so a pid
-    reused by an unrelated program is left alone.
+    Only a process whose command line is still the one recorded is killed, so a pid reused
+    by an unrelated program is left alone.
     """
     try:
         info = json.loads(pidfile.read_text(encoding="utf-8"))
@@ -300,7 +305,7 @@ def reap_pidfile(pidfile: Path) -> list[int]:
         return []
     pid = int(info.get("pid", 0))
     killed: list[int] = []
-    if pid > 0 and _is_vllm_process(pid):
+    if pid > 0 and _cmdline_matches(pid, info.get("argv") or []):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(int(info.get("pgid", pid)), signal.SIGKILL)
         for kid in _descendants(pid):
@@ -314,12 +319,12 @@ def reap_pidfile(pidfile: Path) -> list[int]:
     return killed
 
 
-def _is_vllm_process(pid: int) -> bool:
+def _cmdline_matches(pid: int, argv: list[str]) -> bool:
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
-    return "vllm" in cmdline
+    return bool(argv) and raw.rstrip("\0").split("\0") == list(argv)
 
 
 def stop_all() -> None:

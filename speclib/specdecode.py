@@ -93,15 +93,18 @@ def _missing(value: Any) -> bool:
 # --------------------------------------------------------------------------- per request
 
 
-def _nonneg_int(spec: Mapping[str, Any], key: str) -> int | None:
-    value = spec.get(key)
-    if value is None:
-        return None
+def _as_count(value: Any, name: str) -> int:
+    """A non-negative integer (int, or integral float from JSON); else ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"spec field `{key}` must be a non-negative integer (got {value!r})")
+        raise ValueError(f"spec field `{name}` must be a non-negative integer (got {value!r})")
     if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"spec field `{key}` must be a non-negative integer (got {value!r})")
+        raise ValueError(f"spec field `{name}` must be a non-negative integer (got {value!r})")
     return int(value)
+
+
+def _field(spec: Mapping[str, Any], key: str) -> int | None:
+    value = spec.get(key)
+    return None if value is None else _as_count(value, key)
 
 
 def accepted_per_pos_from_histogram(histogram: Sequence[int]) -> tuple[int, ...]:
@@ -149,12 +152,10 @@ def request_acceptance(spec: Mapping[str, Any] | None) -> RequestAcceptance:
     if not isinstance(spec, Mapping):
         raise TypeError(f"`spec` must be a dict or None (got {type(spec).__name__})")
     raw_hist = spec.get("acceptance_histogram") or ()
-    hist = tuple(
-        _nonneg_int({"acceptance_histogram": h}, "acceptance_histogram") or 0 for h in raw_hist
-    )
-    steps = _nonneg_int(spec, "num_spec_steps")
-    accepted = _nonneg_int(spec, "num_accepted_draft_tokens")
-    drafted = _nonneg_int(spec, "num_draft_tokens")
+    hist = tuple(_as_count(h, "acceptance_histogram") for h in raw_hist)
+    steps = _field(spec, "num_spec_steps")
+    accepted = _field(spec, "num_accepted_draft_tokens")
+    drafted = _field(spec, "num_draft_tokens")
     if steps is None:
         steps = sum(hist)
     if accepted is None:
@@ -167,7 +168,7 @@ def request_acceptance(spec: Mapping[str, Any] | None) -> RequestAcceptance:
         num_draft_tokens=drafted,
         num_accepted=accepted,
         histogram=hist,
-        num_spec_tokens=_nonneg_int(spec, "num_spec_tokens"),
+        num_spec_tokens=_field(spec, "num_spec_tokens"),
         rate=accepted / drafted if drafted > 0 else None,
         mean_length=1.0 + accepted / steps if steps > 0 else None,
         no_drafts=drafted == 0,
@@ -214,6 +215,10 @@ def _sum_requests(specs: Sequence[Mapping[str, Any] | None]) -> tuple[SpecCounte
         present=bool(present),
     )
     return sums, len(present)
+
+
+def _padded(values: tuple[int, ...], width: int) -> tuple[int, ...]:
+    return (*values, *([0] * (width - len(values))))
 
 
 def _within(diff: int, reference: int, rel_tol: float) -> bool:
@@ -278,19 +283,19 @@ def reconcile(
     d_drafts = counters.num_drafts - req.num_drafts
     d_tokens = counters.num_draft_tokens - req.num_draft_tokens
     d_acc = counters.num_accepted_tokens - req.num_accepted_tokens
-    d_pos: tuple[int, ...] | None = None
-    if counters.accepted_per_pos:
-        width = max(len(counters.accepted_per_pos), len(req.accepted_per_pos))
-        srv_pos = (*counters.accepted_per_pos, *([0] * (width - len(counters.accepted_per_pos))))
-        req_pos = (*req.accepted_per_pos, *([0] * (width - len(req.accepted_per_pos))))
-        d_pos = tuple(s - r for s, r in zip(srv_pos, req_pos, strict=True))
     checks = [
         (d_drafts, counters.num_drafts),
         (d_tokens, counters.num_draft_tokens),
         (d_acc, counters.num_accepted_tokens),
     ]
-    if d_pos is not None:
-        checks += list(zip(d_pos, counters.accepted_per_pos, strict=False))
+    d_pos: tuple[int, ...] | None = None
+    if counters.accepted_per_pos:  # absent on servers that do not export them
+        width = max(len(counters.accepted_per_pos), len(req.accepted_per_pos))
+        srv_pos = _padded(counters.accepted_per_pos, width)
+        d_pos = tuple(
+            s - r for s, r in zip(srv_pos, _padded(req.accepted_per_pos, width), strict=True)
+        )
+        checks += list(zip(d_pos, srv_pos, strict=True))
     matches = counters.present and all(_within(d, ref, rel_tol) for d, ref in checks)
     explanation = None
     if not matches:
@@ -369,17 +374,15 @@ def greedy_agreement(
     pos = None if same else _common_prefix(a, b)
     cpos = None if ctext == etext else _common_prefix(ctext, etext)
 
-    def cut(s: str, start: int, stop: int) -> str:
-        start, stop = max(start, 0), min(stop, len(s))
-        text = s[start:stop]
-        return ("…" if start > 0 else "") + text + ("…" if stop < len(s) else "")
+    def after(s: str, start: int) -> str:
+        stop = start + excerpt_chars
+        return s[start:stop] + ("…" if stop < len(s) else "")
 
     before = ctrl_after = exp_after = ""
     if cpos is not None:
         start = cpos - excerpt_chars
         before = ("…" if start > 0 else "") + ctext[max(start, 0) : cpos]
-        ctrl_after = cut(ctext, cpos, cpos + excerpt_chars)
-        exp_after = cut(etext, cpos, cpos + excerpt_chars)
+        ctrl_after, exp_after = after(ctext, cpos), after(etext, cpos)
     return Agreement(
         exact_match=same,
         unit=unit,

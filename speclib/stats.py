@@ -22,7 +22,11 @@ means the experiment is faster. Its confidence interval comes from a bootstrap:
   bootstrap variance of the mean matches the one-way random-effects ANOVA estimate. The
   percentile interval of that distribution is then widened by ``t[L-1] / z``, because the
   launch-to-launch variance is estimated from only L launches. Without that widening the
-  interval under-covers badly with 3-8 launches.
+  interval under-covers badly with 3-8 launches. In simulations (30 pairs per launch,
+  log-normal TPOT) the 95 % interval covered the true ratio in 94-96 % of experiments when
+  launch noise dominates, and is conservative (97-100 %) when it is small or when there
+  are only 2-3 launches: two launches cannot measure launch-to-launch variation, so their
+  interval is very wide, and the decision then asks for more launches.
 
 Beside the CI the result carries the median paired difference (in the input's unit), the
 Wilcoxon signed-rank p-value on the log-ratios, the share of the per-pair variance that
@@ -261,23 +265,29 @@ def _two_stage_means(y: NDArray, sizes: NDArray, n_resamples: int, rng) -> NDArr
     """Bootstrap means of padded launches ``y (..., L, M)``; returns ``(..., n_resamples)``.
 
     Each resample draws L launches with replacement, then, inside each drawn launch of size
-    n_k, n_k pairs with replacement; the statistic is the pair-weighted mean.
+    n_k, n_k pairs with replacement; the statistic is the pair-weighted mean. Resamples are
+    drawn in blocks of bounded memory.
     """
     n_launch, width = y.shape[-2:]
     batch = y.shape[:-2]
-    per_resample = max(1, int(np.prod(batch, dtype=np.int64)) * n_launch * width)
-    block = max(1, _MAX_BLOCK_ELEMENTS // per_resample)
-    flat = y.reshape((*batch, 1, n_launch * width))
+    n_batch = int(np.prod(batch, dtype=np.int64))
+    block = max(1, _MAX_BLOCK_ELEMENTS // max(1, n_batch * n_launch * width))
+    offset = (np.arange(n_batch) * (n_launch * width)).reshape((*batch, 1, 1, 1))
+    values = y.ravel()
+    balanced = bool(np.all(sizes == width))
     out = []
     for start in range(0, n_resamples, block):
         b = min(block, n_resamples - start)
         pick = rng.integers(0, n_launch, size=(*batch, b, n_launch))
-        n_k = np.take_along_axis(sizes[..., None, :], pick, axis=-1)
-        inner = (rng.random((*batch, b, n_launch, width)) * n_k[..., None]).astype(np.intp)
-        index = (pick[..., None] * width + inner).reshape((*batch, b, n_launch * width))
-        drawn = np.take_along_axis(flat, index, axis=-1).reshape(inner.shape)
-        valid = np.arange(width) < n_k[..., None]
-        out.append(np.where(valid, drawn, 0.0).sum(axis=(-1, -2)) / n_k.sum(axis=-1))
+        n_k = np.take_along_axis(sizes[..., None, :], pick, axis=-1)[..., None]
+        if balanced:
+            inner = rng.integers(0, width, size=(*batch, b, n_launch, width))
+        else:
+            inner = (rng.random((*batch, b, n_launch, width)) * n_k).astype(np.intp)
+        drawn = values[offset + pick[..., None] * width + inner]
+        if not balanced:
+            drawn = np.where(np.arange(width) < n_k, drawn, 0.0)
+        out.append(drawn.sum(axis=(-1, -2)) / n_k.sum(axis=(-1, -2)))
     return np.concatenate(out, axis=-1)
 
 
@@ -307,12 +317,17 @@ def _two_stage_interval(
     return a["grand"], low, high, a
 
 
+def _rounded(log_ratio: NDArray) -> NDArray:
+    """Log-ratios rounded to 12 decimals, so that ``log(0.8 * c) - log(c)`` ties exactly."""
+    return np.round(log_ratio, 12)
+
+
 def _bca_obstacle(log_ratio: NDArray) -> str | None:
     """Why BCa should not be tried on these log-ratios, or None."""
     n = log_ratio.size
     if n < MIN_PAIRS_BCA:
         return f"fewer than {MIN_PAIRS_BCA} pairs ({n})"
-    _, counts = np.unique(log_ratio, return_counts=True)
+    _, counts = np.unique(_rounded(log_ratio), return_counts=True)
     if counts.size == 1:
         return "all log-ratios are equal"
     if counts.max() >= _HEAVY_TIE_SHARE * n:
@@ -450,7 +465,7 @@ def paired_ratio_ci(
             more_launches_help=None, var_between=None, var_within=None,
             note="one pair: no variance estimate", **common,
         )  # fmt: skip
-    if not np.any(log_ratio - log_ratio[0]):
+    if np.unique(_rounded(log_ratio)).size == 1:
         warnings.warn(
             "all log-ratios are equal: the confidence interval has zero width",
             DegenerateDataWarning,
@@ -469,6 +484,7 @@ def paired_ratio_ci(
 
 
 def _clustered(log_ratio, codes, common, confidence_level, n_resamples, rng) -> RatioCI:
+    """The two-stage branch of :func:`paired_ratio_ci`, with the launch variance summary."""
     y, sizes = _padded(log_ratio, codes)
     _, low, high, a = _two_stage_interval(
         y, sizes, confidence_level=confidence_level, n_resamples=n_resamples, rng=rng

@@ -98,6 +98,8 @@ class Script:
     cut_after: int | None = None  # close the connection after n token chunks
     hang_after: int | None = None  # stop sending after n token chunks, keep the socket
     send_done: bool = True  # end with "data: [DONE]"
+    fragment_bytes: int | None = None  # write each event in pieces of this many bytes
+    fragment_gap_s: float = 0.002  # pause between pieces, so they arrive in separate reads
 
     def chunk_sizes(self) -> list[int]:
         """Token count of each token chunk, summing to ``n_tokens``."""
@@ -133,12 +135,17 @@ class Script:
 class SentEvent:
     """One SSE event the server sent: kind, true send time (perf_counter), tokens carried.
 
+    ``t_sent`` is taken just before the write that hands the event's last bytes to the
+    kernel, so a client can never see the event earlier (causality), only later.
+    ``t_sent - t_due`` shows how late the server itself was (a saturated fake server).
+
     ``kind`` is one of ``role``, ``token``, ``finish``, ``usage``, ``error``, ``done``.
     """
 
     kind: str
     t_sent: float
     n_tokens: int = 0
+    t_due: float | None = None  # scheduled time of a token chunk (lateness = server load)
 
 
 @dataclass(frozen=True)
@@ -241,9 +248,18 @@ class _Stream:
         self.events: list[SentEvent] = []
         self.done_tokens = 0
 
-    async def send(self, kind: str, data: bytes, n_tokens: int = 0) -> None:
-        await self.resp.write(data)
-        self.events.append(SentEvent(kind, time.perf_counter(), n_tokens))
+    async def send(
+        self, kind: str, data: bytes, n_tokens: int = 0, t_due: float | None = None
+    ) -> None:
+        """Write one event; its send time is taken just before the write that ends it."""
+        size = self.script.fragment_bytes or len(data)
+        for start in range(0, len(data) - size, size):
+            await self.resp.write(data[start : start + size])
+            await asyncio.sleep(self.script.fragment_gap_s)
+        last = data[(len(data) - 1) // size * size :]
+        t_sent = time.perf_counter()
+        await self.resp.write(last)
+        self.events.append(SentEvent(kind, t_sent, n_tokens, t_due))
 
     def usage(self) -> dict[str, int] | None:
         return _usage(self.script.prompt_tokens, self.done_tokens) if self.usage_each else None
@@ -256,7 +272,7 @@ class _Stream:
             choice["prompt_token_ids"] = list(range(1, self.script.prompt_tokens + 1))
         await self.send("role", _chunk(self.rid, choice, self.usage()))
 
-    async def tokens(self, n: int, last: bool) -> None:
+    async def tokens(self, n: int, last: bool, t_due: float) -> None:
         first = self.done_tokens
         self.done_tokens += n
         indices = range(first, first + n)
@@ -271,7 +287,7 @@ class _Stream:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
         if self.ids:
             choice["token_ids"] = [token_id(i) for i in indices]
-        await self.send("token", _chunk(self.rid, choice, self.usage()), n)
+        await self.send("token", _chunk(self.rid, choice, self.usage()), n, t_due)
 
     async def finish(self) -> None:
         choice = {"index": 0, "delta": {}, "finish_reason": self.script.finish_reason}
@@ -331,8 +347,9 @@ async def _play(request: web.Request, stream: _Stream, t_recv: float) -> str:
         if i == script.error_event_after:
             await stream.error_event()
             break
-        await _sleep_until(t_first + i * script.step_s)
-        await stream.tokens(n, last=i == len(sizes) - 1)
+        t_due = t_first + i * script.step_s
+        await _sleep_until(t_due)
+        await stream.tokens(n, last=i == len(sizes) - 1, t_due=t_due)
     else:
         if script.cut_after == len(sizes):
             request.transport.close()
@@ -392,7 +409,7 @@ def _make_app(state: _State) -> web.Application:
             stream = _Stream(resp, script, body)
             try:
                 outcome = await _play(request, stream, t_recv)
-            except (ConnectionResetError, ConnectionError):
+            except ConnectionError:
                 outcome = "client_gone"
             if outcome in ("cut", "hang", "client_gone"):
                 raise asyncio.CancelledError  # nothing more can be written; end quietly
@@ -494,9 +511,11 @@ def _metrics_text(state: _State) -> str:
 
 
 async def _serve(state: _State, sock: socket.socket) -> web.AppRunner:
-    runner = web.AppRunner(_make_app(state), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        _make_app(state), access_log=None, handle_signals=False, shutdown_timeout=0.5
+    )
     await runner.setup()
-    await web.SockSite(runner, sock, shutdown_timeout=0.5).start()
+    await web.SockSite(runner, sock).start()
     return runner
 
 

@@ -1,0 +1,378 @@
+"""The decision: turn a TPOT ratio CI and the gate inputs into one verdict word with reasons.
+
+:func:`decide` applies the rule declared before the run (margin δ, confidence level) to a
+:class:`~speclib.stats.RatioCI` of experiment / control TPOT:
+
+* **adopt** – the CI's upper bound is below ``1 - δ`` (faster by more than the margin);
+* **equivalent** – the CI lies inside ``(1 - δ, 1 + δ)``;
+* **worse** – the CI's lower bound is above 1;
+* **inconclusive** – anything else. Then it estimates how many more pairs (prompts), and
+  with launches how many more launches, would likely reach a decision if the point
+  estimate and the variance hold (half-widths scale with ``1/sqrt(n)``, and with
+  launches also with the ratio of Student-t quantiles), or ``None`` when no finite amount
+  below the cap would do.
+
+The rules overlap only when the CI lies inside ``(1, 1 + δ)``: that is "equivalent"
+(the reason then notes that the experiment is also measurably slower).
+
+:func:`apply_gates` weighs more than TPOT: errors, wrong outputs, memory and clearly worse
+TTFT or end-to-end latency turn any TPOT decision into **reject**, naming the gate.
+
+:func:`holm_decide` decides several experiments against one control with Holm's step-down
+procedure applied to the decisions: with k experiments still undecided, every one of them
+gets a CI at confidence ``1 - α/k`` (α = 1 - family confidence); those whose CI reaches a
+decision (adopt, equivalent or worse) are settled at that level and removed; the rest are
+recomputed at ``1 - α/(k - settled)``; when a round settles none, the remaining ones are
+inconclusive at that round's level. With one experiment this is the plain rule. It keeps
+the family-wise error rate of the decisions at α (Holm 1979, with each decision read as
+the rejection of the CI's complementary hypotheses); the CIs shown are those at the level
+each comparison was settled, which is between ``1 - α/m`` and ``1 - α``.
+
+Example::
+
+    decision = decide(tpot_ci, margin=0.05)
+    verdict = apply_gates(decision, control_error_rate=0.0, experiment_error_rate=0.01,
+                          max_error_rate_increase=0.02, wrong_outputs=0,
+                          ttft=ttft_ci, e2e=e2e_ci)
+    print(verdict.word, verdict.reasons)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from speclib.stats import RatioCI, _jsonable
+
+__all__ = [
+    "DECISION_WORDS",
+    "MAX_EXTRA_LAUNCHES",
+    "MAX_EXTRA_PAIRS",
+    "VERDICT_WORDS",
+    "Decision",
+    "GateResult",
+    "Verdict",
+    "apply_gates",
+    "decide",
+    "holm_decide",
+]
+
+DECISION_WORDS = ("adopt", "equivalent", "worse", "inconclusive")
+VERDICT_WORDS = (*DECISION_WORDS, "reject")
+MAX_EXTRA_PAIRS = 100_000
+"""Above this many extra pairs the planning answer is ``None`` (no practical n decides)."""
+MAX_EXTRA_LAUNCHES = 1_000
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The TPOT decision. ``target_word`` is the decision the extra data would likely reach."""
+
+    word: str
+    reason: str
+    margin: float
+    confidence_level: float
+    extra_pairs_needed: int | None = None
+    extra_launches_needed: int | None = None
+    target_word: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate: its name, whether it passed and what was compared."""
+
+    name: str
+    passed: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Final word for one experiment series, the reasons behind it, and every gate checked."""
+
+    word: str
+    reasons: tuple[str, ...]
+    tpot_decision: Decision
+    gates: tuple[GateResult, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+# ------------------------------------------------------------------------- validation
+
+
+def _check_fraction(value: Any, name: str, *, low_open: bool = False) -> float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and (0 < value < 1 if low_open else 0 <= value <= 1):
+        return float(value)
+    interval = "(0, 1)" if low_open else "[0, 1]"
+    raise ValueError(f"`{name}` must be a number in {interval} (got {value!r})")
+
+
+def _check_ci(ci: Any, name: str) -> RatioCI:
+    if not isinstance(ci, RatioCI):
+        raise ValueError(f"`{name}` must be a speclib.stats.RatioCI (got {type(ci).__name__})")
+    return ci
+
+
+# ---------------------------------------------------------------------- the TPOT rule
+
+
+def _classify(ci: RatioCI, margin: float) -> tuple[str, str]:
+    lo, hi = ci.ci_low, ci.ci_high
+    text = (
+        f"TPOT ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI {lo:.3f}–{hi:.3f}, "
+        f"{ci.method}, {ci.n_pairs} pairs, {ci.n_launches} launch(es))"
+    )
+    if hi < 1 - margin:
+        return "adopt", f"{text}: upper bound below 1 − δ = {1 - margin:.3f}, faster by more than δ"
+    if lo > 1 - margin and hi < 1 + margin:
+        slower = "; also measurably slower (lower bound above 1)" if lo > 1 else ""
+        return (
+            "equivalent",
+            f"{text}: inside (1 − δ, 1 + δ) = ({1 - margin:.3f}, {1 + margin:.3f}){slower}",
+        )
+    if lo > 1:
+        return "worse", f"{text}: lower bound above 1, slower than control"
+    return "inconclusive", f"{text}: no rule applies at δ = {margin:.3f}"
+
+
+def _ratio(distance: float, half_width: float) -> float:
+    return distance / half_width if half_width > 0 else math.inf
+
+
+def _needed_shrink(ci: RatioCI, margin: float) -> tuple[float, str] | None:
+    """Largest factor ``s`` on both half-widths (log scale) that would reach a decision.
+
+    Returns ``(s, word)`` for the decision needing the least shrinking, or None when the
+    estimate sits on a boundary (``s == 0``) or the interval is undefined.
+    """
+    if ci.method == "degenerate" or not (0 < ci.ci_low <= ci.ci_high < math.inf):
+        return None
+    est = math.log(ci.estimate)
+    hw_lo, hw_hi = est - math.log(ci.ci_low), math.log(ci.ci_high) - est
+    lower, upper = math.log(1 - margin), math.log(1 + margin)
+    options = []
+    if est < lower:
+        options.append((_ratio(lower - est, hw_hi), "adopt"))
+    if lower < est < upper:
+        options.append((min(_ratio(est - lower, hw_lo), _ratio(upper - est, hw_hi)), "equivalent"))
+    if est > 0:
+        options.append((_ratio(est, hw_lo), "worse"))
+    best = max(options, default=None)
+    return best if best is not None and best[0] > 0 else None
+
+
+def _extra_pairs(ci: RatioCI, shrink: float) -> int | None:
+    """Extra pairs (launch count unchanged) so that the half-widths shrink by ``shrink``."""
+    n = ci.n_pairs
+    if ci.n_launches < 2:
+        target = n / shrink**2
+    else:
+        var_b, var_w = ci.var_between or 0.0, ci.var_within or 0.0
+        now = var_b / ci.n_launches + var_w / n
+        room = shrink**2 * now - var_b / ci.n_launches
+        if var_w <= 0 or room <= 0:
+            return None
+        target = var_w / room
+    extra = math.floor(target) + 1 - n
+    return max(extra, 1) if extra <= MAX_EXTRA_PAIRS else None
+
+
+def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
+    """Extra launches (same pairs per launch) so that the half-widths shrink by ``shrink``.
+
+    Both variance terms of the mean scale with ``1/L``, and the CI uses ``t[L-1]``, so the
+    half-width at ``L'`` launches is ``t[L'-1] / t[L-1] * sqrt(L / L')`` times today's.
+    """
+    n_launch = ci.n_launches
+    if n_launch < 2:
+        return None
+    q = 0.5 + ci.confidence_level / 2
+    more = np.arange(n_launch + 1, n_launch + MAX_EXTRA_LAUNCHES + 1)
+    scale = stats.t.ppf(q, more - 1) / stats.t.ppf(q, n_launch - 1) * np.sqrt(n_launch / more)
+    hit = np.flatnonzero(scale < shrink)
+    return int(more[hit[0]] - n_launch) if hit.size else None
+
+
+def decide(ci: RatioCI, *, margin: float) -> Decision:
+    """Apply the adopt / equivalent / worse / inconclusive rule to a TPOT ratio CI.
+
+    ``margin`` is δ in (0, 1), declared before the run. For an inconclusive result the
+    decision also carries ``extra_pairs_needed`` (more prompts over the same launches) and,
+    with two or more launches, ``extra_launches_needed`` (more launches of the same size),
+    each ``None`` when no amount up to the caps would likely decide.
+    """
+    _check_ci(ci, "ci")
+    margin = _check_fraction(margin, "margin", low_open=True)
+    word, reason = _classify(ci, margin)
+    common = {"margin": margin, "confidence_level": ci.confidence_level}
+    if word != "inconclusive":
+        return Decision(word, reason, **common)
+    if ci.method == "degenerate":
+        return Decision(word, f"{reason}; one pair gives no variance estimate", **common)
+    need = _needed_shrink(ci, margin)
+    if need is None:
+        return Decision(word, f"{reason}; the estimate sits on a boundary", **common)
+    shrink, target = need
+    pairs, launches = _extra_pairs(ci, shrink), _extra_launches(ci, shrink)
+    plan = _plan_text(pairs, launches, target)
+    return Decision(word, f"{reason}; {plan}", **common, extra_pairs_needed=pairs,
+                    extra_launches_needed=launches, target_word=target)  # fmt: skip
+
+
+def _plan_text(pairs: int | None, launches: int | None, target: str) -> str:
+    parts = []
+    if pairs is not None:
+        parts.append(f"about {pairs} more pairs")
+    if launches is not None:
+        parts.append(f"about {launches} more launches")
+    if not parts:
+        return f"no practical amount of data would likely reach {target!r}"
+    return " or ".join(parts) + f" would likely reach {target!r} if the estimate holds"
+
+
+# ----------------------------------------------------------------------------- gates
+
+
+def _error_gate(control: float, experiment: float, max_increase: float) -> GateResult:
+    increase = experiment - control
+    detail = (
+        f"error rate {experiment:.2%} vs control {control:.2%} "
+        f"(increase {increase:+.2%}, allowed {max_increase:.2%})"
+    )
+    return GateResult("errors", increase <= max_increase, detail)
+
+
+def _output_gate(wrong: int, agreement: float | None, min_agreement: float | None) -> GateResult:
+    detail = f"{wrong} output(s) flagged wrong"
+    passed = wrong == 0
+    if min_agreement is not None:
+        detail += f"; agreement {agreement:.2%} (minimum {min_agreement:.2%})"
+        passed = passed and agreement >= min_agreement
+    elif agreement is not None:
+        detail += f"; agreement {agreement:.2%} (no minimum set)"
+    return GateResult("outputs", passed, detail)
+
+
+def _latency_gate(name: str, ci: RatioCI, margin: float) -> GateResult:
+    detail = (
+        f"{name} ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI "
+        f"{ci.ci_low:.3f}–{ci.ci_high:.3f}); clearly worse when the lower bound exceeds "
+        f"1 + δ = {1 + margin:.3f}"
+    )
+    return GateResult(name, not ci.ci_low > 1 + margin, detail)
+
+
+def _check_gate_inputs(wrong_outputs, agreement_rate, min_agreement_rate, peak, limit) -> None:
+    if isinstance(wrong_outputs, bool) or not isinstance(wrong_outputs, (int, np.integer)):
+        raise ValueError(f"`wrong_outputs` must be a non-negative integer (got {wrong_outputs!r})")
+    if wrong_outputs < 0:
+        raise ValueError(f"`wrong_outputs` must be a non-negative integer (got {wrong_outputs!r})")
+    if min_agreement_rate is not None:
+        _check_fraction(min_agreement_rate, "min_agreement_rate")
+        _check_fraction(agreement_rate, "agreement_rate")
+    elif agreement_rate is not None:
+        _check_fraction(agreement_rate, "agreement_rate")
+    for value, name in ((peak, "peak_memory_gib"), (limit, "memory_limit_gib")):
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            raise ValueError(f"`{name}` must be a positive number (got {value!r})")
+    if limit is not None and peak is None:
+        raise ValueError("`peak_memory_gib` is required when `memory_limit_gib` is set")
+
+
+def apply_gates(
+    decision: Decision,
+    *,
+    control_error_rate: float,
+    experiment_error_rate: float,
+    max_error_rate_increase: float,
+    wrong_outputs: int = 0,
+    agreement_rate: float | None = None,
+    min_agreement_rate: float | None = None,
+    peak_memory_gib: float | None = None,
+    memory_limit_gib: float | None = None,
+    ttft: RatioCI | None = None,
+    e2e: RatioCI | None = None,
+) -> Verdict:
+    """Weigh the TPOT decision against the gates; any failed gate makes the verdict "reject".
+
+    Gates: ``errors`` (experiment's error rate exceeds control's by more than
+    ``max_error_rate_increase``), ``outputs`` (any output flagged wrong, or
+    ``agreement_rate`` below ``min_agreement_rate`` when that is given), ``memory`` (peak
+    above ``memory_limit_gib``, when given), ``ttft`` / ``e2e`` (ratio CI lower bound above
+    ``1 + decision.margin``, when given). Rates are fractions in [0, 1].
+    """
+    if not isinstance(decision, Decision):
+        raise ValueError(f"`decision` must be a Decision (got {type(decision).__name__})")
+    control = _check_fraction(control_error_rate, "control_error_rate")
+    experiment = _check_fraction(experiment_error_rate, "experiment_error_rate")
+    max_increase = _check_fraction(max_error_rate_increase, "max_error_rate_increase")
+    _check_gate_inputs(
+        wrong_outputs, agreement_rate, min_agreement_rate, peak_memory_gib, memory_limit_gib
+    )
+    gates = [
+        _error_gate(control, experiment, max_increase),
+        _output_gate(int(wrong_outputs), agreement_rate, min_agreement_rate),
+    ]
+    if memory_limit_gib is not None:
+        detail = f"peak {peak_memory_gib:.2f} GiB (limit {memory_limit_gib:.2f} GiB)"
+        gates.append(GateResult("memory", peak_memory_gib <= memory_limit_gib, detail))
+    for name, ci in (("ttft", ttft), ("e2e", e2e)):
+        if ci is not None:
+            gates.append(_latency_gate(name, _check_ci(ci, name), decision.margin))
+    failed = [g for g in gates if not g.passed]
+    reasons = [decision.reason, *(f"gate {g.name!r} failed: {g.detail}" for g in failed)]
+    word = "reject" if failed else decision.word
+    if failed and decision.word == "adopt":
+        reasons.append("faster on TPOT, but a failed gate rules adoption out")
+    return Verdict(word, tuple(reasons), decision, tuple(gates))
+
+
+# ------------------------------------------------------------- several experiments
+
+
+def holm_decide(
+    compute_ci: Callable[[str, float], RatioCI],
+    names: Sequence[str],
+    *,
+    family_confidence: float = 0.95,
+    margin: float,
+) -> dict[str, tuple[RatioCI, Decision]]:
+    """Decide several experiments against one control with Holm's step-down procedure.
+
+    ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioCI` of experiment
+    ``name`` at that level (e.g. a closure over :func:`speclib.stats.paired_ratio_ci`).
+    Returns ``{name: (ci, decision)}``, each CI at the level its decision was made; see the
+    module docstring for the procedure.
+    """
+    names = list(names)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"`names` must be non-empty and unique (got {names!r})")
+    alpha = 1 - _check_fraction(family_confidence, "family_confidence", low_open=True)
+    _check_fraction(margin, "margin", low_open=True)
+    remaining, out = names, {}
+    while remaining:
+        level = 1 - alpha / len(remaining)
+        results = {n: _check_ci(compute_ci(n, level), "compute_ci(...)") for n in remaining}
+        decided = {n: decide(ci, margin=margin) for n, ci in results.items()}
+        settled = [n for n in remaining if decided[n].word != "inconclusive"]
+        for n in settled if settled else remaining:
+            out[n] = (results[n], decided[n])
+        remaining = [n for n in remaining if n not in out]
+    return {n: out[n] for n in names}

@@ -1,0 +1,103 @@
+"""A stand-in for ``python -m vllm.entrypoints.openai.api_server`` in fast tests only.
+
+It accepts vLLM's arguments, refuses what vLLM refuses the way vLLM does (exit code 1 and a
+message in the log), then serves scripted streams with :mod:`fakeserver`: one token per
+chunk without ``--speculative-config``; with it, chunks of ``1 + accepted`` tokens, a
+shorter per-token time, per-request spec metrics (with
+``--per-request-spec-decode-metrics``) and growing spec counters on ``/metrics``.
+Behaviour knobs come from ``FAKE_VLLM_*`` environment variables so tests can script a
+crash mid-series or a slow start. The real kit never uses this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fakeserver import Script, _serve, _State
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--speculative-config")
+    p.add_argument("--per-request-spec-decode-metrics")
+    p.add_argument("--served-model-name")
+    args, _ = p.parse_known_args(argv)
+    return args
+
+
+def _refuse(msg: str) -> None:
+    print(f"ERROR {time.strftime('%H:%M:%S')} {msg}", flush=True)
+    sys.exit(1)
+
+
+def _script(spec: dict | None, with_metrics: bool) -> Script:
+    n = int(os.environ.get("FAKE_VLLM_TOKENS", "16"))
+    step = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
+    if spec is None:
+        return Script(n_tokens=n, ttft_s=0.01, step_s=step, tokens_per_chunk=1)
+    k = int(spec.get("num_speculative_tokens", 3))
+    accepted = min(k, int(os.environ.get("FAKE_VLLM_ACCEPTED", "2")))
+    per_chunk = accepted + 1
+    steps = -(-(n - 1) // per_chunk)
+    metrics = {
+        "num_spec_steps": steps,
+        "num_draft_tokens": steps * k,
+        "num_accepted_draft_tokens": (n - 1) - steps,
+        "draft_acceptance_rate": ((n - 1) - steps) / (steps * k),
+        "mean_acceptance_length": 1 + ((n - 1) - steps) / steps,
+        "acceptance_histogram": [0] * (k + 1),
+        "num_spec_tokens": k,
+    }
+    return Script(n_tokens=n, ttft_s=0.01, step_s=step * 1.3, tokens_per_chunk=(1, per_chunk),
+                  spec=metrics if with_metrics else None)
+
+
+def main(argv: list[str]) -> int:
+    args = _args(argv)
+    print(f"INFO fake vLLM starting: {' '.join(argv)}", flush=True)
+    spec = json.loads(args.speculative_config) if args.speculative_config else None
+    if args.per_request_spec_decode_metrics not in (None, "none") and spec is None:
+        _refuse("--per-request-spec-decode-metrics requires speculative decoding to be enabled")
+    if spec and "tensor_parallel_size" in spec:
+        _refuse("'tensor_parallel_size' is not a valid argument in the speculative_config. "
+                "Please pass 'draft_tensor_parallel_size' instead.")
+    for path in (args.model, (spec or {}).get("model")):
+        if path and path.startswith("/") and not Path(path).is_dir():
+            _refuse(f"Invalid repository ID or local directory specified: '{path}'")
+    time.sleep(float(os.environ.get("FAKE_VLLM_START_S", "0.2")))
+    if spec:
+        print(f"INFO speculative_config={json.dumps(spec)}", flush=True)
+    state = _State({}, _script(spec, bool(args.per_request_spec_decode_metrics)), None)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(128)
+    asyncio.run(_run(state, sock))
+    return 0
+
+
+async def _run(state: _State, sock: socket.socket) -> None:
+    await _serve(state, sock)
+    print("INFO Application startup complete.", flush=True)
+    die_after = os.environ.get("FAKE_VLLM_DIE_AFTER_REQUESTS")
+    while True:
+        await asyncio.sleep(0.02)
+        if die_after and len(state.log) >= int(die_after):
+            print("ERROR engine core died (scripted)", flush=True)
+            os._exit(3)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

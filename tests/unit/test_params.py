@@ -1,0 +1,183 @@
+"""Params files: every bad input gets one clear message naming file, field and value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from speclib.params import ParamsError, load_params
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _base(tmp_path: Path) -> dict:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"id": "a", "category": "x", "messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    return {
+        "name": "t",
+        "server": {"model": str(draft)},
+        "series": [
+            {"name": "control"},
+            {"name": "exp", "speculative_config": {
+                "method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}},
+        ],
+        "workload": {"prompts": "prompts.jsonl"},
+    }
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _error(tmp_path: Path, data: dict) -> str:
+    path = _write(tmp_path, data)
+    with pytest.raises(ParamsError) as info:
+        load_params(path)
+    msg = str(info.value)
+    assert str(path) in msg  # the file is always named
+    return msg
+
+
+def test_valid_file_loads_and_resolves_relative_paths(tmp_path):
+    params = load_params(_write(tmp_path, _base(tmp_path)))
+    assert params.control_name == "control"
+    assert params.resolve_path(params.workload.prompts) == tmp_path / "prompts.jsonl"
+    assert params.server.host == "127.0.0.1"
+    assert params.series[1].wants_per_request_metrics
+    assert not params.series[0].wants_per_request_metrics
+
+
+def test_unknown_key_names_field_and_value(tmp_path):
+    data = _base(tmp_path)
+    data["workload"]["max_token"] = 64
+    msg = _error(tmp_path, data)
+    assert "workload.max_token" in msg and "unknown key" in msg and "64" in msg
+
+
+def test_wrong_type(tmp_path):
+    data = _base(tmp_path)
+    data["workload"]["concurrency"] = "many"
+    msg = _error(tmp_path, data)
+    assert "workload.concurrency" in msg and '"many"' in msg
+
+
+def test_missing_prompt_file(tmp_path):
+    data = _base(tmp_path)
+    data["workload"]["prompts"] = "nope.jsonl"
+    msg = _error(tmp_path, data)
+    assert "workload.prompts" in msg and "nope.jsonl" in msg
+
+
+def test_missing_local_model_folder(tmp_path):
+    data = _base(tmp_path)
+    data["series"][1]["speculative_config"]["model"] = str(tmp_path / "no-such-draft")
+    msg = _error(tmp_path, data)
+    assert "speculative_config.model" in msg and "no-such-draft" in msg
+    assert "name='exp'" in msg
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ({"method": "medusa2", "num_speculative_tokens": 2}, "unknown speculative method"),
+        ({"method": "ngram", "num_speculative_tokens": 0}, "positive integer"),
+        ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5,
+          "prompt_lookup_max": 2}, "prompt_lookup_min (5) must be <= prompt_lookup_max (2)"),
+        ({"method": "draft_model", "model": "x/y", "num_speculative_tokens": 3,
+          "tensor_parallel_size": 1}, "draft_tensor_parallel_size"),
+        ({"method": "draft_model", "num_speculative_tokens": 3}, "needs 'model'"),
+    ],
+)
+def test_bad_speculative_config(tmp_path, spec, needle):
+    data = _base(tmp_path)
+    data["series"][1]["speculative_config"] = spec
+    msg = _error(tmp_path, data)
+    assert needle in msg and "series[1]" in msg
+
+
+def test_per_request_metrics_on_control_refused(tmp_path):
+    data = _base(tmp_path)
+    data["series"][0]["per_request_metrics"] = True
+    msg = _error(tmp_path, data)
+    assert "per_request_metrics" in msg and "speculative_config" in msg
+
+
+def test_duplicate_series_names(tmp_path):
+    data = _base(tmp_path)
+    data["series"].append({"name": "exp", "speculative_config": {
+        "method": "ngram", "num_speculative_tokens": 2}})
+    assert "duplicate series names: ['exp']" in _error(tmp_path, data)
+
+
+def test_empty_prompt_set(tmp_path):
+    data = _base(tmp_path)
+    (tmp_path / "prompts.jsonl").write_text("\n")
+    from speclib.prompts import PromptSetError, load_prompts
+
+    params = load_params(_write(tmp_path, data))
+    with pytest.raises(PromptSetError, match="empty"):
+        load_prompts(params.resolve_path(params.workload.prompts))
+
+
+def test_non_loopback_host_needs_opt_in_and_key(tmp_path):
+    data = _base(tmp_path)
+    data["server"]["host"] = "0.0.0.0"
+    assert "allow_remote" in _error(tmp_path, data)
+    data["server"]["allow_remote"] = True
+    assert "api_key_env is required" in _error(tmp_path, data)
+
+
+def test_api_key_env_must_be_set(tmp_path, monkeypatch):
+    data = _base(tmp_path)
+    data["server"]["api_key_env"] = "SPECLIB_TEST_KEY_UNSET"
+    monkeypatch.delenv("SPECLIB_TEST_KEY_UNSET", raising=False)
+    assert "SPECLIB_TEST_KEY_UNSET" in _error(tmp_path, data)
+
+
+@pytest.mark.parametrize("flag", ["--speculative-model=x", "--num-speculative-tokens"])
+def test_deprecated_flags_point_to_speculative_config(tmp_path, flag):
+    data = _base(tmp_path)
+    data["server"]["extra_args"] = [flag]
+    msg = _error(tmp_path, data)
+    assert "speculative_config" in msg and "server.extra_args" in msg
+
+
+def test_exactly_one_control(tmp_path):
+    data = _base(tmp_path)
+    data["series"][0]["speculative_config"] = {"method": "ngram", "num_speculative_tokens": 2}
+    assert "control" in _error(tmp_path, data)
+
+
+def test_not_yaml_mapping(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("- just\n- a list\n")
+    with pytest.raises(ParamsError, match="top level must be a mapping"):
+        load_params(path)
+
+
+def test_shipped_params_files_validate():
+    for path in sorted((REPO / "params").glob("*.yaml")):
+        load_params(path, check_files=False)
+
+
+def test_cli_validate_typo_gets_one_line_answer(tmp_path):
+    data = _base(tmp_path)
+    data["workload"]["temprature"] = 0.5
+    path = _write(tmp_path, data)
+    proc = subprocess.run(
+        [sys.executable, "-m", "speclib", "validate", str(path)],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "workload.temprature: unknown key" in proc.stderr
+    assert "Traceback" not in proc.stderr

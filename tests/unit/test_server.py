@@ -1,0 +1,163 @@
+"""Server lifecycle against real child processes (a scripted stand-in, not a mock).
+
+The stand-in is ``tests/fakeserver.py`` run as a child: it serves ``/health`` and chat
+completions like vLLM. Failures are small ``python -c`` children that exit or hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from speclib import server as srv
+
+FAKE = Path(__file__).resolve().parents[1] / "fakeserver.py"
+
+
+def _spec(tmp_path: Path, argv: list[str], port: int, **kw) -> srv.LaunchSpec:
+    return srv.LaunchSpec(
+        argv=tuple(argv), host="127.0.0.1", port=port, served_model="fake-model",
+        log_path=tmp_path / "server.log", pidfile=tmp_path / "server.pid", **kw,
+    )
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_build_argv_control_has_no_spec_flags():
+    argv = srv.build_vllm_argv(model="m", host="127.0.0.1", port=8000)
+    assert "--speculative-config" not in argv
+    assert "--per-request-spec-decode-metrics" not in argv
+    assert argv[1:3] == ("-m", "vllm.entrypoints.openai.api_server")
+    assert "--no-enable-prefix-caching" in argv
+    with pytest.raises(ValueError, match="per_request_metrics needs speculative_config"):
+        srv.build_vllm_argv(model="m", host="h", port=1, per_request_metrics=True)
+
+
+def test_build_argv_experiment_is_one_json_object():
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+    argv = srv.build_vllm_argv(model="m", host="127.0.0.1", port=1, speculative_config=spec,
+                               per_request_metrics=True)
+    i = argv.index("--speculative-config")
+    assert json.loads(argv[i + 1]) == spec
+    j = argv.index("--per-request-spec-decode-metrics")
+    assert argv[j + 1] == "summary"
+
+
+def test_redact_argv():
+    assert srv.redact_argv(["x", "--api-key", "s3cret", "--api-key=abc"]) == [
+        "x", "--api-key", "***", "--api-key=***"]
+
+
+def test_start_failure_raises_fast_with_exit_code_and_log_tail(tmp_path):
+    code = "import sys, time; print('loading model...'); time.sleep(0.5); " \
+           "print('ValueError: Invalid repository ID or local directory'); sys.exit(3)"
+    spec = _spec(tmp_path, [sys.executable, "-c", code], srv.free_port(), start_timeout_s=120)
+    t0 = time.monotonic()
+    with pytest.raises(srv.ServerStartError) as info:
+        srv.launch(spec)
+    assert time.monotonic() - t0 < 10  # not after the 120 s timeout
+    assert info.value.returncode == 3
+    assert "exited with code 3" in str(info.value)
+    assert "Invalid repository ID" in info.value.log_tail
+    assert not spec.pidfile.exists()
+
+
+def test_start_timeout_is_reported_and_child_killed(tmp_path):
+    spec = _spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(600)"],
+                 srv.free_port(), start_timeout_s=1.5)
+    with pytest.raises(srv.ServerStartError, match=r"start_timeout_s=1\.5"):
+        srv.launch(spec)
+    pids = [p.pid for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and "time.sleep(600)" in " ".join(p.info["cmdline"])]
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        spec = _spec(tmp_path, [sys.executable, "-c", "pass"], port)
+        with pytest.raises(srv.PortInUseError, match=f"port {port}"):
+            srv.launch(spec)
+    assert not (tmp_path / "server.log").exists()
+
+
+def test_ready_then_stop_kills_whole_group(tmp_path):
+    port = srv.free_port()
+    # A shell that leaves a grandchild in the group, then runs the stand-in server.
+    script = f"sleep 600 & exec {sys.executable} {FAKE} --port {port}"
+    spec = _spec(tmp_path, ["bash", "-c", script], port, start_timeout_s=60)
+    handle = srv.launch(spec)
+    try:
+        assert handle.alive()
+        assert json.loads(spec.pidfile.read_text())["pid"] == handle.pid
+        kids = psutil.Process(handle.pid).children(recursive=True)
+        assert any("sleep" in " ".join(k.cmdline()) for k in kids)
+    finally:
+        handle.stop(grace_s=5)
+    assert _gone(handle.pid)
+    assert all(_gone(k.pid) for k in kids)
+    assert not spec.pidfile.exists()
+
+
+def test_reap_pidfile_after_kit_was_sigkilled(tmp_path):
+    port = srv.free_port()
+    # A "kit" process that launches a server whose child ignores the parent's death, then
+    # is SIGKILLed: the next run must find the server through the pidfile and stop it.
+    kit = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from speclib import server as srv
+        srv._set_pdeathsig = lambda: None  # simulate a platform without PDEATHSIG
+        spec = srv.LaunchSpec(argv=({sys.executable!r}, {str(FAKE)!r}, "--port", "{port}"),
+            host="127.0.0.1", port={port}, served_model="fake-model",
+            log_path=Path({str(tmp_path / 'server.log')!r}),
+            pidfile=Path({str(tmp_path / 'server.pid')!r}), start_timeout_s=60)
+        h = srv.launch(spec)
+        print("READY", h.pid, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", kit], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("READY"), line
+    server_pid = int(line.split()[1])
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert psutil.pid_exists(server_pid) and not _gone(server_pid, timeout=0.5)
+    killed = srv.reap_pidfile(tmp_path / "server.pid")
+    assert killed == [server_pid]
+    assert _gone(server_pid)
+    assert not (tmp_path / "server.pid").exists()
+
+
+def test_reap_leaves_unrelated_process_alone(tmp_path):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "server.pid").write_text(json.dumps(
+            {"pid": other.pid, "pgid": other.pid, "argv": ["python", "-m", "vllm"]}))
+        assert srv.reap_pidfile(tmp_path / "server.pid") == []
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
