@@ -37,7 +37,7 @@ from speclib.preflight import prepare_run
 from speclib.runner import series_order
 
 params = load_params(params_file)
-setup = prepare_run(params, run_dir, order=series_order(params, seed=params.analysis.seed))
+setup = prepare_run(params, run_dir, order=series_order(params))
 setup
 '''.strip()),
 ])

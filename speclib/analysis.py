@@ -94,6 +94,8 @@ class Comparison:
 
     experiment: str
     control: str
+    level: int
+    load: str
     method: str | None
     k: int | None
     pairing: dict[str, int]
@@ -124,6 +126,8 @@ class Comparison:
         return _clean({
             "experiment": self.experiment,
             "control": self.control,
+            "level": self.level,
+            "load": self.load,
             "method": self.method,
             "num_speculative_tokens": self.k,
             "n_pairs": self.pairing.get("n_pairs", 0),
@@ -172,6 +176,21 @@ class RunAnalysis:
     @property
     def control(self) -> str:
         return self.params.control_name
+
+    def load_frame(self) -> pd.DataFrame:
+        """TPOT ratio with CI per experiment and load level (for the speed-up-vs-load plot)."""
+        levels = self.params.workload.levels
+        rows = []
+        for c in self.comparisons:
+            ci = c.cis.get("tpot_s")
+            if ci is None or c.level >= len(levels):
+                continue
+            lv = levels[c.level]
+            rows.append({"series": c.experiment, "level": c.level, "load": c.load,
+                         "concurrency": lv.concurrency, "request_rate": lv.request_rate,
+                         "estimate": ci.estimate, "ci_low": ci.ci_low, "ci_high": ci.ci_high,
+                         "decision": c.word})
+        return pd.DataFrame(rows)
 
     def summary(self) -> dict[str, Any]:
         """The content of ``summary.json``."""
@@ -389,6 +408,7 @@ def _greedy(params: ExperimentParams) -> bool:
 def _compare(
     name: str, df: pd.DataFrame, params: ExperimentParams, ci_tpot: RatioCI | None,
     decision: Decision | None, lms: list[LaunchMetrics], series_rows: pd.DataFrame, salt: int,
+    level: int = 0,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -428,8 +448,11 @@ def _compare(
     acc = _acceptance(d_e, [m for m in lms if m.series == name])
     med_c = _median(pairs["tpot_s_c"]) if len(pairs) else None
     med_e = _median(pairs["tpot_s_e"]) if len(pairs) else None
+    levels = params.workload.levels
+    load = levels[level].label if level < len(levels) else f"level {level}"
     return Comparison(
-        experiment=name, control=control, method=spec_cfg.get("method"), k=k,
+        experiment=name, control=control, level=level, load=load,
+        method=spec_cfg.get("method"), k=k,
         pairing=paired.to_dict(),
         n_launches=int(pairs["replicate"].nunique()) if len(pairs) else 0,
         cis=cis, decision=decision, verdict=verdict,
@@ -477,24 +500,12 @@ def analyze_run(run_dir: str | os.PathLike[str], *, params_file: str | None = No
     """Analyse a run folder; write ``summary.json`` when ``write`` (the default)."""
     rd = RunDir.at(run_dir)
     params = _load_params(rd, params_file)
-    a = params.analysis
     df = load_records(rd.root)
     statuses = rd.statuses()
     lms = [launch_metrics(rd, s, df) for s in statuses]
     rows = series_table(df, params, statuses)
-    experiments = [s.name for s in params.series if s.name != params.control_name]
-    pairs = {n: pair_frame(df, control=params.control_name, experiment=n).pairs
-             for n in experiments} if len(df) else {}
-    salts = {n: i + 1 for i, n in enumerate(experiments)}
-    usable = [n for n in experiments if n in pairs and len(pairs[n]) > 0]
-    decided = holm_decide(
-        lambda n, lvl: _ci(pairs[n], "tpot_s", lvl, a, salts[n] * 100),
-        usable, family_confidence=a.confidence, margin=a.margin,
-    ) if usable else {}
-    comps = tuple(
-        _compare(n, df, params, *decided.get(n, (None, None)), lms, rows, salts[n])
-        for n in experiments
-    ) if len(df) else ()
+    levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
+    comps = tuple(c for lvl in levels for c in _compare_level(df, params, lms, rows, lvl))
     notes = _warnings(rd, statuses, lms, df)
     analysis = RunAnalysis(
         run_dir=rd.root, params=params, records=df, series=rows, comparisons=comps,
@@ -504,6 +515,32 @@ def analyze_run(run_dir: str | os.PathLike[str], *, params_file: str | None = No
     if write:
         write_json_atomic(rd.summary, analysis.summary())
     return analysis
+
+
+def _usable(pairs: pd.DataFrame) -> bool:
+    c, e = pairs.get("tpot_s_c"), pairs.get("tpot_s_e")
+    if c is None or e is None or not len(pairs):
+        return False
+    c, e = c.to_numpy(float), e.to_numpy(float)
+    return bool((np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)).any())
+
+
+def _compare_level(df: pd.DataFrame, params: ExperimentParams, lms: list[LaunchMetrics],
+                   rows: pd.DataFrame, level: int) -> list[Comparison]:
+    """Every experiment against the control at one load level (Holm across experiments)."""
+    a = params.analysis
+    d = df[df["level"] == level]
+    experiments = [s.name for s in params.series if s.name != params.control_name]
+    pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs
+             for n in experiments}
+    salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(experiments)}
+    usable = [n for n in experiments if _usable(pairs[n])]
+    decided = holm_decide(
+        lambda n, conf: _ci(pairs[n], "tpot_s", conf, a, salts[n] * 100),  # type: ignore[arg-type]
+        usable, family_confidence=a.confidence, margin=a.margin,
+    ) if usable else {}
+    return [_compare(n, d, params, *decided.get(n, (None, None)), lms, rows, salts[n], level)
+            for n in experiments]
 
 
 def _warnings(rd: RunDir, statuses: list[dict[str, Any]], lms: list[LaunchMetrics],

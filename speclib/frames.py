@@ -21,7 +21,7 @@ from speclib.rundir import RunDir
 
 __all__ = ["PairedFrame", "load_records", "pair_frame", "records_frame"]
 
-_KEY = ["replicate", "prompt_id", "repeat"]
+_KEY = ["replicate", "level", "prompt_id", "repeat"]
 
 
 def _spec_fields(spec: dict[str, Any] | None) -> dict[str, Any]:
@@ -58,6 +58,8 @@ def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if df.empty:
         return df
+    if "level" not in df:
+        df["level"] = 0
     for col in ("ttft_s", "tpot_s", "e2e_s", "spec_rate", "spec_mean_len", "t_end"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
@@ -100,7 +102,7 @@ class PairedFrame:
 
 
 def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFrame:
-    """Match ``experiment`` rows to ``control`` rows by replicate, prompt and repeat."""
+    """Match ``experiment`` rows to ``control`` rows by replicate, load level, prompt, repeat."""
     cols = [*_KEY, "ok", "ttft_s", "tpot_s", "e2e_s", "output_tokens", "text", "token_ids",
             "category", "spec_rate", "spec_mean_len", "spec_steps", "chunk_tokens"]
     c = df[df["series"] == control][cols]

@@ -13,7 +13,7 @@ import ipaddress
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,7 +23,9 @@ __all__ = [
     "SPEC_METHODS",
     "AnalysisParams",
     "ExperimentParams",
+    "LoadLevel",
     "ParamsError",
+    "ProtocolParams",
     "SeriesParams",
     "ServerParams",
     "WorkloadParams",
@@ -114,9 +116,6 @@ class ServerParams(_Strict):
     enforce_eager: bool = Field(False, description="--enforce-eager (fast start, no graphs)")
     tensor_parallel_size: int = Field(1, ge=1, description="Target --tensor-parallel-size")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    prefix_caching: bool = Field(
-        False, description="Enable vLLM prefix caching (off by default: a warm cache biases arms)"
-    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI arguments.")
     launcher: list[str] | None = Field(
         None,
@@ -255,13 +254,78 @@ class WorkloadParams(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int | None = Field(None, description="Unset by default (see known CPU bugs).")
     seed: int | None = Field(None, description="Per-request sampling seed.")
-    concurrency: int = Field(1, ge=1, description="Requests in flight at once.")
+    concurrency: int | list[int] = Field(
+        1, description="Requests in flight at once; a list runs one load level per value."
+    )
+    request_rates: list[float] | None = Field(
+        None, description="Poisson arrival rates (requests/s), one open-loop load level each."
+    )
+    arrival_seed: int = Field(0, description="Seed of the Poisson arrival times.")
     replicates: int = Field(1, ge=1, description="Server launches per series.")
     warmup_requests: int = Field(2, ge=0, description="Unmeasured requests before a series.")
     request_timeout_s: float = Field(300.0, gt=0)
     max_error_rate: float = Field(
         0.5, gt=0, le=1, description="Stop a series early when this share of requests fail."
     )
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_levels(cls, value: int | list[int]) -> int | list[int]:
+        values = value if isinstance(value, list) else [value]
+        if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
+            raise ValueError("concurrency must be a positive integer or a list of distinct ones")
+        return value
+
+    @field_validator("request_rates")
+    @classmethod
+    def _positive_rates(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (not value or any(r <= 0 for r in value)):
+            raise ValueError("request_rates must be a non-empty list of positive numbers")
+        return value
+
+    @property
+    def levels(self) -> list[LoadLevel]:
+        """Load levels in run order: closed-loop concurrencies, then Poisson rates."""
+        concs = self.concurrency if isinstance(self.concurrency, list) else [self.concurrency]
+        out = [LoadLevel(concurrency=c) for c in concs]
+        out += [LoadLevel(concurrency=max(concs), request_rate=r)
+                for r in self.request_rates or []]
+        return out
+
+
+class LoadLevel(_Strict):
+    """One load level: a fixed concurrency (closed loop) or Poisson arrivals at a rate."""
+
+    concurrency: int = Field(ge=1)
+    request_rate: float | None = Field(None, gt=0)
+
+    @property
+    def label(self) -> str:
+        if self.request_rate is None:
+            return f"c={self.concurrency}"
+        return f"{self.request_rate:g} req/s"
+
+
+class ProtocolParams(_Strict):
+    """How the arms are kept comparable: prefix cache, launch order."""
+
+    cache_policy: Literal["off", "salt", "reset", "restart"] = Field(
+        "off",
+        description="off: --no-enable-prefix-caching; salt: caching on, a fresh cache_salt per "
+        "series, replicate and load level; reset: caching on, POST /reset_prefix_cache before "
+        "each measured level (dev-mode endpoint, loopback only); restart: caching on, a new "
+        "server per series (the kit always restarts between series).",
+    )
+    cache_salt: str | None = Field(
+        None, min_length=1,
+        description="A fixed salt for every request (for demonstrating a leaky setup only).",
+    )
+    order: Literal["abba", "fixed", "random"] = Field(
+        "abba",
+        description="Launch order of the series within replicate blocks: abba reverses every "
+        "other block, random shuffles each block with protocol.seed, fixed keeps file order.",
+    )
+    seed: int = Field(0, description="Seed of the random order.")
 
 
 class AnalysisParams(_Strict):
@@ -282,6 +346,26 @@ class AnalysisParams(_Strict):
         "control's; below it the experiment's outputs are treated as suspect.",
     )
     memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
+    score_outputs: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Score every output by its log-prob under the target served without "
+        "speculation (one extra server launch after the series); auto = on when "
+        "workload.temperature > 0.",
+    )
+    plausibility_margin_nats: float = Field(
+        0.5, gt=0,
+        description="Gate (scored runs): a series whose outputs are less likely under the "
+        "target than the control's by more than this (nats/token, CI entirely below −δ) "
+        "is implausible.",
+    )
+
+    @field_validator("score_outputs", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 (yaml.safe_load) reads a bare on/off as true/false
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
 
 
 class ExperimentParams(_Strict):
@@ -294,6 +378,7 @@ class ExperimentParams(_Strict):
     series: list[SeriesParams] = Field(min_length=2)
     workload: WorkloadParams
     analysis: AnalysisParams = Field(default_factory=AnalysisParams)
+    protocol: ProtocolParams = Field(default_factory=ProtocolParams)
     source: str | None = Field(None, description="Set by load_params: the file's path.")
 
     @model_validator(mode="after")
@@ -314,6 +399,15 @@ class ExperimentParams(_Strict):
             raise ValueError(
                 f"exactly one series without speculative_config is needed as control "
                 f"(found {controls or 'none'}); or name one in analysis.control"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _reset_only_on_loopback(self) -> ExperimentParams:
+        if self.protocol.cache_policy == "reset" and not is_loopback(self.server.host):
+            raise ValueError(
+                "protocol.cache_policy 'reset' needs vLLM's dev-mode endpoints, allowed only on "
+                f"a loopback server (server.host is {self.server.host!r}); use 'salt' instead"
             )
         return self
 

@@ -53,6 +53,8 @@ class RequestRecord:
     phase: str = "measure"  # "measure" or "warmup"
     category: str | None = None
     concurrency: int = 1
+    level: int = 0  # index of the load level (params.workload.levels)
+    request_rate: float | None = None  # Poisson rate of the level; None = closed loop
     status: int | None = None
     t_start: float = 0.0
     t_send_mono: float = 0.0

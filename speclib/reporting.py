@@ -177,7 +177,8 @@ def conclusion(an: RunAnalysis) -> str:
     wl = an.params.workload
     parts.append(
         f"Measured client-side over streaming chat completions ({wl.max_tokens} max tokens, "
-        f"temperature {wl.temperature:g}, concurrency {wl.concurrency}); TPOT excludes the "
+        f"temperature {wl.temperature:g}, load {', '.join(lv.label for lv in wl.levels)}); "
+        "TPOT excludes the "
         "first token; intervals are paired bootstrap CIs (Holm-adjusted across "
         "experiments); the method is at the end of this page.")
     if an.warnings:
@@ -195,8 +196,13 @@ def evidence_figures(an: RunAnalysis) -> Iterator[plots.FigureWithCaption]:
     for c in an.comparisons:
         ci = c.cis.get("tpot_s")
         if ci is not None:
-            yield plots.plot_paired_ratio(df, experiment=c.experiment, ci=(ci.ci_low, ci.ci_high),
-                                          estimate=ci.estimate, control=control, palette=pal)
+            yield plots.plot_paired_ratio(df[df["level"] == c.level], experiment=c.experiment,
+                                          ci=(ci.ci_low, ci.ci_high), estimate=ci.estimate,
+                                          control=control, palette=pal)
+    load = an.load_frame()
+    closed = load[load["request_rate"].isna()] if len(load) else load
+    if len(closed) and closed["concurrency"].nunique() > 1:
+        yield plots.plot_speedup_vs_load(closed, control=control, palette=pal)
     counters = _series_counters(an)
     if counters:
         yield plots.plot_acceptance(counters, palette=pal, control=control)
@@ -299,12 +305,14 @@ def method_html(an: RunAnalysis) -> str:
         "series order": " → ".join(s["launch_id"] for s in an.manifest.get("order", [])),
         "replicates (server launches per series)": wl.replicates,
         "warm-up requests per launch (excluded)": wl.warmup_requests,
-        "prefix caching": "on (salted per launch)" if p.server.prefix_caching else "off",
+        "prefix cache policy": p.protocol.cache_policy
+        + (" (fixed salt: deliberately leaky)" if p.protocol.cache_salt else ""),
+        "launch order": p.protocol.order,
         "prompts": f"{an.manifest.get('prompts', {}).get('path')} "
                    f"(sha256 {str(an.manifest.get('prompts', {}).get('sha256'))[:12]})",
         "sampling": f"temperature {wl.temperature:g}, top_p {wl.top_p:g}, "
                     f"max_tokens {wl.max_tokens}, ignore_eos {wl.ignore_eos}",
-        "concurrency": wl.concurrency,
+        "load levels": ", ".join(lv.label for lv in wl.levels),
         "decision rule": (
             f"adopt if the TPOT-ratio CI lies below {1 - p.analysis.margin:.2f}; equivalent "
             f"inside ({1 - p.analysis.margin:.2f}, {1 + p.analysis.margin:.2f}); worse if "

