@@ -1,13 +1,23 @@
-"""Regenerate the thin notebooks in notebooks/ (kept in git; edit here, then run this)."""
+"""Regenerate the thin notebooks in notebooks/ (kept in git; edit here, then run this).
+
+``python scripts/make_notebooks.py [OUT_DIR]`` writes ``00_setup``, ``10_series`` and
+``20_analysis`` to ``notebooks/`` (or ``OUT_DIR``). Cell ids are derived from the notebook
+name and the cell's position, so regenerating an unchanged notebook changes nothing.
+Markdown cells tagged ``notebook-only`` are help for JupyterLab users and are left out of
+``report.html``.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-OUT = Path(__file__).resolve().parent.parent / "notebooks"
+OUT = (
+    Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "notebooks"
+)
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
@@ -17,21 +27,37 @@ def params_cell(src: str) -> nbformat.NotebookNode:
     return cell
 
 
+def help_cell(src: str) -> nbformat.NotebookNode:
+    """Markdown shown in JupyterLab only (the report export drops ``notebook-only`` cells)."""
+    cell = new_markdown_cell(src.strip())
+    cell.metadata["tags"] = ["notebook-only"]
+    return cell
+
+
 def save(name: str, cells: list[nbformat.NotebookNode]) -> None:
-    nb = new_notebook(cells=cells, metadata={"kernelspec": KERNEL,
-                                             "language_info": {"name": "python"}})
+    for i, cell in enumerate(cells):
+        cell["id"] = f"{name.replace('_', '-')}-{i}"
+    nb = new_notebook(
+        cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    )
+    OUT.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, OUT / f"{name}.ipynb")
 
 
-save("00_setup", [
-    new_markdown_cell("# Setup\nChecks the environment, resolves (or builds) the models, "
-                      "compares target and draft vocabularies, scans the prompts and writes "
-                      "`manifest.json` with the launch order."),
-    params_cell('''
+save(
+    "00_setup",
+    [
+        new_markdown_cell(
+            "# Setup\nChecks the environment, resolves (or builds) the models, "
+            "compares target and draft vocabularies, scans the prompts and writes "
+            "`manifest.json` with the launch order."
+        ),
+        params_cell("""
 params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
 run_dir: str = "../runs/interactive"  # run folder to write into
-'''),
-    new_code_cell('''
+"""),
+        new_code_cell(
+            """
 from speclib.params import load_params
 from speclib.preflight import prepare_run
 from speclib.runner import series_order
@@ -39,47 +65,70 @@ from speclib.runner import series_order
 params = load_params(params_file)
 setup = prepare_run(params, run_dir, order=series_order(params))
 setup
-'''.strip()),
-])
+""".strip()
+        ),
+    ],
+)
 
-save("10_series", [
-    new_markdown_cell("# One series launch\nStarts the server for one series × replicate "
-                      "(or uses its external `base_url`), warms up, sends every prompt, "
-                      "snapshots `/metrics`, checks the mode and stops the server."),
-    params_cell('''
+save(
+    "10_series",
+    [
+        new_markdown_cell(
+            "# One series launch\nStarts the server for one series × replicate "
+            "(or uses its external `base_url`), warms up, sends every prompt, "
+            "snapshots `/metrics`, checks the mode and stops the server."
+        ),
+        params_cell("""
 params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
 run_dir: str = "../runs/interactive"  # run folder (records are appended to requests.jsonl)
 series: str = "control"  # which series of the params file to run
 replicate: int = 0  # replicate index (one server launch per series and replicate)
-'''),
-    new_code_cell('''
+"""),
+        new_code_cell(
+            """
 from speclib.params import load_params
 from speclib.series import run_series
 
 params = load_params(params_file)
 result = run_series(params, run_dir, series, replicate)
 result.to_dict()
-'''.strip()),
-])
+""".strip()
+        ),
+    ],
+)
 
-save("20_analysis", [
-    params_cell('''
+save(
+    "20_analysis",
+    [
+        help_cell("""
+# Analysis and report
+Reads a run folder (no server is contacted), decides every experiment against the control
+and shows the report: verdict table and conclusion, evidence figures, method and provenance.
+Set `run_dir` below to any run folder (`speclib run` writes them under `runs/`), then run
+the cells in order. `analysis.records` holds one row per request for your own pandas.
+"""),
+        params_cell("""
 run_dir: str = "../runs/cpu-demo"  # run folder holding requests.jsonl (any speclib run)
 params_file: str = ""  # optional params file whose analysis settings override the run's
-'''),
-    new_code_cell('''
+"""),
+        new_code_cell(
+            """
 from IPython.display import HTML, Markdown, display
 
 from speclib.analysis import analyze_run
-from speclib.reporting import conclusion, evidence_figures, method_html, verdict_html
+from speclib.reporting import conclusion_html, evidence_figures, method_html, verdict_html
 
-analysis = analyze_run(run_dir, params_file=params_file or None)  # writes summary.json
+analysis = analyze_run(run_dir, params_file=params_file)  # writes summary.json
 records = analysis.records  # one row per measured request: explore it with pandas
-'''.strip()),
-    new_code_cell("display(HTML(verdict_html(analysis)))\ndisplay(Markdown(conclusion(analysis)))"),
-    new_code_cell('''
+""".strip()
+        ),
+        new_code_cell("display(HTML(verdict_html(analysis)), HTML(conclusion_html(analysis)))"),
+        new_code_cell(
+            """
 display(Markdown("## Evidence"), *evidence_figures(analysis))
-'''.strip()),
-    new_code_cell("display(HTML(method_html(analysis)))"),
-])
+""".strip()
+        ),
+        new_code_cell("display(HTML(method_html(analysis)))"),
+    ],
+)
 print("notebooks written to", OUT)

@@ -30,10 +30,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from speclib.runner import run_experiment
+    from speclib.runner import RunFailed, resume_params_file, run_experiment
 
+    if args.params is None and not args.resume:
+        raise RunFailed("give a params file (speclib run PARAMS) or --resume RUN_DIR")
+    params = args.params or resume_params_file(args.resume)
     out = args.resume or args.out
-    result = run_experiment(args.params, out=out, resume=bool(args.resume))
+    result = run_experiment(params, out=out, resume=bool(args.resume))
     print(f"report:  {result.report}\nsummary: {result.summary}")
     if result.failed_launches:
         print(f"failed launches: {', '.join(result.failed_launches)} (see the report)",
@@ -77,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("file")
     v.set_defaults(func=_cmd_validate)
     r = sub.add_parser("run", help="run an experiment: servers, requests, report")
-    r.add_argument("params", help="params YAML file")
+    r.add_argument("params", nargs="?", help="params YAML file (optional with --resume)")
     r.add_argument("--out", help="run folder (default: output_dir or runs/<name>-<time>)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
     r.set_defaults(func=_cmd_run)

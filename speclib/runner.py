@@ -31,6 +31,7 @@ __all__ = [
     "default_run_dir",
     "execute_notebook",
     "run_analysis",
+    "resume_params_file",
     "run_experiment",
     "series_order",
 ]
@@ -125,6 +126,30 @@ def _log(msg: str) -> None:
     print(f"[speclib {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def _setup(params_file: str, rd: RunDir) -> None:
+    from papermill.exceptions import PapermillExecutionError
+
+    nb = rd.notebooks / "00_setup.ipynb"
+    try:
+        execute_notebook("00_setup", nb, {"params_file": params_file, "run_dir": str(rd.root)})
+    except PapermillExecutionError as exc:
+        raise RunFailed(f"setup failed, no server was started: {exc.ename}: {exc.evalue} "
+                        f"(notebook: {nb})") from None
+
+
+def resume_params_file(run_dir: str | Path) -> str:
+    """The params file an interrupted run was started with (recorded in the run folder)."""
+    rd = RunDir.at(run_dir)
+    try:
+        source = json.loads(rd.params_resolved.read_text("utf-8")).get("source")
+    except (OSError, ValueError):
+        source = None
+    if not source or not Path(source).is_file():
+        raise RunFailed(f"cannot resume {rd.root}: the params file it was started with "
+                        f"({source}) is gone; pass it again: speclib run PARAMS --resume DIR")
+    return str(source)
+
+
 def _run_one_launch(params_file: str, rd: RunDir, item: dict[str, Any]) -> str | None:
     """Execute the series notebook for one launch; return an error string or None."""
     from papermill.exceptions import PapermillExecutionError
@@ -164,8 +189,7 @@ def run_experiment(
         pfile = str(Path(params_file).resolve())
         log(f"run folder: {rd.root}")
         log("setup: environment, models, manifest")
-        execute_notebook("00_setup", rd.notebooks / "00_setup.ipynb",
-                         {"params_file": pfile, "run_dir": str(rd.root)})
+        _setup(pfile, rd)
         order = json.loads(rd.manifest.read_text("utf-8"))["order"]
         failed = []
         for item in order:
@@ -173,6 +197,10 @@ def run_experiment(
             if resume and status and status.get("ok"):
                 log(f"{item['launch_id']}: done before, kept (resume)")
                 continue
+            moved = _supersede(rd, item["launch_id"]) if resume else 0
+            if moved:
+                log(f"{item['launch_id']}: {moved} records of the unfinished launch moved to "
+                    f"{rd.root / 'requests.superseded.jsonl'}")
             log(f"{item['launch_id']}: starting server and sending requests")
             err = _run_one_launch(pfile, rd, item)
             if err:
@@ -185,6 +213,30 @@ def run_experiment(
         reap_pidfile(rd.pidfile)
         restore()
     return RunResult(rd.root, rd.report, rd.summary, tuple(failed))
+
+
+def _supersede(rd: RunDir, lid: str) -> int:
+    """Move the records of an unfinished launch out of ``requests.jsonl`` before re-running
+    it (kept in ``requests.superseded.jsonl``, so nothing is lost and nothing counts twice).
+    """
+    if not rd.requests.exists():
+        return 0
+    keep, moved = [], []
+    for line in rd.requests.read_text("utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            is_mine = json.loads(line).get("launch_id") == lid
+        except ValueError:  # a torn last line from a crash: drop it with the launch
+            is_mine = True
+        (moved if is_mine else keep).append(line)
+    if moved:
+        with (rd.root / "requests.superseded.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write("\n".join(moved) + "\n")
+        tmp = rd.requests.with_suffix(".tmp")
+        tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+        tmp.replace(rd.requests)
+    return len(moved)
 
 
 def run_analysis(

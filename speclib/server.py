@@ -297,26 +297,62 @@ def reap_pidfile(pidfile: Path) -> list[int]:
     """Stop a server left by an earlier, killed run (recorded in ``pidfile``); return pids.
 
     Only a process whose command line is still the one recorded is killed, so a pid reused
-    by an unrelated program is left alone.
+    by an unrelated program is left alone. When the recorded leader is already gone, the
+    survivors of its process group (e.g. engine processes) are killed: Linux does not reuse
+    a pid as long as a process group of that id exists, so they can only be ours.
     """
     try:
         info = json.loads(pidfile.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     pid = int(info.get("pid", 0))
+    pgid = int(info.get("pgid", pid))
     killed: list[int] = []
     if pid > 0 and _cmdline_matches(pid, info.get("argv") or []):
+        kids = _descendants(pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(info.get("pgid", pid)), signal.SIGKILL)
-        for kid in _descendants(pid):
+            os.killpg(pgid, signal.SIGKILL)
+        for kid in kids:
             with contextlib.suppress(Exception):
                 kid.kill()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
         killed.append(pid)
+    elif pgid > 0 and not _pid_alive(pid):
+        survivors = _group_members(pgid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        killed += survivors
     with contextlib.suppress(OSError):
         pidfile.unlink()
     return killed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}/stat").exists() and _state(pid) != "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _group_members(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == pgid:
+                    out.append(int(entry.name))
+    return out
 
 
 def _cmdline_matches(pid: int, argv: list[str]) -> bool:

@@ -92,8 +92,11 @@ class Page:
         """Send one CDP command to the page and return its result (raise on error)."""
         self._next_id += 1
         msg_id = self._next_id
-        self._ws.send(json.dumps({"id": msg_id, "method": method, "params": params or {},
-                                  "sessionId": self._session}))
+        self._ws.send(
+            json.dumps(
+                {"id": msg_id, "method": method, "params": params or {}, "sessionId": self._session}
+            )
+        )
         deadline = time.monotonic() + self._timeout
         while True:
             msg = self._recv(deadline, f"reply to {method}")
@@ -119,12 +122,16 @@ class Page:
     def _recv(self, deadline: float, what: str) -> dict[str, Any]:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise BrowserError(f"timed out after {self._timeout:.0f} s waiting for {what}")
+            raise BrowserError(
+                f"timed out after {self._timeout:.0f} s waiting for {what}"
+            ) from None
         self._ws.settimeout(left)
         try:
             return json.loads(self._ws.recv())
         except websocket.WebSocketTimeoutException:
-            raise BrowserError(f"timed out after {self._timeout:.0f} s waiting for {what}")
+            raise BrowserError(
+                f"timed out after {self._timeout:.0f} s waiting for {what}"
+            ) from None
 
     def _handle_event(self, msg: dict[str, Any]) -> None:
         method, p = msg.get("method"), msg.get("params", {})
@@ -144,28 +151,34 @@ class Page:
             ev.requests.append(url)
         elif method == "Network.loadingFailed":
             url = self._request_urls.get(p["requestId"], "?")
-            ev.failed_requests.append({"url": url, "error": p.get("errorText"),
-                                       "blocked": p.get("blockedReason")})
+            ev.failed_requests.append(
+                {"url": url, "error": p.get("errorText"), "blocked": p.get("blockedReason")}
+            )
         elif method == "Network.responseReceived":
             status = p["response"].get("status", 0)
             if status >= 400:
-                ev.failed_requests.append({"url": p["response"]["url"],
-                                           "error": f"HTTP {status}", "blocked": None})
+                ev.failed_requests.append(
+                    {"url": p["response"]["url"], "error": f"HTTP {status}", "blocked": None}
+                )
         elif method:
             self._pending.append(msg)
 
     # ---------------------------------------------------------------- page actions
     def evaluate(self, expression: str) -> Any:
         """Evaluate a JavaScript expression in the page; return its JSON value."""
-        res = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                             "awaitPromise": True})
+        res = self.send(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+        )
         if "exceptionDetails" in res:
             raise BrowserError(f"JavaScript failed: {res['exceptionDetails']}")
         return res["result"].get("value")
 
     def set_viewport(self, width: int, height: int) -> None:
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
 
     def emulate_media(self, media: str) -> None:
         """``"print"`` or ``"screen"``: which CSS media the page is laid out for."""
@@ -176,9 +189,16 @@ class Page:
         params: dict[str, Any] = {"format": "png"}
         if full_page:
             size = self.send("Page.getLayoutMetrics")["cssContentSize"]
-            params |= {"captureBeyondViewport": True,
-                       "clip": {"x": 0, "y": 0, "width": size["width"],
-                                "height": size["height"], "scale": 1}}
+            params |= {
+                "captureBeyondViewport": True,
+                "clip": {
+                    "x": 0,
+                    "y": 0,
+                    "width": size["width"],
+                    "height": size["height"],
+                    "scale": 1,
+                },
+            }
         data = self.send("Page.captureScreenshot", params)["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
@@ -186,8 +206,9 @@ class Page:
 
     def print_pdf(self, path: Path) -> Path:
         """Print the page to an A4 PDF at ``path`` (as a browser's print dialog would)."""
-        data = self.send("Page.printToPDF", {"paperWidth": 8.27, "paperHeight": 11.69,
-                                             "printBackground": True})["data"]
+        data = self.send(
+            "Page.printToPDF", {"paperWidth": 8.27, "paperHeight": 11.69, "printBackground": True}
+        )["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
         return path
@@ -197,8 +218,9 @@ def _read_port(profile: Path, proc: subprocess.Popen[bytes], deadline: float) ->
     marker = profile / "DevToolsActivePort"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise BrowserError(f"chromium exited with code {proc.returncode} before DevTools "
-                               "was ready")
+            raise BrowserError(
+                f"chromium exited with code {proc.returncode} before DevTools was ready"
+            )
         with contextlib.suppress(OSError, ValueError, IndexError):
             lines = marker.read_text().split()
             return int(lines[0]), lines[1]
@@ -207,8 +229,14 @@ def _read_port(profile: Path, proc: subprocess.Popen[bytes], deadline: float) ->
 
 
 @contextlib.contextmanager
-def open_page(url: str, *, width: int = 1366, height: int = 768, timeout_s: float = 60.0,
-              chromium: str | None = None) -> Iterator[Page]:
+def open_page(
+    url: str,
+    *,
+    width: int = 1366,
+    height: int = 768,
+    timeout_s: float = 60.0,
+    chromium: str | None = None,
+) -> Iterator[Page]:
     """Start Chromium, load ``url`` in a ``width``×``height`` viewport, yield the page.
 
     Console, exception, log and network events are recorded from before navigation until
@@ -216,23 +244,37 @@ def open_page(url: str, *, width: int = 1366, height: int = 768, timeout_s: floa
     """
     binary = chromium or find_chromium()
     if not binary:
-        raise BrowserError("no chromium found (apt-get install chromium, or set "
-                           "SPECLIB_CHROMIUM)")
+        raise BrowserError("no chromium found (apt-get install chromium, or set SPECLIB_CHROMIUM)")
     profile = Path(tempfile.mkdtemp(prefix="speclib-chromium-"))
-    cmd = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-           f"--window-size={width},{height}", "about:blank"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = [
+        binary,
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={profile}",
+        f"--window-size={width},{height}",
+        "about:blank",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     ws = None
     try:
         port, path = _read_port(profile, proc, time.monotonic() + timeout_s)
-        ws = websocket.create_connection(f"ws://127.0.0.1:{port}{path}", timeout=timeout_s,
-                                         suppress_origin=True)
-        ws.send(json.dumps({"id": 1, "method": "Target.createTarget",
-                            "params": {"url": "about:blank"}}))
+        ws = websocket.create_connection(
+            f"ws://127.0.0.1:{port}{path}", timeout=timeout_s, suppress_origin=True
+        )
+        ws.send(
+            json.dumps({"id": 1, "method": "Target.createTarget", "params": {"url": "about:blank"}})
+        )
         target = _reply(ws, 1)["targetId"]
-        ws.send(json.dumps({"id": 2, "method": "Target.attachToTarget",
-                            "params": {"targetId": target, "flatten": True}}))
+        ws.send(
+            json.dumps(
+                {
+                    "id": 2,
+                    "method": "Target.attachToTarget",
+                    "params": {"targetId": target, "flatten": True},
+                }
+            )
+        )
         page = Page(ws, _reply(ws, 2)["sessionId"], timeout_s=timeout_s)
         for domain in ("Page", "Runtime", "Log", "Network"):
             page.send(f"{domain}.enable")

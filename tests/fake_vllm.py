@@ -80,6 +80,8 @@ def main(argv: list[str]) -> int:
     if spec:
         print(f"INFO speculative_config={json.dumps(spec)}", flush=True)
     state = _State({}, _script(spec, bool(args.per_request_spec_decode_metrics)), None)
+    if os.environ.get("FAKE_VLLM_DIE_ONLY_SPEC") and spec is None:
+        os.environ.pop("FAKE_VLLM_DIE_AFTER_REQUESTS", None)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))

