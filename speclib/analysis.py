@@ -545,7 +545,8 @@ def _compare_level(df: pd.DataFrame, params: ExperimentParams, lms: list[LaunchM
 
 def _warnings(rd: RunDir, statuses: list[dict[str, Any]], lms: list[LaunchMetrics],
               df: pd.DataFrame) -> list[str]:
-    out = []
+    out = [f"installed vLLM is affected by security advisory {a['id']} ({a['summary']}; fixed "
+           f"in {a['fixed_in']})" for a in rd.read_manifest().get("security_advisories", [])]
     for s in statuses:
         if not s.get("ok"):
             out.append(f"launch {s['launch_id']} failed: {(s.get('error') or '')[:300]}")

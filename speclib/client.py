@@ -3,10 +3,10 @@
 This module is the kit's only measuring instrument. :func:`build_request_body` encodes a
 streaming ``/v1/chat/completions`` request once, before any clock starts, and a
 :class:`RequestSpec` carries it. :func:`run_requests` sends specs at a fixed concurrency
-(or at scheduled arrival times, capped by that concurrency) over one aiohttp session and
-turns every request into a :class:`~speclib.records.RequestRecord` handed to ``sink`` the
-moment it finishes. It only stamps ``time.perf_counter()`` values and copies what the
-server said; TTFT, TPOT and E2E are derived later by :mod:`speclib.records`.
+(or at scheduled arrival times, capped by that concurrency) and turns every request into
+a :class:`~speclib.records.RequestRecord` handed to ``sink`` as soon as it is complete.
+It only stamps ``time.perf_counter()`` values and copies what the server said; TTFT, TPOT
+and E2E are derived later by :mod:`speclib.records`.
 
 A failed request (HTTP status other than 200, connection error, timeout, an error event in
 the stream, a stream that ends without ``[DONE]``) becomes a record with ``ok=False``, a
@@ -14,41 +14,54 @@ short ``error`` and whatever arrived before the failure; it never raises. The ru
 sending if the failure share passes ``max_error_rate``; the specs never sent are listed in
 the :class:`RunOutcome`.
 
-Timing: ``t_send_mono`` is taken by an aiohttp trace hook just before the request body
-is written to the socket (body pre-encoded, connection pooled), so aiohttp's own request
-building counts in ``queue_wait_s``, not as server latency; if the hook never fires (no
-connection), it is the moment the request was handed to aiohttp. Each network read is
-stamped with ``perf_counter()`` in aiohttp's protocol callback, before any parsing and
-before the request's coroutine resumes (at high concurrency many streams' reads land in
-one loop iteration and their coroutines then run one after another); an SSE event is
-dated by the read that completed its ``data:`` line. Should aiohttp's internals stop
-allowing this, the client falls back to stamping when the coroutine reads, and says so
-in ``RunOutcome.stamp_source``. JSON is parsed after stamping. The sink runs in one
-background thread so a slow disk (``fsync``) never delays the timestamps of other streams.
-Reasoning text (``delta.reasoning_content`` / ``delta.reasoning``) is kept apart from the
-answer in ``record.extra["reasoning_text"]``; its tokens are counted in ``chunk_tokens``
-like any output token. ``record.extra["error_kind"]`` classifies failures.
+How it keeps its own overhead out of the numbers (measured by
+``tests/benchmarks/bench_fidelity.py``):
 
-Import-light on purpose: no vLLM, no torch.
+- Transport: a minimal HTTP/1.1 client on asyncio protocols (uvloop when installed), one
+  keep-alive connection per concurrency slot, opened before the clock starts. Each
+  request's bytes (request line, headers, body) are encoded before the run; sending is one
+  ``transport.write``, and ``t_send_mono`` is stamped just before it. Waiting for a slot
+  or a connection is the client's own queueing and goes to ``queue_wait_s``, never into
+  latency.
+- Arrival: every network read is stamped with ``perf_counter()`` first thing in the
+  protocol's ``data_received`` (before any parsing); the read is then only de-framed
+  (HTTP chunked encoding) and appended. No coroutine wakes per chunk, so thousands of
+  chunks a second cost little CPU and the loop is free to stamp the next read at once.
+- Parsing: SSE splitting and JSON decoding happen after the response is complete, in one
+  parser task that works through finished responses an event at a time and yields to the
+  loop every half millisecond, so a burst of finishing streams cannot hold up the stamps
+  of the streams still running. An SSE event is dated by the read that completed its
+  ``data:`` line. The concurrency slot is released when the response is complete, before
+  parsing, so the next request goes out at once.
+- Records go to ``sink`` from one background thread, so a slow disk (``fsync``) never
+  delays the loop.
+
+``RunOutcome`` reports the client's CPU (``cpu_s``, ``loop_cpu_s``) and flags ``saturated``
+when the loop thread was busy more than 90 % of the run: latencies then include client
+queueing and are upper bounds. Reasoning text (``delta.reasoning_content`` /
+``delta.reasoning``) is kept apart from the answer in ``record.extra["reasoning_text"]``;
+its tokens are counted in ``chunk_tokens`` like any output token.
+``record.extra["error_kind"]`` classifies failures.
+
+Import-light on purpose: no vLLM, no torch, no HTTP library.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import functools
 import itertools
 import json
 import queue
+import ssl
 import threading
 import time
+import urllib.parse
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import aiohttp
-from aiohttp.client_proto import ResponseHandler
 
 from speclib.records import RequestRecord
 
@@ -64,6 +77,11 @@ __all__ = [
 SATURATION_SHARE = 0.9  # event-loop CPU / wall above this: the client, not the server, limits
 _ERROR_BODY_BYTES = 4096
 _ERROR_EXCERPT_CHARS = 300
+_MAX_HEADER_BYTES = 65536
+_PARSE_SLICE_S = 0.0005  # the parser yields to the loop after this much work
+_SSE_SLICE_BYTES = 16384  # bytes of a finished body split into events at a time
+_PREWARM_TIMEOUT_S = 10.0
+_USER_AGENT = "speclib"
 
 Sink = Callable[[RequestRecord], None]
 Progress = Callable[[int], None]
@@ -138,8 +156,10 @@ class RunOutcome:
     which decides ``saturated`` (loop CPU / wall > 0.9): then measured latencies include
     client queueing and should not be trusted. ``event_loop`` names the loop
     implementation (``asyncio`` or ``uvloop``); ``stamp_source`` says where chunk arrival
-    times were taken: ``protocol`` (as each network read arrived) or ``reader`` (when the
-    request's coroutine read it; the fallback if aiohttp's internals change).
+    times were taken (``protocol``: as each network read arrived, before parsing).
+    ``connections`` counts the TCP connections opened (one per slot when reuse works);
+    ``queue_wait_max_s`` is the longest client-side wait between a request being due and
+    being sent; ``parse_lag_max_s`` the longest a finished response waited for the parser.
     """
 
     n_ok: int
@@ -155,6 +175,9 @@ class RunOutcome:
     saturated: bool
     event_loop: str
     stamp_source: str
+    connections: int = 0
+    queue_wait_max_s: float = 0.0
+    parse_lag_max_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (tuples as lists), e.g. for a launch's ``status.json``."""
@@ -224,75 +247,6 @@ class _SseSplitter:
         # comments (":…"), "event:", "id:", "retry:" carry nothing we use
 
 
-# --------------------------------------------------------------------------- arrival stamps
-
-
-class _StampingHandler(ResponseHandler):
-    """aiohttp's response protocol, noting when each network read of a body arrived.
-
-    ``arrivals`` pairs the body's byte count after each read with ``perf_counter()``
-    taken before aiohttp parsed that read. The stream reader dates each SSE event by the
-    read that delivered it, not by when its coroutine next ran: under concurrency many
-    streams' reads land in one loop iteration and coroutines resume one after another.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self.stamped_body: object = None
-        self.arrivals: list[tuple[int, float]] = []
-
-    def data_received(self, data: bytes) -> None:
-        t = time.perf_counter()
-        super().data_received(data)
-        body = getattr(self, "_payload", None)
-        if body is None:
-            return
-        if body is not self.stamped_body:
-            self.stamped_body, self.arrivals = body, []
-        self.arrivals.append((getattr(body, "total_bytes", -1), t))
-
-
-def _stamping_connector(limit: int) -> tuple[aiohttp.TCPConnector, str]:
-    """A pooled connector, with per-read arrival stamps when this aiohttp allows it."""
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
-    factory = getattr(connector, "_factory", None)
-    if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
-        connector._factory = functools.partial(_StampingHandler, *factory.args, **factory.keywords)
-        return connector, "protocol"
-    return connector, "reader"
-
-
-class _Arrivals:
-    """Dates stream positions of one response by the network read that delivered them."""
-
-    __slots__ = ("_body", "_i", "_proto")
-
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        conn = resp.connection
-        proto = conn.protocol if conn is not None else None
-        self._proto = proto if isinstance(proto, _StampingHandler) else None
-        self._body = resp.content
-        self._i = 0
-
-    def at(self, pos: int, fallback: float) -> float:
-        """Arrival of the read holding byte ``pos - 1``; ``fallback`` if unknown."""
-        proto = self._proto
-        if proto is None or proto.stamped_body is not self._body:
-            return fallback
-        arrivals, i = proto.arrivals, self._i
-        while i < len(arrivals) and arrivals[i][0] < pos:
-            i += 1
-        self._i = i
-        return arrivals[i][1] if i < len(arrivals) else fallback
-
-    def first(self, fallback: float) -> float:
-        """Arrival of the read that carried the response headers; ``fallback`` if unknown."""
-        proto = self._proto
-        if proto is None or proto.stamped_body is not self._body or not proto.arrivals:
-            return fallback
-        return proto.arrivals[0][1]
-
-
 # --------------------------------------------------------------------------- one request
 
 
@@ -308,8 +262,8 @@ class _Failure(Exception):
 class _Acc:
     """Mutable accumulator for one request; what it holds survives any failure.
 
-    ``t0``/``t_start`` start as the moment the request was handed to aiohttp and move to
-    the moment its body was written to the socket (see :func:`_on_body_sent`).
+    ``t0``/``t_start`` start as the moment the request was handed to the transport and
+    move to the moment its bytes were written to the socket (see :func:`_exchange`).
     """
 
     t0: float
@@ -420,62 +374,512 @@ def _handle_choice(
         acc.finish_reason = choice["finish_reason"]
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, arrivals: _Arrivals) -> None:
-    splitter = _SseSplitter()
-    reader = resp.content
-    while True:
-        chunk = await reader.readany()
-        t = time.perf_counter()
-        events = splitter.feed(chunk) if chunk else splitter.close()
-        for pos, data in events:
-            if _handle_event(acc, arrivals.at(pos, t), data):
+# --------------------------------------------------------------------------- HTTP/1.1
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """Where requests go, and how to encode one request's bytes before the clock starts."""
+
+    host: str
+    port: int
+    path: str
+    tls: bool
+    head: bytes  # request line and fixed headers, up to the Content-Length value
+
+    @classmethod
+    def of(cls, url: str, api_key: str | None) -> _Endpoint:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"`base_url` must be an http(s) URL, got {url!r}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        host = parts.hostname
+        host_header = f"[{host}]" if ":" in host else host
+        if parts.port:
+            host_header += f":{port}"
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        lines = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {host_header}",
+            f"User-Agent: {_USER_AGENT}",
+            "Content-Type: application/json",
+            "Accept: text/event-stream",
+            "Accept-Encoding: identity",
+        ]
+        if api_key:
+            lines.append(f"Authorization: Bearer {api_key}")
+        head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        return cls(host=host, port=port, path=path, tls=tls, head=head)
+
+    def request(self, body: bytes) -> bytes:
+        """The complete request: one ``write`` puts it on the wire."""
+        return b"".join((self.head, str(len(body)).encode(), b"\r\n\r\n", body))
+
+
+# response framing states
+_HEAD, _CHUNKED, _LENGTH, _TO_EOF, _END = range(5)
+_SIZE, _DATA, _CRLF, _TRAILER = range(4)
+
+
+class _Response:
+    """An HTTP/1.1 response read incrementally: status, headers, de-framed body, stamps.
+
+    ``arrivals`` pairs the body length after each network read with the read's
+    ``perf_counter()`` stamp. ``end`` is None while the response is open, then one of
+    ``complete`` (framing ended), ``cut`` (connection closed inside the body), ``lost``
+    (closed before any byte of the response), ``bad_http`` or ``timeout``; ``done`` is
+    resolved then. A non-200 body is kept only up to 4 KiB.
+    """
+
+    __slots__ = (
+        "_chunk",
+        "_head",
+        "_left",
+        "_mode",
+        "_raw",
+        "arrivals",
+        "body",
+        "cap",
+        "detail",
+        "done",
+        "end",
+        "headers",
+        "keep_alive",
+        "received",
+        "status",
+        "t_headers",
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.t_headers: float | None = None
+        self.body = bytearray()
+        self.arrivals: list[tuple[int, float]] = []
+        self.end: str | None = None
+        self.detail = ""
+        self.keep_alive = False
+        self.received = 0
+        self.cap: int | None = None
+        self._head = bytearray()
+        self._raw = bytearray()
+        self._mode = _HEAD
+        self._chunk = _SIZE
+        self._left = 0
+
+    def finish(self, end: str, detail: str = "") -> None:
+        if self.end is None:
+            self.end, self.detail = end, detail
+            if end != "complete":
+                self.keep_alive = False
+            if not self.done.done():
+                self.done.set_result(None)
+
+    def feed(self, data: bytes, t: float) -> None:
+        """One network read, stamped ``t`` by the protocol before anything else."""
+        self.received += len(data)
+        while self._mode == _HEAD:
+            self._head += data
+            end = self._head.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._head) > _MAX_HEADER_BYTES:
+                    self.finish("bad_http", "response headers too large")
                 return
-        if not chunk:
-            raise _Failure("no_done", "stream ended without [DONE]")
+            head, data = bytes(self._head[:end]), bytes(self._head[end + 4 :])
+            self._head = bytearray()
+            if not self._start(head, t):
+                return
+            if not data:
+                return
+        before = len(self.body)
+        mode = self._mode
+        if mode == _CHUNKED:
+            self._feed_chunked(data)
+        elif mode == _LENGTH:
+            take = data[: self._left]
+            self._left -= len(take)
+            self._keep(take)
+            if len(take) < len(data):
+                self.keep_alive = False  # bytes after the body: do not reuse
+            if self._left == 0:
+                self._mode = _END
+                self.finish("complete")
+        elif mode == _TO_EOF:
+            self._keep(data)
+        elif data:
+            self.keep_alive = False
+        if len(self.body) > before:
+            self.arrivals.append((len(self.body), t))
 
-
-async def _on_body_sent(
-    _session: aiohttp.ClientSession, ctx: Any, _params: aiohttp.TraceRequestChunkSentParams
-) -> None:
-    """Trace hook run just before the request body is written: the true send time."""
-    acc = ctx.trace_request_ctx
-    if isinstance(acc, _Acc) and not acc.sent:
-        acc.t0, acc.t_start, acc.sent = time.perf_counter(), time.time(), True
-
-
-def _send_tracer() -> aiohttp.TraceConfig:
-    tracer = aiohttp.TraceConfig()
-    tracer.on_request_chunk_sent.append(_on_body_sent)
-    return tracer
-
-
-async def _exchange(
-    session: aiohttp.ClientSession,
-    url: str,
-    spec: RequestSpec,
-    acc: _Acc,
-    timeout: aiohttp.ClientTimeout,
-) -> None:
-    async with session.post(url, data=spec.body, timeout=timeout, trace_request_ctx=acc) as resp:
-        t_headers = time.perf_counter()
-        arrivals = _Arrivals(resp)
-        acc.headers_offset = arrivals.first(t_headers) - acc.t0
-        acc.status = resp.status
-        if resp.status != 200:
-            body = await resp.content.read(_ERROR_BODY_BYTES)
-            acc.fail("http", _http_error(resp.status, body))
+    def lost(self, exc: BaseException | None) -> None:
+        """The connection closed (EOF or error)."""
+        if self.end is not None:
             return
-        await _read_stream(resp, acc, arrivals)
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "closed by the server"
+        if self._mode == _TO_EOF:
+            self._mode = _END
+            self.finish("complete")
+        elif self.received == 0:
+            self.finish("lost", f"connection lost before any response ({why})")
+        elif self._mode == _HEAD:
+            self.finish("bad_http", f"connection lost inside the response headers ({why})")
+        else:
+            self.finish("cut", f"connection closed before the response ended ({why})")
+
+    def _start(self, head: bytes, t: float) -> bool:
+        lines = head.split(b"\r\n")
+        version, _, rest = lines[0].partition(b" ")
+        code = rest[:3]
+        if not version.startswith(b"HTTP/") or not code.isdigit():
+            self.finish("bad_http", f"not an HTTP response: {lines[0][:80]!r}")
+            return False
+        status = int(code)
+        if 100 <= status < 200:
+            return True  # interim response: the real one follows
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        self.status, self.headers, self.t_headers = status, headers, t
+        connection = headers.get("connection", "").lower()
+        self.keep_alive = "close" not in connection and (
+            version != b"HTTP/1.0" or "keep-alive" in connection
+        )
+        if status != 200:
+            self.cap = _ERROR_BODY_BYTES
+        length = headers.get("content-length")
+        if status in (204, 304) or length == "0":
+            self._mode = _END
+            self.finish("complete")
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            self._mode = _CHUNKED
+        elif length is not None and length.isdigit():
+            self._mode, self._left = _LENGTH, int(length)
+        else:
+            self._mode, self.keep_alive = _TO_EOF, False
+        return True
+
+    def _keep(self, data: bytes | bytearray) -> None:
+        cap = self.cap
+        if cap is None:
+            self.body += data
+        elif len(self.body) < cap:
+            self.body += data[: cap - len(self.body)]
+
+    def _feed_chunked(self, data: bytes) -> None:
+        raw = self._raw
+        raw += data
+        pos, n = 0, len(raw)
+        while True:
+            state = self._chunk
+            if state == _DATA:
+                take = min(n - pos, self._left)
+                if take <= 0:
+                    break
+                self._keep(raw[pos : pos + take])
+                pos += take
+                self._left -= take
+                if self._left:
+                    break
+                self._chunk = _CRLF
+            elif state == _SIZE:
+                eol = raw.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                size_text = bytes(raw[pos:eol]).split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    self.finish("bad_http", f"bad chunk size {size_text[:20]!r}")
+                    return
+                pos = eol + 2
+                self._chunk, self._left = (_TRAILER, 0) if size == 0 else (_DATA, size)
+            elif state == _CRLF:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self._chunk = _SIZE
+            else:  # trailer lines, up to an empty one
+                eol = raw.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                empty, pos = eol == pos, eol + 2
+                if empty:
+                    if pos < n:
+                        self.keep_alive = False
+                    del raw[:]
+                    self._mode = _END
+                    self.finish("complete")
+                    return
+        del raw[:pos]
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; stamps each read the moment the loop hands it over."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.response: _Response | None = None
+        self.alive = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.alive = True
+
+    def data_received(self, data: bytes) -> None:
+        t = time.perf_counter()
+        resp = self.response
+        if resp is None or resp.end is not None:
+            self.close()  # bytes nobody asked for: this connection cannot be trusted
+            return
+        resp.feed(data, t)
+
+    def eof_received(self) -> bool:
+        self.alive = False
+        if self.response is not None:
+            self.response.lost(None)
+        return False
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.alive = False
+        if self.response is not None:
+            self.response.lost(exc)
+
+    def close(self) -> None:
+        self.alive = False
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Pool:
+    """Keep-alive connections to one endpoint: reused LIFO, opened on demand or ahead."""
+
+    def __init__(self, endpoint: _Endpoint, loop: asyncio.AbstractEventLoop) -> None:
+        self.endpoint = endpoint
+        self.opened = 0
+        self._loop = loop
+        self._idle: list[_Conn] = []
+        self._all: set[_Conn] = set()
+        self._ssl = ssl.create_default_context() if endpoint.tls else None
+
+    def idle(self) -> _Conn | None:
+        """A live idle connection, if any (no await: the fast path)."""
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.alive and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+            self._all.discard(conn)
+        return None
+
+    async def open(self) -> _Conn:
+        ep = self.endpoint
+        _, conn = await self._loop.create_connection(
+            _Conn, ep.host, ep.port, ssl=self._ssl, server_hostname=ep.host if ep.tls else None
+        )
+        self.opened += 1
+        self._all.add(conn)
+        return conn
+
+    def put(self, conn: _Conn) -> None:
+        conn.response = None
+        if conn.alive:
+            self._idle.append(conn)
+        else:
+            self.drop(conn)
+
+    def drop(self, conn: _Conn) -> None:
+        conn.close()
+        self._all.discard(conn)
+
+    async def prewarm(self, n: int) -> None:
+        """Open up to ``n`` connections now, before any clock starts; errors are left to
+        the requests themselves (a refused connection becomes a failed record)."""
+        if n <= 0:
+            return
+        with contextlib.suppress(Exception):
+            results = await asyncio.wait_for(
+                asyncio.gather(*(self.open() for _ in range(n)), return_exceptions=True),
+                _PREWARM_TIMEOUT_S,
+            )
+            for conn in results:
+                if isinstance(conn, _Conn):
+                    self.put(conn)
+
+    async def close(self) -> None:
+        for conn in list(self._all):
+            conn.close()
+        self._all.clear()
+        self._idle.clear()
+        await asyncio.sleep(0)  # let the transports report connection_lost
+
+
+async def _exchange(pool: _Pool, request: bytes, acc: _Acc, timeout_s: float) -> _Response:
+    """Send one prepared request and wait for the complete response (or its failure).
+
+    ``acc.t0`` is stamped just before the write. A reused connection that the server had
+    already closed (nothing received at all) is retried once on a fresh one.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = time.perf_counter() + timeout_s
+    for attempt in range(2):
+        conn = pool.idle()
+        reused = conn is not None
+        if conn is None:
+            remaining = deadline - time.perf_counter()
+            conn = await asyncio.wait_for(pool.open(), max(remaining, 0.0))
+        resp = _Response(loop)
+        conn.response = resp
+        acc.t0, acc.t_start, acc.sent = time.perf_counter(), time.time(), True
+        conn.transport.write(request)  # type: ignore[union-attr]
+        timer = loop.call_at(
+            loop.time() + timeout_s,
+            resp.finish,
+            "timeout",
+            f"no complete response within {timeout_s:g} s",
+        )
+        try:
+            await resp.done
+        finally:
+            timer.cancel()
+            if resp.end is None:  # cancelled: the connection is mid-response
+                resp.finish("cancelled")
+            if resp.end == "complete" and resp.keep_alive and conn.alive:
+                pool.put(conn)
+            else:
+                pool.drop(conn)
+        if resp.end == "lost" and reused and attempt == 0:
+            continue
+        return resp
+    return resp  # pragma: no cover  (the loop always returns)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Parser:
+    """Works through finished responses one SSE event at a time, on the event loop.
+
+    Jobs are generators that yield after each event; the parser runs them in arrival
+    order and yields to the loop whenever a slice of ``_PARSE_SLICE_S`` is used up, so the
+    protocol keeps stamping the reads of the streams still open.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._jobs: collections.deque[tuple[Iterator[None], asyncio.Future[None], float]] = (
+            collections.deque()
+        )
+        self._wake: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.max_lag = 0.0
+
+    def submit(self, steps: Iterator[None]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._jobs.append((steps, fut, time.perf_counter()))
+        if self._task is None:
+            self._task = self._loop.create_task(self._run())
+        elif self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+        return fut
+
+    async def _run(self) -> None:
+        jobs = self._jobs
+        while True:
+            while not jobs:
+                self._wake = self._loop.create_future()
+                await self._wake
+            t_slice = time.perf_counter()
+            while jobs and time.perf_counter() - t_slice < _PARSE_SLICE_S:
+                steps, fut, t_in = jobs[0]
+                try:
+                    next(steps)
+                except StopIteration:
+                    jobs.popleft()
+                    self.max_lag = max(self.max_lag, time.perf_counter() - t_in)
+                    if not fut.done():
+                        fut.set_result(None)
+                except BaseException as exc:  # a parsing bug fails that request, not the run
+                    jobs.popleft()
+                    if not fut.done():
+                        fut.set_exception(exc)
+            await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+def _arrival_times(arrivals: list[tuple[int, float]]) -> Callable[[int], float]:
+    """Date a body position by the read that delivered its byte ``pos - 1``."""
+    i = 0
+
+    def at(pos: int) -> float:
+        nonlocal i
+        while i < len(arrivals) - 1 and arrivals[i][0] < pos:
+            i += 1
+        return arrivals[i][1]
+
+    return at
+
+
+def _parse_steps(acc: _Acc, resp: _Response, timeout_s: float) -> Iterator[None]:
+    """Fold a finished response into ``acc``, yielding after each SSE event."""
+    if resp.status is None:
+        if resp.end == "timeout":
+            acc.fail("timeout", f"timeout: no response within {timeout_s:g} s")
+        elif resp.end == "bad_http":
+            acc.fail("http", f"bad response: {resp.detail}")
+        else:
+            acc.fail("connection", resp.detail or "connection failed")
+        return
+    acc.status = resp.status
+    if resp.t_headers is not None:
+        acc.headers_offset = resp.t_headers - acc.t0
+    if resp.status != 200:
+        acc.fail("http", _http_error(resp.status, bytes(resp.body)))
+        return
+    at = _arrival_times(resp.arrivals) if resp.arrivals else (lambda pos: resp.t_headers)
+    splitter = _SseSplitter()
+    body = resp.body
+    for start in range(0, len(body), _SSE_SLICE_BYTES):
+        for pos, data in splitter.feed(bytes(body[start : start + _SSE_SLICE_BYTES])):
+            try:
+                if _handle_event(acc, at(pos), data):
+                    return
+            except _Failure as exc:
+                acc.fail(exc.kind, str(exc))
+                return
+            yield
+    if resp.end == "complete":
+        for pos, data in splitter.close():
+            try:
+                if _handle_event(acc, at(pos), data):
+                    return
+            except _Failure as exc:
+                acc.fail(exc.kind, str(exc))
+                return
+    if resp.end == "timeout":
+        acc.fail("timeout", f"timeout: no complete response within {timeout_s:g} s")
+    elif resp.end == "cut":
+        acc.fail("cut", f"stream cut: {resp.detail}")
+    elif resp.end != "complete":
+        acc.fail("connection", f"stream failed: {resp.detail or resp.end}")
+    else:
+        acc.fail("no_done", "stream ended without [DONE]")
 
 
 def _describe(exc: BaseException, timeout_s: float) -> tuple[str, str]:
     if isinstance(exc, _Failure):
         return exc.kind, str(exc)
     if isinstance(exc, asyncio.TimeoutError):
-        return "timeout", f"timeout: no complete response within {timeout_s:g} s"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return "cut", f"stream cut: {type(exc).__name__}: {_excerpt(str(exc), 200)}"
-    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
+        return "timeout", f"timeout: no connection within {timeout_s:g} s"
+    if isinstance(exc, OSError):
         return "connection", f"{type(exc).__name__}: {_excerpt(str(exc), 200)}"
     return "client", f"{type(exc).__name__}: {_excerpt(str(exc), 200)}"
 
@@ -548,7 +952,12 @@ class _SinkThread:
 
 @dataclass(eq=False)
 class _RunContext:
-    """What every record of the run shares, plus the run's running tally."""
+    """What every record of the run shares, plus the run's running tally.
+
+    The abort rule looks at failures as early as they are known: a request that failed at
+    the HTTP level counts when its response ends, one whose stream reports an error counts
+    once parsed.
+    """
 
     series: str
     replicate: int
@@ -561,32 +970,46 @@ class _RunContext:
     progress: Progress | None
     n_ok: int = 0
     n_failed: int = 0
+    n_finished: int = 0
+    n_failed_known: int = 0
     aborted_reason: str | None = None
 
     def scrub(self, text: str) -> str:
         return text.replace(self.api_key, "<api-key>") if self.api_key else text
 
-    def count(self, rec: RequestRecord, sink_error: BaseException | None) -> None:
+    def finished(self, failed: bool) -> None:
+        """A response ended (before parsing); ``failed`` if it failed at the HTTP level."""
+        self.n_finished += 1
+        self.n_failed_known += failed
+        self._check_rate()
+
+    def count(
+        self, rec: RequestRecord, failed_early: bool, sink_error: BaseException | None
+    ) -> None:
         if rec.ok:
             self.n_ok += 1
         else:
             self.n_failed += 1
-        done = self.n_ok + self.n_failed
+            if not failed_early:
+                self.n_failed_known += 1
         if sink_error is not None and self.aborted_reason is None:
             self.aborted_reason = f"sink failed: {type(sink_error).__name__}: {sink_error}"
-        rate = self.max_error_rate
+        self._check_rate()
+        if self.progress is not None:
+            self._report_progress(self.progress)
+
+    def _check_rate(self) -> None:
+        rate, done, failed = self.max_error_rate, self.n_finished, self.n_failed_known
         if (
             self.aborted_reason is None
             and rate is not None
             and done >= self.min_requests_before_abort
-            and self.n_failed / done > rate
+            and failed / done > rate
         ):
             self.aborted_reason = (
-                f"failure share {self.n_failed}/{done} = {self.n_failed / done:.2f} "
+                f"failure share {failed}/{done} = {failed / done:.2f} "
                 f"exceeds max_error_rate {rate:g}"
             )
-        if self.progress is not None:
-            self._report_progress(self.progress)
 
     def _report_progress(self, progress: Progress) -> None:
         """Tell ``progress`` one more request finished; a broken callback is dropped."""
@@ -599,23 +1022,6 @@ class _RunContext:
                 RuntimeWarning,
                 stacklevel=2,
             )
-
-
-async def _one(
-    session: aiohttp.ClientSession,
-    url: str,
-    spec: RequestSpec,
-    due: float,
-    timeout: aiohttp.ClientTimeout,
-    timeout_s: float,
-    ctx: _RunContext,
-) -> RequestRecord:
-    acc = _Acc(t0=time.perf_counter(), t_start=time.time())
-    try:
-        await _exchange(session, url, spec, acc, timeout)
-    except Exception as exc:
-        acc.fail(*_describe(exc, timeout_s))
-    return _to_record(acc, spec, ctx, due)
 
 
 def _validate(
@@ -672,9 +1078,10 @@ async def run_requests(
     the client's own delay between the free slot and the send. With
     ``arrival_offsets_s`` (seconds from the start, one per spec, non-decreasing) request
     ``i`` is due at that offset and ``queue_wait_s`` is how late it was actually sent
-    (waiting for a slot included). ``timeout_s`` bounds each request from send to
-    ``[DONE]``. ``progress(1)`` is called on the event loop after each finish (tqdm's
-    ``update`` fits); if it raises, it is dropped with a warning and the run goes on.
+    (waiting for a slot included). ``timeout_s`` bounds each request from send to the end
+    of its response. ``progress(1)`` is called on the event loop after each finish
+    (tqdm's ``update`` fits); if it raises, it is dropped with a warning and the run goes
+    on. Connections (one per slot) are opened before the run starts.
 
     Raises only for invalid arguments, or, after the in-flight requests end, the
     exception the sink raised (no new requests are sent once the sink has failed).
@@ -683,6 +1090,8 @@ async def run_requests(
     _validate(
         specs, concurrency, timeout_s, max_error_rate, min_requests_before_abort, arrival_offsets_s
     )
+    endpoint = _Endpoint.of(chat_url(base_url), api_key)
+    requests = [endpoint.request(s.body) for s in specs]  # encoded before any clock starts
     ctx = _RunContext(
         series=series,
         replicate=replicate,
@@ -694,26 +1103,34 @@ async def run_requests(
         min_requests_before_abort=min_requests_before_abort,
         progress=progress,
     )
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+    loop = asyncio.get_running_loop()
+    pool = _Pool(endpoint, loop)
+    parser = _Parser(loop)
     writer = _SinkThread(sink)
-    cpu0, loop_cpu0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
+    queue_waits: list[float] = []
     try:
-        connector, stamp_source = _stamping_connector(concurrency)
-        async with aiohttp.ClientSession(
-            connector=connector,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=None),
-            trace_configs=[_send_tracer()],
-        ) as session:
+        await pool.prewarm(min(concurrency, len(specs)))
+        cpu0, loop_cpu0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
+        try:
             skipped = await _dispatch(
-                session, chat_url(base_url), specs, ctx, writer, timeout_s, arrival_offsets_s
+                pool,
+                parser,
+                specs,
+                requests,
+                ctx,
+                writer,
+                timeout_s,
+                arrival_offsets_s,
+                queue_waits,
             )
+        finally:
+            wall = time.perf_counter() - wall0
+            loop_cpu = time.thread_time() - loop_cpu0
+            cpu = time.process_time() - cpu0
     finally:
+        await parser.close()
+        await pool.close()
         writer.close()
-    wall = time.perf_counter() - wall0
-    loop_cpu = time.thread_time() - loop_cpu0
     if writer.error is not None:
         raise writer.error
     return RunOutcome(
@@ -725,39 +1142,53 @@ async def run_requests(
         aborted=ctx.aborted_reason is not None,
         aborted_reason=ctx.aborted_reason,
         wall_s=wall,
-        cpu_s=time.process_time() - cpu0,
+        cpu_s=cpu,
         loop_cpu_s=loop_cpu,
         saturated=wall > 0 and loop_cpu / wall > SATURATION_SHARE,
-        event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
-        stamp_source=stamp_source,
+        event_loop=type(loop).__module__.split(".")[0],
+        stamp_source="protocol",
+        connections=pool.opened,
+        queue_wait_max_s=max(queue_waits, default=0.0),
+        parse_lag_max_s=parser.max_lag,
     )
 
 
 async def _dispatch(
-    session: aiohttp.ClientSession,
-    url: str,
+    pool: _Pool,
+    parser: _Parser,
     specs: list[RequestSpec],
+    requests: list[bytes],
     ctx: _RunContext,
     writer: _SinkThread,
     timeout_s: float,
     offsets: Sequence[float] | None,
+    queue_waits: list[float],
 ) -> list[int]:
     """Launch requests under the concurrency cap; return indices never sent."""
     slots = asyncio.Semaphore(ctx.concurrency)
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
     tasks: set[asyncio.Task[None]] = set()
     start = time.perf_counter()
 
-    async def run(spec: RequestSpec, due: float) -> None:
+    async def run(i: int, due: float) -> None:
+        acc = _Acc(t0=time.perf_counter(), t_start=time.time())
+        resp: _Response | None = None
         try:
-            rec = await _one(session, url, spec, due, timeout, timeout_s, ctx)
-            writer.put(rec)
-            ctx.count(rec, writer.error)
+            resp = await _exchange(pool, requests[i], acc, timeout_s)
+        except Exception as exc:
+            acc.fail(*_describe(exc, timeout_s))
         finally:
-            slots.release()
+            slots.release()  # the response is complete: the next request goes out now
+        early = resp is None or resp.status != 200 or resp.end != "complete"
+        ctx.finished(early)
+        if resp is not None:
+            await parser.submit(_parse_steps(acc, resp, timeout_s))
+        rec = _to_record(acc, specs[i], ctx, due)
+        queue_waits.append(rec.queue_wait_s)
+        writer.put(rec)
+        ctx.count(rec, early, writer.error)
 
     skipped: list[int] = []
-    for i, spec in enumerate(specs):
+    for i in range(len(specs)):
         if offsets is not None:
             due = start + offsets[i]
             delay = due - time.perf_counter()
@@ -770,7 +1201,7 @@ async def _dispatch(
             break
         if offsets is None:
             due = time.perf_counter()
-        task = asyncio.create_task(run(spec, due))
+        task = asyncio.create_task(run(i, due))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     if tasks:

@@ -38,6 +38,8 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import http.client
 import json
 import math
 import os
@@ -67,6 +69,7 @@ __all__ = [
     "ScoreItem",
     "append_score",
     "compare_plausibility",
+    "compare_run",
     "items_from_records",
     "read_scores",
     "score_outputs",
@@ -239,7 +242,7 @@ class _Api:
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")
             raise _ScoreError(f"{path}: HTTP {exc.code}: {_excerpt(detail)}") from None
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             raise _ScoreError(f"{path}: {type(exc).__name__}: {reason}") from None
         try:
@@ -375,6 +378,8 @@ def score_outputs(
                 prompts[futs[fut]] = fut.result()
             except _ScoreError as exc:
                 prompts[futs[fut]] = str(exc)
+            except Exception as exc:  # an odd response must not stop the run
+                prompts[futs[fut]] = f"{type(exc).__name__}: {_excerpt(str(exc))}"
         jobs = {}
         for i, it in enumerate(items):
             ids = prompts[_messages_key(it.messages)]
@@ -439,9 +444,13 @@ class PlausibilityResult:
     n_resamples: int
     note: str | None = None
 
+    @functools.cached_property
+    def _degenerate_set(self) -> frozenset[OutputKey]:
+        return frozenset(self.degenerate)
+
     def is_degenerate(self, key: OutputKey) -> bool:
         """Whether the output ``(series, replicate, prompt_id, repeat)`` is degenerate."""
-        return tuple(key) in set(self.degenerate)
+        return tuple(key) in self._degenerate_set
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping: plain numbers, non-finite floats become ``None``."""
@@ -678,6 +687,32 @@ def compare_plausibility(
         reason=_reason(word, est, low, high, level, margin, len(paired)),
         n_resamples=int(n_resamples), note=note,
     )  # fmt: skip
+
+
+def compare_run(run_dir: str | os.PathLike[str], params: Any) -> dict[str, PlausibilityResult]:
+    """:func:`compare_plausibility` of every experiment of a run against its control.
+
+    Reads ``RUN_DIR/output_scores.jsonl``; uses the params' ``analysis`` section (margin
+    ``plausibility_margin_nats``, ``confidence``, ``n_resamples``, and an rng seeded by
+    ``seed`` and the experiment's position). Experiments without any score are left out,
+    and an unscored run (or control) gives ``{}``.
+    """
+    scores = read_scores(Path(run_dir) / SCORES_FILE)
+    present = {s.series for s in scores}
+    control = params.control_name
+    if control not in present:
+        return {}
+    a = params.analysis
+    out = {}
+    for i, series in enumerate(params.series):
+        if series.name == control or series.name not in present:
+            continue
+        out[series.name] = compare_plausibility(
+            scores, control=control, experiment=series.name,
+            margin_nats=a.plausibility_margin_nats, confidence_level=a.confidence,
+            n_resamples=a.n_resamples, rng=np.random.default_rng([a.seed, 7000 + i]),
+        )  # fmt: skip
+    return out
 
 
 # ------------------------------------------------------------------------- the run step

@@ -115,6 +115,18 @@ def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
     return result
 
 
+def _advisories(version: str | None) -> list[dict[str, str]]:
+    from speclib.advisories import affecting
+
+    found = affecting(version.split()[-1] if version else None)
+    for adv in found:
+        warnings.warn(f"installed {version} is affected by {adv.id}: {adv.summary} (fixed in "
+                      f"{'.'.join(map(str, adv.fixed_in))}); upgrade before exposing servers",
+                      stacklevel=3)
+    return [{"id": a.id, "summary": a.summary, "fixed_in": ".".join(map(str, a.fixed_in))}
+            for a in found]
+
+
 def prepare_run(params: ExperimentParams, run_dir: str | Path, *, order: list[dict[str, Any]]
                 ) -> SetupReport:
     """Resolve models, preflight vocabularies, scan prompts, write ``manifest.json``."""
@@ -153,6 +165,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path, *, order: list[di
         )
     manifest = build_manifest(params, models=models, order=order)
     manifest["vllm"] = version
+    manifest["security_advisories"] = _advisories(version)
     manifest["vocab_checks"] = checks
     manifest["sensitive_prompt_warnings"] = sensitive
     write_json_atomic(rd.manifest, manifest)

