@@ -952,12 +952,7 @@ class _SinkThread:
 
 @dataclass(eq=False)
 class _RunContext:
-    """What every record of the run shares, plus the run's running tally.
-
-    The abort rule looks at failures as early as they are known: a request that failed at
-    the HTTP level counts when its response ends, one whose stream reports an error counts
-    once parsed.
-    """
+    """What every record of the run shares, plus the run's running tally."""
 
     series: str
     replicate: int
@@ -970,46 +965,32 @@ class _RunContext:
     progress: Progress | None
     n_ok: int = 0
     n_failed: int = 0
-    n_finished: int = 0
-    n_failed_known: int = 0
     aborted_reason: str | None = None
 
     def scrub(self, text: str) -> str:
         return text.replace(self.api_key, "<api-key>") if self.api_key else text
 
-    def finished(self, failed: bool) -> None:
-        """A response ended (before parsing); ``failed`` if it failed at the HTTP level."""
-        self.n_finished += 1
-        self.n_failed_known += failed
-        self._check_rate()
-
-    def count(
-        self, rec: RequestRecord, failed_early: bool, sink_error: BaseException | None
-    ) -> None:
+    def count(self, rec: RequestRecord, sink_error: BaseException | None) -> None:
         if rec.ok:
             self.n_ok += 1
         else:
             self.n_failed += 1
-            if not failed_early:
-                self.n_failed_known += 1
+        done = self.n_ok + self.n_failed
         if sink_error is not None and self.aborted_reason is None:
             self.aborted_reason = f"sink failed: {type(sink_error).__name__}: {sink_error}"
-        self._check_rate()
-        if self.progress is not None:
-            self._report_progress(self.progress)
-
-    def _check_rate(self) -> None:
-        rate, done, failed = self.max_error_rate, self.n_finished, self.n_failed_known
+        rate = self.max_error_rate
         if (
             self.aborted_reason is None
             and rate is not None
             and done >= self.min_requests_before_abort
-            and failed / done > rate
+            and self.n_failed / done > rate
         ):
             self.aborted_reason = (
-                f"failure share {failed}/{done} = {failed / done:.2f} "
+                f"failure share {self.n_failed}/{done} = {self.n_failed / done:.2f} "
                 f"exceeds max_error_rate {rate:g}"
             )
+        if self.progress is not None:
+            self._report_progress(self.progress)
 
     def _report_progress(self, progress: Progress) -> None:
         """Tell ``progress`` one more request finished; a broken callback is dropped."""
@@ -1171,21 +1152,22 @@ async def _dispatch(
 
     async def run(i: int, due: float) -> None:
         acc = _Acc(t0=time.perf_counter(), t_start=time.time())
-        resp: _Response | None = None
         try:
-            resp = await _exchange(pool, requests[i], acc, timeout_s)
-        except Exception as exc:
-            acc.fail(*_describe(exc, timeout_s))
+            resp: _Response | None = None
+            try:
+                resp = await _exchange(pool, requests[i], acc, timeout_s)
+            except Exception as exc:
+                acc.fail(*_describe(exc, timeout_s))
+            if resp is not None:
+                await parser.submit(_parse_steps(acc, resp, timeout_s))
+            rec = _to_record(acc, specs[i], ctx, due)
+            queue_waits.append(rec.queue_wait_s)
+            writer.put(rec)
+            ctx.count(rec, writer.error)
         finally:
-            slots.release()  # the response is complete: the next request goes out now
-        early = resp is None or resp.status != 200 or resp.end != "complete"
-        ctx.finished(early)
-        if resp is not None:
-            await parser.submit(_parse_steps(acc, resp, timeout_s))
-        rec = _to_record(acc, specs[i], ctx, due)
-        queue_waits.append(rec.queue_wait_s)
-        writer.put(rec)
-        ctx.count(rec, early, writer.error)
+            # Released only now: after a send the client should go idle at once, or the
+            # server it just woke waits for a CPU behind the client's own bookkeeping.
+            slots.release()
 
     skipped: list[int] = []
     for i in range(len(specs)):

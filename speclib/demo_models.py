@@ -104,6 +104,7 @@ class DemoRecipe:
     min_lr_ratio: float = 0.05
     warmup_steps: int = 20
     weight_decay: float = 0.01
+    beta2: float = 0.95
     threads: int = 2
     eval_chats: int = 12  # held-out chats for the agreement check logged at the end
 
@@ -422,7 +423,7 @@ def _train(
 
     rng = random.Random(recipe.seed)
     opt = torch.optim.AdamW(
-        model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.98)
+        model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, recipe.beta2)
     )
     model.train()
     queue: list[list[int]] = []

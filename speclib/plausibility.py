@@ -414,14 +414,17 @@ class PlausibilityResult:
     log-prob, in nats/token (negative: the experiment's outputs are less likely);
     ``ci_low``/``ci_high`` its bootstrap CI (``None`` without pairs; ``-inf``/``inf`` with
     one pair). ``word`` is one of :data:`PLAUSIBILITY_WORDS`; ``implausible`` is
-    ``word == "implausible"``. ``degenerate`` lists the outputs of either series whose mean
-    log-prob lies below ``degenerate_threshold``.
+    ``word == "implausible"``; ``shifted`` is true for "implausible" and "more_likely" alike:
+    the experiment does not sample from the distribution the control samples from.
+    ``degenerate`` lists the outputs of either series whose mean log-prob lies below
+    ``degenerate_threshold``.
     """
 
     control: str
     experiment: str
     word: str
     implausible: bool
+    shifted: bool
     estimate: float | None
     ci_low: float | None
     ci_high: float | None
@@ -675,6 +678,7 @@ def compare_plausibility(
     }
     return PlausibilityResult(
         control=control, experiment=experiment, word=word, implausible=word == "implausible",
+        shifted=word in ("implausible", "more_likely"),
         estimate=est, ci_low=low, ci_high=high, confidence_level=level, method=method,
         margin_nats=margin, n_prompts=len(paired),
         mean_logprob_control=float(c.mean()) if paired else None,

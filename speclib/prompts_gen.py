@@ -96,22 +96,39 @@ _STEPS = (
     "Clean up the space and put the tools away.",
     "Show your new {noun} to a friend.",
 )
-_WORDS = (
-    "the", "a", "small", "big", "old", "new", "happy", "quiet", "bright", "dark", "warm",
-    "cold", "fast", "slow", "green", "red", "blue", "river", "tree", "house", "road", "cloud",
-    "stone", "bird", "fish", "horse", "garden", "window", "door", "apple", "bread", "milk",
-    "book", "song", "light", "night", "morning", "rain", "snow", "wind", "sun", "moon",
-    "star", "hill", "lake", "boat", "train", "city", "village", "friend", "child", "teacher",
-    "runs", "walks", "sings", "sleeps", "reads", "jumps", "swims", "looks", "waits", "plays",
-    "near", "over", "under", "behind", "with", "and", "then", "every", "day", "slowly",
-    "softly", "again", "here", "there", "today",
-)  # fmt: skip
-_PATTERN_ITEMS = (
-    _COLORS
-    + _PETS
-    + ("A", "B", "C", "D", "X", "Y", "Z", "up", "down", "left", "right", "tick", "tock")
-    + ("one", "two", "three", "ping", "pong", "sun", "moon", "star")
+_SENTENCES = (
+    "The quiet river runs past our old mill.",
+    "A bright kite flies high above green hills.",
+    "Seven small boats sail home before dark.",
+    "My grandmother bakes fresh bread every Sunday.",
+    "Snow falls softly on the sleeping village.",
+    "The brave knight rides toward distant castles.",
+    "Warm rain taps gently against wooden windows.",
+    "Two curious foxes watch from tall grass.",
+    "Our teacher reads funny poems after lunch.",
+    "Golden leaves dance across empty streets.",
+    "The lighthouse keeper counts passing ships.",
+    "Children laugh while chasing bubbles outside.",
+    "Fresh coffee smells wonderful each morning.",
+    "An orange moon rises over silent dunes.",
+    "Busy bees hum among purple flowers.",
+    "The train whistles loudly through tunnels.",
+    "Mountain goats climb steep rocky paths.",
+    "Cold wind sweeps down frozen valleys.",
+    "Happy dogs splash through muddy puddles.",
+    "Painters mix bright colors on canvas.",
+    "Old clocks tick slowly in dusty halls.",
+    "Sailors sing songs beneath starry skies.",
+    "Tiny ants carry crumbs across tables.",
+    "Gardeners plant tulips along stone walls.",
 )
+_PATTERNS = (
+    ("tick", "tock"), ("ping", "pong"), ("red", "green", "blue"), ("A", "B", "C", "D"),
+    ("up", "down"), ("north", "east", "south", "west"), ("do", "re", "mi"),
+    ("one", "two", "three"), ("sun", "moon", "star"), ("left", "right"), ("X", "O"),
+    ("rock", "paper", "scissors"), ("spring", "summer", "autumn", "winter"), ("yes", "no"),
+    ("hot", "warm", "cool", "cold"), ("alpha", "beta", "gamma"),
+)  # fmt: skip
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTHS = (
     "January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -158,16 +175,11 @@ class Chat:
 
 # --- one generator per task kind -----------------------------------------------------------
 def _count(rng: random.Random) -> Chat:
-    start = rng.randint(1, 240)
+    start = rng.randint(1, 100)
     span = rng.randint(32, 56)
-    if rng.random() < 0.5:
-        numbers = list(range(start, start + span + 1))
-        user = f"Count from {numbers[0]} to {numbers[-1]}."
-        head = f"Counting up from {numbers[0]} to {numbers[-1]}:"
-    else:
-        numbers = list(range(start + span, start - 1, -1))
-        user = f"Count down from {numbers[0]} to {numbers[-1]}."
-        head = f"Counting down from {numbers[0]} to {numbers[-1]}:"
+    numbers = list(range(start, start + span + 1))
+    user = f"Count from {numbers[0]} to {numbers[-1]}."
+    head = f"Counting from {numbers[0]} to {numbers[-1]}:"
     return Chat("count", user, f"{head} {', '.join(map(str, numbers))}. Done.")
 
 
@@ -198,20 +210,16 @@ def _profile(rng: random.Random) -> Chat:
 
 
 def _repeat(rng: random.Random) -> Chat:
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(6, 11))]
-    sentence = " ".join(words).capitalize() + "."
-    times = max(4, min(9, 90 // (len(words) + 2) + 1))
+    sentence, times = rng.choice(_SENTENCES), rng.randint(7, 10)
     user = f"Repeat this sentence {times} times: {sentence}"
     return Chat("repeat", user, "\n".join([sentence] * times))
 
 
 def _pattern(rng: random.Random) -> Chat:
-    period = rng.randint(2, 4)
-    unit = rng.sample(_PATTERN_ITEMS, period)
-    n_items = rng.randint(72, 110)
+    unit, n_items = rng.choice(_PATTERNS), rng.randint(72, 110)
     shown = " ".join(unit * 2)
     user = f"Continue this pattern to {n_items} items: {shown}"
-    items = [unit[i % period] for i in range(n_items)]
+    items = [unit[i % len(unit)] for i in range(n_items)]
     return Chat("pattern", user, " ".join(items))
 
 

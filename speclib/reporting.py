@@ -115,9 +115,10 @@ def _reason(c: Comparison) -> str:
     if c.verdict is None:
         return "no successful pairs to compare"
     failed = [g for g in c.verdict.gates if not g.passed]
-    if failed:
-        return "; ".join(f"gate <b>{g.name}</b>: {html.escape(g.detail)}" for g in failed)
     d = c.verdict.tpot_decision
+    if failed:
+        gates = "; ".join(f"gate <b>{g.name}</b>: {html.escape(g.detail)}" for g in failed)
+        return f"TPOT alone: <b>{d.word}</b>. Failed {gates}"
     # The reason opens with the ratio and its CI, already in the table's ratio column.
     reason = d.reason
     if reason.startswith("TPOT ratio ") and "): " in reason:

@@ -30,8 +30,8 @@ __all__ = [
     "RunResult",
     "default_run_dir",
     "execute_notebook",
-    "run_analysis",
     "resume_params_file",
+    "run_analysis",
     "run_experiment",
     "series_order",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import itertools
 import json
 import os
 import statistics
@@ -39,6 +40,7 @@ from typing import Any
 import psutil
 
 from speclib.client import RequestSpec, build_request_body, run_requests_sync
+from speclib.records import append_record
 from tests.benchmarks.fidelity import (
     ErrorStats,
     RequestError,
@@ -47,6 +49,7 @@ from tests.benchmarks.fidelity import (
     summarize,
     truth_of,
 )
+from tests.benchmarks.standin import LeanStandIn
 from tests.fakeserver import MODEL, FakeServer, Script
 
 SPEC_METRICS = {
@@ -124,7 +127,7 @@ class _TreeCpuSampler:
             return None
 
         def at(t: float) -> float:
-            for (ta, ca), (tb, cb) in zip(s, s[1:], strict=False):
+            for (ta, ca), (tb, cb) in itertools.pairwise(s):
                 if ta <= t <= tb:
                     return ca + (cb - ca) * ((t - ta) / (tb - ta) if tb > ta else 0.0)
             return s[-1][1]
@@ -174,6 +177,13 @@ class _Load:
         self.server_cpu = _proc_cpu(self._server) - self._srv0
 
 
+def _server_pid(srv: Any) -> int | None:
+    pid = getattr(srv, "pid", None)
+    if pid is None and getattr(srv, "_proc", None) is not None:
+        pid = srv._proc.pid
+    return pid
+
+
 def _late_ms(exchanges: Sequence[Any]) -> float | None:
     late = [t.lateness_s for ex in exchanges if (t := truth_of(ex)) is not None]
     return 1000 * statistics.median(late) if late else None
@@ -183,8 +193,9 @@ def _stats(errors: list[RequestError]) -> ErrorStats | None:
     return summarize(errors) if errors else None
 
 
-def run_kit(srv: FakeServer, keys: list[str], concurrency: int, rep: int) -> RunResult:
-    """The kit's client, exactly as a series runs it, on ``keys``."""
+def run_kit(srv: Any, keys: list[str], concurrency: int, rep: int, work: Path) -> RunResult:
+    """The kit's client, exactly as a series runs it (records appended and fsynced to a
+    ``requests.jsonl`` as each finishes), on ``keys``."""
     specs = [
         RequestSpec(
             prompt_id=k,
@@ -201,12 +212,18 @@ def run_kit(srv: FakeServer, keys: list[str], concurrency: int, rep: int) -> Run
     ]
     records: list[Any] = []
     srv.reset()
-    with _Load(srv._proc.pid if srv._proc else None) as load:
+    path = work / f"kit-c{concurrency}-r{rep}.jsonl"
+    with path.open("a", encoding="utf-8") as fh, _Load(_server_pid(srv)) as load:
+
+        def sink(rec: Any) -> None:
+            append_record(fh, rec)
+            records.append(rec)
+
         outcome = run_requests_sync(
             base_url=srv.base_url,
             specs=specs,
             concurrency=concurrency,
-            sink=records.append,
+            sink=sink,
             series="fidelity",
             replicate=rep,
             launch_id=f"fidelity-c{concurrency}-r{rep}",
@@ -236,7 +253,7 @@ def run_kit(srv: FakeServer, keys: list[str], concurrency: int, rep: int) -> Run
 
 
 def run_bench(
-    srv: FakeServer,
+    srv: Any,
     keys: list[str],
     concurrency: int,
     rep: int,
@@ -248,7 +265,7 @@ def run_bench(
 
     srv.reset()
     try:
-        with _TreeCpuSampler() as sampler, _Load(srv._proc.pid if srv._proc else None) as load:
+        with _TreeCpuSampler() as sampler, _Load(_server_pid(srv)) as load:
             result = run_vllm_bench(
                 base_url=srv.base_url,
                 model=MODEL,
@@ -398,16 +415,30 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", default="1,16,64", help="comma-separated levels")
     ap.add_argument("--requests", type=int, default=128, help="requests per run")
-    ap.add_argument("--requests-c1", type=int, default=None,
-                    help="requests per run at concurrency 1 (default: --requests)")
+    ap.add_argument(
+        "--requests-c1",
+        type=int,
+        default=None,
+        help="requests per run at concurrency 1 (default: --requests)",
+    )
     ap.add_argument("--tokens", type=int, default=64, help="output tokens per request")
     ap.add_argument("--ttft-ms", type=float, default=40.0, help="true time to first token")
     ap.add_argument("--step-ms", type=float, default=20.0, help="true decode step")
     ap.add_argument("--tokens-per-chunk", type=int, default=1, help=">1 emulates speculation")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (medians are reported)")
+    ap.add_argument(
+        "--standin",
+        choices=("lean", "aiohttp"),
+        default="lean",
+        help="reference server: the lean protocol stand-in (default) or "
+        "tests.fakeserver's aiohttp app",
+    )
     ap.add_argument("--no-vllm", action="store_true", help="measure the kit only")
-    ap.add_argument("--tokenizer", default=None,
-                    help="local tokenizer dir for vllm bench (default: --skip-tokenizer-init)")
+    ap.add_argument(
+        "--tokenizer",
+        default=None,
+        help="local tokenizer dir for vllm bench (default: --skip-tokenizer-init)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write every run here")
     ap.add_argument("--quick", action="store_true", help="1 rep, 32 requests (16 at c=1)")
     ap.add_argument("--check", action="store_true", help="exit 1 if a criterion fails")
@@ -441,15 +472,21 @@ def main(argv: list[str] | None = None) -> int:
         spec=SPEC_METRICS,
     )
     print(_environment())
-    print(f"load: {args.requests} requests × {args.tokens} tokens "
-          f"({args.requests_c1 or args.requests} at c=1), true TTFT {args.ttft_ms:g} ms, "
-          f"step {args.step_ms:g} ms, {args.tokens_per_chunk} token(s)/chunk; "
-          f"{args.reps} rep(s); clients: kit{' + vllm bench serve' if with_vllm else ''}")
+    print(
+        f"load: {args.requests} requests × {args.tokens} tokens "
+        f"({args.requests_c1 or args.requests} at c=1), true TTFT {args.ttft_ms:g} ms, "
+        f"step {args.step_ms:g} ms, {args.tokens_per_chunk} token(s)/chunk; "
+        f"stand-in: {args.standin}; "
+        f"{args.reps} rep(s); clients: kit{' + vllm bench serve' if with_vllm else ''}"
+    )
     results: list[RunResult] = []
-    with tempfile.TemporaryDirectory(prefix="speclib-fidelity-") as tmp, FakeServer(
-        default=script, mode="process"
-    ) as srv:
-        run_kit(srv, [f"warmup-{i}" for i in range(8)], 8, -1)  # imports, first connections
+    server = (
+        LeanStandIn(default=script)
+        if args.standin == "lean"
+        else FakeServer(default=script, mode="process")
+    )
+    with tempfile.TemporaryDirectory(prefix="speclib-fidelity-") as tmp, server as srv:
+        run_kit(srv, [f"warmup-{i}" for i in range(8)], 8, -1, Path(tmp))  # warm imports
         for rep in range(args.reps):
             for j, c in enumerate(levels):
                 n = (args.requests_c1 or args.requests) if c == 1 else args.requests
@@ -459,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                 for tool in tools:
                     keys = [f"{tool}-r{rep}-c{c}-{i:04d} say something" for i in range(n)]
                     if tool == "kit":
-                        res = run_kit(srv, keys, c, rep)
+                        res = run_kit(srv, keys, c, rep, Path(tmp))
                     else:
                         res = run_bench(srv, keys, c, rep, Path(tmp), args.tokenizer)
                     results.append(res)

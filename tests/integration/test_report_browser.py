@@ -11,6 +11,7 @@ human to look at.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ class Rendered:
     console_errors: list[str]
     screenshots: dict[str, Path]
     pdf: Path
+    n_comparisons: int
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +111,16 @@ def rendered(demo_run: Path) -> Rendered:
             events = page.events
     except BrowserError as exc:
         pytest.fail(f"headless Chromium: {exc}")
+    summary = json.loads((demo_run / "summary.json").read_text("utf-8"))
     return Rendered(
-        screen, printed, events.requests, events.failed_requests, events.console_errors, shots, pdf
+        screen,
+        printed,
+        events.requests,
+        events.failed_requests,
+        events.console_errors,
+        shots,
+        pdf,
+        len(summary["comparisons"]),
     )
 
 
@@ -142,7 +152,7 @@ def test_first_screen_shows_verdict_and_conclusion(rendered: Rendered) -> None:
     s = rendered.screen
     assert s["title"].startswith("Speculative decoding: ")
     assert s["verdict"] is not None, "no #speclib-verdict table"
-    assert s["verdictRows"] >= 3, "expected one row per experiment (demo: draft and ngram)"
+    assert s["verdictRows"] == 1 + rendered.n_comparisons, "one row per comparison + header"
     assert s["verdict"]["top"] >= 0 and s["verdict"]["bottom"] <= s["innerHeight"]
     assert s["verdict"]["right"] <= WIDTH
     assert s["conclusion"] is not None, "no #speclib-conclusion block"

@@ -241,7 +241,7 @@ def test_much_less_likely_outputs_are_flagged_implausible_with_degenerate_output
     res = compare_plausibility(
         scores, control="control", experiment="spec", margin_nats=0.5, rng=rng()
     )
-    assert res.implausible and res.word == "implausible"
+    assert res.implausible and res.word == "implausible" and res.shifted
     assert res.ci_high < -0.5 and res.ci_low < res.estimate < res.ci_high
     assert res.estimate == pytest.approx(float(np.mean(broken - BASE)))
     assert res.n_prompts == 24 and res.method == "BCa"
@@ -267,7 +267,7 @@ def test_same_distribution_is_equivalent_and_not_flagged():
         margin_nats=0.5,
         rng=rng(),
     )
-    assert res.word == "equivalent" and not res.implausible
+    assert res.word == "equivalent" and not res.implausible and not res.shifted
     assert -0.5 < res.ci_low < res.ci_high < 0.5
     assert res.n_degenerate_experiment == 0
 
@@ -280,7 +280,7 @@ def test_more_likely_outputs_say_so_but_are_not_implausible():
         experiment="spec",
         rng=rng(),
     )
-    assert res.word == "more_likely" and not res.implausible
+    assert res.word == "more_likely" and not res.implausible and res.shifted
     assert "sampling" in res.reason
 
 
