@@ -71,9 +71,12 @@ class LaunchMetrics:
             "launch_id": self.launch_id,
             "series": self.series,
             "spec": self.spec.to_dict() if self.spec else None,
-            "prefix_cache": None if self.prefix_cache is None else {
-                "queries": self.prefix_cache.queries, "hits": self.prefix_cache.hits},
-            "reconciliation": None if rec is None else {
+            "prefix_cache": None
+            if self.prefix_cache is None
+            else {"queries": self.prefix_cache.queries, "hits": self.prefix_cache.hits},
+            "reconciliation": None
+            if rec is None
+            else {
                 "matches": rec.matches,
                 "n_requests": rec.n_requests,
                 "n_with_metrics": rec.n_with_metrics,
@@ -123,39 +126,43 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         tpot = self.cis.get("tpot_s")
         dec = self.decision
-        return _clean({
-            "experiment": self.experiment,
-            "control": self.control,
-            "level": self.level,
-            "load": self.load,
-            "method": self.method,
-            "num_speculative_tokens": self.k,
-            "n_pairs": self.pairing.get("n_pairs", 0),
-            "n_launches": self.n_launches,
-            "median_tpot_control_s": self.median_tpot_control_s,
-            "median_tpot_experiment_s": self.median_tpot_experiment_s,
-            "tpot_ratio": tpot.estimate if tpot else None,
-            "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
-            "confidence_level": tpot.confidence_level if tpot else None,
-            "ci_method": tpot.method if tpot else None,
-            "tpot_decision": dec.word if dec else "inconclusive",
-            "decision": self.word,
-            "reasons": list(self.verdict.reasons) if self.verdict else ["no valid pairs"],
-            "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
-            "extra_launches_needed": dec.extra_launches_needed if dec else None,
-            "metrics": {m.removesuffix("_s"): (ci.to_dict() if ci else None)
-                        for m, ci in self.cis.items()},
-            "gates": [vars(g) for g in self.verdict.gates] if self.verdict else [],
-            "pairing": self.pairing,
-            "error_rate_control": self.error_rate_control,
-            "error_rate_experiment": self.error_rate_experiment,
-            "bad_outputs_control": self.bad_outputs_control,
-            "bad_outputs_experiment": self.bad_outputs_experiment,
-            "agreement": vars(self.agreement) if self.agreement else None,
-            "acceptance": self.acceptance,
-            "explanation": _explanation_dict(self.explanation),
-            "peak_rss_bytes": self.peak_rss_bytes,
-        })
+        return _clean(
+            {
+                "experiment": self.experiment,
+                "control": self.control,
+                "level": self.level,
+                "load": self.load,
+                "method": self.method,
+                "num_speculative_tokens": self.k,
+                "n_pairs": self.pairing.get("n_pairs", 0),
+                "n_launches": self.n_launches,
+                "median_tpot_control_s": self.median_tpot_control_s,
+                "median_tpot_experiment_s": self.median_tpot_experiment_s,
+                "tpot_ratio": tpot.estimate if tpot else None,
+                "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
+                "confidence_level": tpot.confidence_level if tpot else None,
+                "ci_method": tpot.method if tpot else None,
+                "tpot_decision": dec.word if dec else "inconclusive",
+                "decision": self.word,
+                "reasons": list(self.verdict.reasons) if self.verdict else ["no valid pairs"],
+                "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
+                "extra_launches_needed": dec.extra_launches_needed if dec else None,
+                "metrics": {
+                    m.removesuffix("_s"): (ci.to_dict() if ci else None)
+                    for m, ci in self.cis.items()
+                },
+                "gates": [vars(g) for g in self.verdict.gates] if self.verdict else [],
+                "pairing": self.pairing,
+                "error_rate_control": self.error_rate_control,
+                "error_rate_experiment": self.error_rate_experiment,
+                "bad_outputs_control": self.bad_outputs_control,
+                "bad_outputs_experiment": self.bad_outputs_experiment,
+                "agreement": vars(self.agreement) if self.agreement else None,
+                "acceptance": self.acceptance,
+                "explanation": _explanation_dict(self.explanation),
+                "peak_rss_bytes": self.peak_rss_bytes,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -186,37 +193,50 @@ class RunAnalysis:
             if ci is None or c.level >= len(levels):
                 continue
             lv = levels[c.level]
-            rows.append({"series": c.experiment, "level": c.level, "load": c.load,
-                         "concurrency": lv.concurrency, "request_rate": lv.request_rate,
-                         "estimate": ci.estimate, "ci_low": ci.ci_low, "ci_high": ci.ci_high,
-                         "decision": c.word})
+            rows.append(
+                {
+                    "series": c.experiment,
+                    "level": c.level,
+                    "load": c.load,
+                    "concurrency": lv.concurrency,
+                    "request_rate": lv.request_rate,
+                    "estimate": ci.estimate,
+                    "ci_low": ci.ci_low,
+                    "ci_high": ci.ci_high,
+                    "decision": c.word,
+                }
+            )
         return pd.DataFrame(rows)
 
     def summary(self) -> dict[str, Any]:
         """The content of ``summary.json``."""
         a = self.params.analysis
-        return _clean({
-            "kit": "speclib",
-            "experiment": self.params.name,
-            "run_dir": str(self.run_dir),
-            "control": self.control,
-            "analysis": {
-                "confidence_level": a.confidence,
-                "margin": a.margin,
-                "n_resamples": a.n_resamples,
-                "seed": a.seed,
-                "multiple_comparisons": (
-                    f"Holm step-down over {len(self.comparisons)} experiment(s) at family "
-                    f"confidence {a.confidence:.0%}"),
-                "primary_metric": "TPOT = (E2E - TTFT) / (output_tokens - 1), client-side",
-            },
-            "series": self.series.to_dict(orient="records"),
-            "comparisons": [c.to_dict() for c in self.comparisons],
-            "launches": [
-                {k: v for k, v in s.items() if k not in ("extra",)} for s in self.launches],
-            "launch_metrics": [m.to_dict() for m in self.launch_metrics],
-            "warnings": list(self.warnings),
-        })
+        return _clean(
+            {
+                "kit": "speclib",
+                "experiment": self.params.name,
+                "run_dir": str(self.run_dir),
+                "control": self.control,
+                "analysis": {
+                    "confidence_level": a.confidence,
+                    "margin": a.margin,
+                    "n_resamples": a.n_resamples,
+                    "seed": a.seed,
+                    "multiple_comparisons": (
+                        f"Holm step-down over {len(self.comparisons)} experiment(s) at family "
+                        f"confidence {a.confidence:.0%}"
+                    ),
+                    "primary_metric": "TPOT = (E2E - TTFT) / (output_tokens - 1), client-side",
+                },
+                "series": self.series.to_dict(orient="records"),
+                "comparisons": [c.to_dict() for c in self.comparisons],
+                "launches": [
+                    {k: v for k, v in s.items() if k not in ("extra",)} for s in self.launches
+                ],
+                "launch_metrics": [m.to_dict() for m in self.launch_metrics],
+                "warnings": list(self.warnings),
+            }
+        )
 
 
 def _explanation_dict(e: sd.SpeedupExplanation | None) -> dict[str, Any] | None:
@@ -253,12 +273,17 @@ def _quantile(values: pd.Series, q: float) -> float | None:
 
 
 def _bad_output_count(df: pd.DataFrame) -> int:
-    return int(sum(sd.classify_output(row) in ("empty_output", "truncated_by_error")
-                   for row in df.to_dict(orient="records")))
+    return int(
+        sum(
+            sd.classify_output(row) in ("empty_output", "truncated_by_error")
+            for row in df.to_dict(orient="records")
+        )
+    )
 
 
-def series_table(df: pd.DataFrame, params: ExperimentParams,
-                 statuses: list[dict[str, Any]]) -> pd.DataFrame:
+def series_table(
+    df: pd.DataFrame, params: ExperimentParams, statuses: list[dict[str, Any]]
+) -> pd.DataFrame:
     """One row per series: counts, latency medians and p90s, acceptance, memory."""
     rows = []
     for s in params.series:
@@ -268,30 +293,35 @@ def series_table(df: pd.DataFrame, params: ExperimentParams,
         st = [x for x in statuses if x.get("series") == s.name]
         peaks = [((x.get("memory") or {}).get("rss_peak_bytes")) for x in st]
         peaks = [p for p in peaks if p]
-        rows.append({
-            "series": s.name,
-            "role": "control" if s.name == params.control_name else "experiment",
-            "method": (s.speculative_config or {}).get("method"),
-            "k": (s.speculative_config or {}).get("num_speculative_tokens"),
-            "launches": len(st),
-            "launches_failed": sum(1 for x in st if not x.get("ok")),
-            "requests": len(d),
-            "ok": len(ok),
-            "failed": len(attempted) - len(ok),
-            "not_attempted": len(d) - len(attempted),
-            "bad_outputs": _bad_output_count(ok) if len(ok) else 0,
-            "median_ttft_s": _median(ok["ttft_s"]) if len(ok) else None,
-            "median_tpot_s": _median(ok["tpot_s"]) if len(ok) else None,
-            "p90_tpot_s": _quantile(ok["tpot_s"], 0.9) if len(ok) else None,
-            "median_e2e_s": _median(ok["e2e_s"]) if len(ok) else None,
-            "mean_output_tokens": float(ok["output_tokens"].mean()) if len(ok) else None,
-            "mean_tokens_per_chunk": _tokens_per_chunk(ok),
-            "acceptance_rate": _median(ok["spec_rate"]) if len(ok) else None,
-            "mean_acceptance_length": _median(ok["spec_mean_len"]) if len(ok) else None,
-            "requests_without_drafts": int(ok["spec_no_drafts"].fillna(False).astype(bool).sum())
-            if len(ok) else 0,
-            "peak_rss_bytes": max(peaks) if peaks else None,
-        })
+        rows.append(
+            {
+                "series": s.name,
+                "role": "control" if s.name == params.control_name else "experiment",
+                "method": (s.speculative_config or {}).get("method"),
+                "k": (s.speculative_config or {}).get("num_speculative_tokens"),
+                "launches": len(st),
+                "launches_failed": sum(1 for x in st if not x.get("ok")),
+                "requests": len(d),
+                "ok": len(ok),
+                "failed": len(attempted) - len(ok),
+                "not_attempted": len(d) - len(attempted),
+                "bad_outputs": _bad_output_count(ok) if len(ok) else 0,
+                "median_ttft_s": _median(ok["ttft_s"]) if len(ok) else None,
+                "median_tpot_s": _median(ok["tpot_s"]) if len(ok) else None,
+                "p90_tpot_s": _quantile(ok["tpot_s"], 0.9) if len(ok) else None,
+                "median_e2e_s": _median(ok["e2e_s"]) if len(ok) else None,
+                "mean_output_tokens": float(ok["output_tokens"].mean()) if len(ok) else None,
+                "mean_tokens_per_chunk": _tokens_per_chunk(ok),
+                "acceptance_rate": _median(ok["spec_rate"]) if len(ok) else None,
+                "mean_acceptance_length": _median(ok["spec_mean_len"]) if len(ok) else None,
+                "requests_without_drafts": int(
+                    ok["spec_no_drafts"].fillna(False).astype(bool).sum()
+                )
+                if len(ok)
+                else 0,
+                "peak_rss_bytes": max(peaks) if peaks else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -309,8 +339,7 @@ def _read_prom(path: Path) -> dict[Any, float] | None:
         return None
 
 
-def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame
-                   ) -> LaunchMetrics:
+def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame) -> LaunchMetrics:
     """``/metrics`` deltas over the measured window of one launch, reconciled with records."""
     lid, series = status["launch_id"], status["series"]
     before = _read_prom(rd.launch(lid) / "metrics_before.prom")
@@ -328,8 +357,9 @@ def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame
     return LaunchMetrics(lid, series, spec, cache, rec)
 
 
-def _ci(pairs: pd.DataFrame, metric: str, level: float, a: AnalysisParams, salt: int
-        ) -> RatioCI | None:
+def _ci(
+    pairs: pd.DataFrame, metric: str, level: float, a: AnalysisParams, salt: int
+) -> RatioCI | None:
     c = pairs[f"{metric}_c"].to_numpy(float)
     e = pairs[f"{metric}_e"].to_numpy(float)
     keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
@@ -340,9 +370,12 @@ def _ci(pairs: pd.DataFrame, metric: str, level: float, a: AnalysisParams, salt:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateDataWarning)
         return paired_ratio_ci(
-            c[keep], e[keep],
+            c[keep],
+            e[keep],
             clusters=clusters if len(set(clusters)) > 1 else None,
-            confidence_level=level, n_resamples=a.n_resamples, rng=rng,
+            confidence_level=level,
+            n_resamples=a.n_resamples,
+            rng=rng,
         )
 
 
@@ -357,14 +390,16 @@ def _acceptance(exp_df: pd.DataFrame, lms: list[LaunchMetrics]) -> dict[str, Any
         "requests_with_metrics": len(per_req),
         "requests_without_drafts": sum(r.no_drafts for r in per_req),
         "per_request_median_rate": statistics.median([r.rate for r in with_drafts])
-        if with_drafts else None,
+        if with_drafts
+        else None,
         "per_request_median_mean_length": statistics.median(
-            [r.mean_length for r in with_drafts if r.mean_length is not None])
-        if with_drafts else None,
+            [r.mean_length for r in with_drafts if r.mean_length is not None]
+        )
+        if with_drafts
+        else None,
         "metrics_acceptance_rate": total.acceptance_rate if total else None,
         "metrics_mean_acceptance_length": total.mean_acceptance_length if total else None,
-        "metrics_per_position_rate": list(total.per_position_rate or [])
-        if total else None,
+        "metrics_per_position_rate": list(total.per_position_rate or []) if total else None,
         "metrics_counters": total.to_dict() if total else None,
         "reconciled": all(r.matches for r in recs) if recs else None,
         "reconciliation_notes": sorted({r.explanation for r in recs if r.explanation}),
@@ -375,8 +410,10 @@ def _sum_counters(counters: list[SpecCounters]) -> SpecCounters | None:
     if not counters:
         return None
     width = max(len(c.accepted_per_pos) for c in counters)
-    per_pos = [sum(c.accepted_per_pos[i] if i < len(c.accepted_per_pos) else 0
-                   for c in counters) for i in range(width)]
+    per_pos = [
+        sum(c.accepted_per_pos[i] if i < len(c.accepted_per_pos) else 0 for c in counters)
+        for i in range(width)
+    ]
     return SpecCounters(
         num_drafts=sum(c.num_drafts for c in counters),
         num_draft_tokens=sum(c.num_draft_tokens for c in counters),
@@ -386,16 +423,23 @@ def _sum_counters(counters: list[SpecCounters]) -> SpecCounters | None:
     )
 
 
-def _explain(k: int | None, acc: dict[str, Any], tpot: RatioCI | None,
-             med_c: float | None, med_e: float | None) -> sd.SpeedupExplanation | None:
+def _explain(
+    k: int | None,
+    acc: dict[str, Any],
+    tpot: RatioCI | None,
+    med_c: float | None,
+    med_e: float | None,
+) -> sd.SpeedupExplanation | None:
     mean_len = acc.get("metrics_mean_acceptance_length") or acc.get(
-        "per_request_median_mean_length")
+        "per_request_median_mean_length"
+    )
     if not k or not mean_len or not med_c or not med_e or tpot is None:
         return None
     try:
         alpha = sd.alpha_from_mean_length(mean_len, k)
-        c = sd.estimate_draft_cost(control_tpot=med_c, k=k, spec_tpot=med_e,
-                                   mean_acceptance_length=mean_len)
+        c = sd.estimate_draft_cost(
+            control_tpot=med_c, k=k, spec_tpot=med_e, mean_acceptance_length=mean_len
+        )
         return sd.explain_speedup(alpha=alpha, k=k, c=c, measured_speedup=1 / tpot.estimate)
     except ValueError:
         return None
@@ -406,8 +450,14 @@ def _greedy(params: ExperimentParams) -> bool:
 
 
 def _compare(
-    name: str, df: pd.DataFrame, params: ExperimentParams, ci_tpot: RatioCI | None,
-    decision: Decision | None, lms: list[LaunchMetrics], series_rows: pd.DataFrame, salt: int,
+    name: str,
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    ci_tpot: RatioCI | None,
+    decision: Decision | None,
+    lms: list[LaunchMetrics],
+    series_rows: pd.DataFrame,
+    salt: int,
     level: int = 0,
 ) -> Comparison:
     a = params.analysis
@@ -422,8 +472,11 @@ def _compare(
     err_e = _error_rate(d_e)
     bad_c = _bad_output_count(d_c[d_c["ok"].astype(bool)])
     bad_e = _bad_output_count(d_e[d_e["ok"].astype(bool)])
-    agreements = sd.compare_outputs(
-        d_c.to_dict(orient="records"), d_e.to_dict(orient="records")) if _greedy(params) else {}
+    agreements = (
+        sd.compare_outputs(d_c.to_dict(orient="records"), d_e.to_dict(orient="records"))
+        if _greedy(params)
+        else {}
+    )
     agreement = sd.summarize_agreement(list(agreements.values())) if agreements else None
     row = series_rows.set_index("series").loc[name]
     peak = row.get("peak_rss_bytes")
@@ -451,17 +504,29 @@ def _compare(
     levels = params.workload.levels
     load = levels[level].label if level < len(levels) else f"level {level}"
     return Comparison(
-        experiment=name, control=control, level=level, load=load,
-        method=spec_cfg.get("method"), k=k,
+        experiment=name,
+        control=control,
+        level=level,
+        load=load,
+        method=spec_cfg.get("method"),
+        k=k,
         pairing=paired.to_dict(),
         n_launches=int(pairs["replicate"].nunique()) if len(pairs) else 0,
-        cis=cis, decision=decision, verdict=verdict,
-        error_rate_control=err_c, error_rate_experiment=err_e,
-        bad_outputs_control=bad_c, bad_outputs_experiment=bad_e,
-        median_tpot_control_s=med_c, median_tpot_experiment_s=med_e,
-        agreement=agreement, agreements=agreements, acceptance=acc,
+        cis=cis,
+        decision=decision,
+        verdict=verdict,
+        error_rate_control=err_c,
+        error_rate_experiment=err_e,
+        bad_outputs_control=bad_c,
+        bad_outputs_experiment=bad_e,
+        median_tpot_control_s=med_c,
+        median_tpot_experiment_s=med_e,
+        agreement=agreement,
+        agreements=agreements,
+        acceptance=acc,
         explanation=_explain(k, acc, ci_tpot, med_c, med_e),
-        peak_rss_bytes=peak, pairs=pairs,
+        peak_rss_bytes=peak,
+        pairs=pairs,
     )
 
 
@@ -490,13 +555,20 @@ def _memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:
                 row = json.loads(line)
             except ValueError:
                 continue
-            rows.append({"series": s["series"], "launch_id": s["launch_id"],
-                         "t": row.get("t"), "rss_bytes": row.get("rss_bytes")})
+            rows.append(
+                {
+                    "series": s["series"],
+                    "launch_id": s["launch_id"],
+                    "t": row.get("t"),
+                    "rss_bytes": row.get("rss_bytes"),
+                }
+            )
     return pd.DataFrame(rows, columns=["series", "launch_id", "t", "rss_bytes"])
 
 
-def analyze_run(run_dir: str | os.PathLike[str], *, params_file: str | None = None,
-                write: bool = True) -> RunAnalysis:
+def analyze_run(
+    run_dir: str | os.PathLike[str], *, params_file: str | None = None, write: bool = True
+) -> RunAnalysis:
     """Analyse a run folder; write ``summary.json`` when ``write`` (the default)."""
     rd = RunDir.at(run_dir)
     params = _load_params(rd, params_file)
@@ -508,9 +580,16 @@ def analyze_run(run_dir: str | os.PathLike[str], *, params_file: str | None = No
     comps = tuple(c for lvl in levels for c in _compare_level(df, params, lms, rows, lvl))
     notes = _warnings(rd, statuses, lms, df)
     analysis = RunAnalysis(
-        run_dir=rd.root, params=params, records=df, series=rows, comparisons=comps,
-        launches=tuple(statuses), launch_metrics=tuple(lms), manifest=rd.read_manifest(),
-        memory=_memory_frame(rd, statuses), warnings=tuple(notes),
+        run_dir=rd.root,
+        params=params,
+        records=df,
+        series=rows,
+        comparisons=comps,
+        launches=tuple(statuses),
+        launch_metrics=tuple(lms),
+        manifest=rd.read_manifest(),
+        memory=_memory_frame(rd, statuses),
+        warnings=tuple(notes),
     )
     if write:
         write_json_atomic(rd.summary, analysis.summary())
@@ -525,41 +604,63 @@ def _usable(pairs: pd.DataFrame) -> bool:
     return bool((np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)).any())
 
 
-def _compare_level(df: pd.DataFrame, params: ExperimentParams, lms: list[LaunchMetrics],
-                   rows: pd.DataFrame, level: int) -> list[Comparison]:
+def _compare_level(
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    lms: list[LaunchMetrics],
+    rows: pd.DataFrame,
+    level: int,
+) -> list[Comparison]:
     """Every experiment against the control at one load level (Holm across experiments)."""
     a = params.analysis
     d = df[df["level"] == level]
     experiments = [s.name for s in params.series if s.name != params.control_name]
-    pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs
-             for n in experiments}
+    pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs for n in experiments}
     salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(experiments)}
     usable = [n for n in experiments if _usable(pairs[n])]
-    decided = holm_decide(
-        lambda n, conf: _ci(pairs[n], "tpot_s", conf, a, salts[n] * 100),  # type: ignore[arg-type]
-        usable, family_confidence=a.confidence, margin=a.margin,
-    ) if usable else {}
-    return [_compare(n, d, params, *decided.get(n, (None, None)), lms, rows, salts[n], level)
-            for n in experiments]
+    decided = (
+        holm_decide(
+            lambda n, conf: _ci(pairs[n], "tpot_s", conf, a, salts[n] * 100),  # type: ignore[arg-type]
+            usable,
+            family_confidence=a.confidence,
+            margin=a.margin,
+        )
+        if usable
+        else {}
+    )
+    return [
+        _compare(n, d, params, *decided.get(n, (None, None)), lms, rows, salts[n], level)
+        for n in experiments
+    ]
 
 
-def _warnings(rd: RunDir, statuses: list[dict[str, Any]], lms: list[LaunchMetrics],
-              df: pd.DataFrame) -> list[str]:
-    out = [f"installed vLLM is affected by security advisory {a['id']} ({a['summary']}; fixed "
-           f"in {a['fixed_in']})" for a in rd.read_manifest().get("security_advisories", [])]
+def _warnings(
+    rd: RunDir, statuses: list[dict[str, Any]], lms: list[LaunchMetrics], df: pd.DataFrame
+) -> list[str]:
+    out = [
+        f"installed vLLM is affected by security advisory {a['id']} ({a['summary']}; fixed "
+        f"in {a['fixed_in']})"
+        for a in rd.read_manifest().get("security_advisories", [])
+    ]
     for s in statuses:
         if not s.get("ok"):
             out.append(f"launch {s['launch_id']} failed: {(s.get('error') or '')[:300]}")
         if (s.get("client") or {}).get("saturated"):
-            out.append(f"launch {s['launch_id']}: the client used most of a core; its "
-                       "latencies are upper bounds")
+            out.append(
+                f"launch {s['launch_id']}: the client used most of a core; its "
+                "latencies are upper bounds"
+            )
     for m in lms:
         if m.reconciliation is not None and not m.reconciliation.matches:
-            out.append(f"launch {m.launch_id}: per-request spec metrics do not add up to "
-                       f"the /metrics deltas ({m.reconciliation.explanation})")
+            out.append(
+                f"launch {m.launch_id}: per-request spec metrics do not add up to "
+                f"the /metrics deltas ({m.reconciliation.explanation})"
+            )
         if m.prefix_cache is not None and m.prefix_cache.hits:
-            out.append(f"launch {m.launch_id}: {m.prefix_cache.hits:g} prefix-cache hits "
-                       "during the measured requests (a warm cache favours this series)")
+            out.append(
+                f"launch {m.launch_id}: {m.prefix_cache.hits:g} prefix-cache hits "
+                "during the measured requests (a warm cache favours this series)"
+            )
     if not rd.requests.exists() or df.empty:
         out.append("no measured request records")
     n_lines = sum(1 for _ in read_records(rd.requests)) if rd.requests.exists() else 0

@@ -44,6 +44,9 @@ __all__ = [
     "CrossCheckRow",
     "bench_argv",
     "compare_with_kit",
+    "crosscheck_frame",
+    "crosscheck_server",
+    "format_crosscheck",
     "install_vllm_metadata_shim",
     "load_bench_result",
     "parse_bench_result",
@@ -479,6 +482,7 @@ def run_vllm_bench(
     seed: int | None = None,
     ignore_eos: bool = False,
     min_tokens: int | None = None,
+    cache_salt: str | None = None,
     match_kit_stream_options: bool = True,
     api_key: str | None = None,
     timeout_s: float = 1800.0,
@@ -491,7 +495,8 @@ def run_vllm_bench(
     times in the kit's order; ``num_prompts`` defaults to all of them. The sampling
     parameters should be the kit's workload's; with ``match_kit_stream_options`` the
     requests also ask for per-chunk usage as the kit's do, so the server does the same
-    work for both clients. Files go to ``out_dir``: the dataset, the result JSON and the
+    work for both clients. ``cache_salt`` keeps the bench's prompts out of the prefix cache
+    entries the kit's requests made (and the other way round). Files go to ``out_dir``: the dataset, the result JSON and the
     bench's log. ``api_key`` reaches the bench as ``OPENAI_API_KEY`` (never in argv).
 
     Raises :class:`BenchCheckError` (with the log tail) if the bench fails, times out or
@@ -511,6 +516,8 @@ def run_vllm_bench(
         extra["seed"] = seed
     if min_tokens is not None:
         extra["min_tokens"] = min_tokens
+    if cache_salt is not None:
+        extra["cache_salt"] = cache_salt
     result_path = out / _RESULT_FILENAME
     result_path.unlink(missing_ok=True)
     argv = bench_argv(
@@ -664,6 +671,201 @@ def compare_with_kit(
         bench_requests=bench.completed,
         bench=bench,
     )
+
+
+def crosscheck_frame(
+    checks: Iterable[tuple[Mapping[str, Any], CrossCheck | Mapping[str, Any]]],
+) -> Any:
+    """One row per (labels, cross-check): kit and vllm bench side by side, for a report.
+
+    ``labels`` (e.g. ``{"series": "draft-k4", "replicate": 0}``) lead each row; a check
+    may be a :class:`CrossCheck` or its ``to_dict()`` (as stored in a launch's
+    ``crosscheck.json``), or ``{"error": ...}`` for a bench that failed. Columns:
+    ``<metric> kit``, ``<metric> vllm bench`` for TTFT/TPOT (mean, median; ms) and
+    acceptance; ``TPOT diff`` (median, fraction) and ``TPOT agrees``.
+    """
+    import pandas as pd
+
+    rows = []
+    for labels, check in checks:
+        data = check.to_dict() if isinstance(check, CrossCheck) else dict(check)
+        row: dict[str, Any] = dict(labels)
+        if data.get("error"):
+            row["error"] = data["error"]
+            rows.append(row)
+            continue
+        for r in data.get("rows", ()):
+            row[f"{r['metric']} kit"] = r["kit"]
+            row[f"{r['metric']} vllm bench"] = r["vllm_bench"]
+            if r["metric"] == "median TPOT":
+                row["TPOT diff"] = r["diff"]
+                row["TPOT agrees"] = r["within"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_crosscheck(check: CrossCheck) -> str:
+    """A plain-text table of one cross-check (what ``speclib crosscheck`` prints)."""
+
+    def cell(value: float | None, unit: str) -> str:
+        if value is None:
+            return "—"
+        return f"{value:.3f}" if unit != "ms" else f"{value:.2f}"
+
+    lines = [f"{'metric':<20} {'kit':>10} {'vllm bench':>11} {'diff':>8}  unit"]
+    for r in check.rows:
+        diff = "—" if r.diff is None else f"{100 * r.diff:+.2f}%"
+        flag = "" if r.within is None else ("  ok" if r.within else "  DISAGREE")
+        lines.append(
+            f"{r.metric:<20} {cell(r.kit, r.unit):>10} {cell(r.vllm_bench, r.unit):>11} "
+            f"{diff:>8}  {r.unit}{flag}"
+        )
+    lines.append(
+        f"kit: {check.kit_requests} requests; vllm bench: {check.bench_requests} requests; "
+        f"median TPOT tolerance ±{100 * check.tolerance:g} %"
+    )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _tokenizer_for(params: Any, tokenizer_dir: str | None) -> str:
+    """A local tokenizer for vllm bench: given, else the params' model if local or demo."""
+    if tokenizer_dir:
+        return tokenizer_dir
+    from speclib.params import resolve_model_ref
+
+    kind, where = resolve_model_ref(params.server.model, params.base_dir)
+    if kind == "demo":
+        from speclib.demo_models import demo_model_dir
+
+        return str(demo_model_dir(where))  # type: ignore[arg-type]
+    return where  # a local folder, or a hub id vLLM finds in its cache
+
+
+def _served_model(base_url: str, api_key: str | None) -> str:
+    import urllib.request
+
+    req = urllib.request.Request(_server_root(base_url) + "/v1/models")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return str(json.loads(resp.read())["data"][0]["id"])
+
+
+def _spec_delta(base_url: str, api_key: str | None, before: str | None) -> tuple[Any, str | None]:
+    """(SpecCounters since ``before`` or None, the current /metrics text or None)."""
+    from speclib.metrics import fetch_metrics, spec_counters_delta
+
+    try:
+        now = fetch_metrics(_server_root(base_url), api_key=api_key)
+    except Exception:  # a server without /metrics still gets its latencies compared
+        return None, None
+    if before is None:
+        return None, now
+    try:
+        return spec_counters_delta(before, now), now
+    except ValueError:
+        return None, now
+
+
+def crosscheck_server(
+    params: Any,
+    *,
+    base_url: str,
+    out_dir: str | os.PathLike[str],
+    concurrency: int | None = None,
+    tokenizer_dir: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    api_key: str | None = None,
+    timeout_s: float = 1800.0,
+) -> CrossCheck:
+    """Measure one running server with the kit and with ``vllm bench serve``, back to back.
+
+    ``params`` is an experiment params file (path) or ``ExperimentParams``; its workload
+    gives the prompts, repeats, sampling and (unless ``concurrency``) the first concurrency
+    level. The kit warms the server up, sends the prompts (records go to
+    ``out_dir/kit_requests.jsonl``), then vllm bench sends the same prompts (files in
+    ``out_dir/vllm_bench``). Each run gets its own cache salt, so neither reuses the
+    other's prefix cache. Acceptance on both sides comes from the server's ``/metrics``
+    during that side's run. The check is written to ``out_dir/crosscheck.json``.
+    """
+    from speclib.client import RequestSpec, build_request_body, run_requests_sync
+    from speclib.params import ExperimentParams, load_params
+    from speclib.prompts import load_prompts
+    from speclib.records import append_record
+
+    if not isinstance(params, ExperimentParams):
+        params = load_params(params)
+    wl = params.workload
+    levels = wl.concurrency if isinstance(wl.concurrency, list) else [wl.concurrency]
+    conc = concurrency or int(levels[0])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = load_prompts(params.resolve_path(wl.prompts), limit=wl.num_prompts)
+    model = _served_model(base_url, api_key)
+    tokenizer = _tokenizer_for(params, tokenizer_dir)
+    salt = f"crosscheck-{int(time.time())}"
+
+    def specs(items: Sequence[Any], repeats: int, cache_salt: str) -> list[Any]:
+        return [
+            RequestSpec(
+                prompt_id=p.id,
+                repeat=rep,
+                category=p.category,
+                body=build_request_body(
+                    model=model,
+                    messages=p.as_messages(),
+                    max_tokens=wl.max_tokens,
+                    temperature=wl.temperature,
+                    top_p=wl.top_p,
+                    top_k=wl.top_k,
+                    seed=wl.seed,
+                    ignore_eos=wl.ignore_eos,
+                    min_tokens=wl.min_tokens,
+                    cache_salt=cache_salt,
+                ),
+            )  # fmt: skip
+            for rep in range(repeats)
+            for p in items
+        ]
+
+    common = {"base_url": base_url, "concurrency": conc, "series": "crosscheck",
+              "replicate": 0, "launch_id": "crosscheck", "api_key": api_key,
+              "timeout_s": wl.request_timeout_s}  # fmt: skip
+    if wl.warmup_requests:
+        warm = [
+            type(p)(id=f"warmup-{i}", category="warmup", messages=(
+                {"role": "user", "content": f"Warm-up {i}. " + p.messages[-1]["content"]},))
+            for i, p in enumerate(prompts[: wl.warmup_requests])
+        ]  # fmt: skip
+        run_requests_sync(specs=specs(warm, 1, f"{salt}-warmup"), sink=lambda r: None,
+                          phase="warmup", **common)  # fmt: skip
+    records: list[Any] = []
+    _, before = _spec_delta(base_url, api_key, None)
+    with (out / "kit_requests.jsonl").open("w", encoding="utf-8") as fh:
+
+        def sink(rec: Any) -> None:
+            append_record(fh, rec)
+            records.append(rec)
+
+        run_requests_sync(specs=specs(prompts, wl.repeats, f"{salt}-kit"), sink=sink, **common)
+    kit_delta, _ = _spec_delta(base_url, api_key, before)
+    bench = run_vllm_bench(
+        base_url=base_url, model=model, tokenizer_dir=tokenizer, prompts=prompts,
+        repeats=wl.repeats, max_tokens=wl.max_tokens, concurrency=conc,
+        out_dir=out / "vllm_bench", temperature=wl.temperature, top_p=wl.top_p,
+        top_k=wl.top_k, seed=wl.seed, ignore_eos=wl.ignore_eos, min_tokens=wl.min_tokens,
+        cache_salt=f"{salt}-bench", api_key=api_key, timeout_s=timeout_s,
+    )  # fmt: skip
+    check = compare_with_kit(
+        bench, records, tolerance=tolerance,
+        kit_acceptance_rate=getattr(kit_delta, "acceptance_rate", None),
+        kit_acceptance_length=getattr(kit_delta, "mean_acceptance_length", None),
+    )  # fmt: skip
+    (out / "crosscheck.json").write_text(json.dumps(check.to_dict(), indent=1), encoding="utf-8")
+    return check
 
 
 if __name__ == "__main__":

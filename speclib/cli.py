@@ -24,8 +24,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{s.name} ({'control' if s.is_control else s.speculative_config.get('method')})"
         for s in params.series
     )
-    print(f"{args.file}: OK — {params.name}: series {names}; "
-          f"{params.workload.replicates} replicate(s), concurrency {params.workload.concurrency}")
+    print(
+        f"{args.file}: OK — {params.name}: series {names}; "
+        f"{params.workload.replicates} replicate(s), concurrency {params.workload.concurrency}"
+    )
     return 0
 
 
@@ -39,8 +41,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = run_experiment(params, out=out, resume=bool(args.resume))
     print(f"report:  {result.report}\nsummary: {result.summary}")
     if result.failed_launches:
-        print(f"failed launches: {', '.join(result.failed_launches)} (see the report)",
-              file=sys.stderr)
+        print(
+            f"failed launches: {', '.join(result.failed_launches)} (see the report)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -78,6 +78,9 @@ SATURATION_SHARE = 0.9  # event-loop CPU / wall above this: the client, not the 
 _ERROR_BODY_BYTES = 4096
 _ERROR_EXCERPT_CHARS = 300
 _MAX_HEADER_BYTES = 65536
+_DONE_TAILS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
+_DONE_GRACE_S = 0.05  # after [DONE], how long to wait for the end of the HTTP framing
+_LAG_PERIOD_S = 0.01  # how often the loop-lag probe ticks
 _PARSE_SLICE_S = 0.0005  # the parser yields to the loop after this much work
 _SSE_SLICE_BYTES = 16384  # bytes of a finished body split into events at a time
 _PREWARM_TIMEOUT_S = 10.0
@@ -160,6 +163,10 @@ class RunOutcome:
     ``connections`` counts the TCP connections opened (one per slot when reuse works);
     ``queue_wait_max_s`` is the longest client-side wait between a request being due and
     being sent; ``parse_lag_max_s`` the longest a finished response waited for the parser.
+    ``loop_lag_p99_s`` / ``loop_lag_max_s``: how late a 10 ms probe timer ran on the event
+    loop (p99, max). Arrival stamps can be late by about as much, so a large value means
+    the client was starved of CPU (by itself or by other processes) even when it was not
+    ``saturated``.
     """
 
     n_ok: int
@@ -178,6 +185,8 @@ class RunOutcome:
     connections: int = 0
     queue_wait_max_s: float = 0.0
     parse_lag_max_s: float = 0.0
+    loop_lag_p99_s: float = 0.0
+    loop_lag_max_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (tuples as lists), e.g. for a launch's ``status.json``."""
@@ -436,6 +445,7 @@ class _Response:
 
     __slots__ = (
         "_chunk",
+        "_grace",
         "_head",
         "_left",
         "_mode",
@@ -470,8 +480,11 @@ class _Response:
         self._mode = _HEAD
         self._chunk = _SIZE
         self._left = 0
+        self._grace: asyncio.TimerHandle | None = None
 
     def finish(self, end: str, detail: str = "") -> None:
+        if self._grace is not None:
+            self._grace.cancel()
         if self.end is None:
             self.end, self.detail = end, detail
             if end != "complete":
@@ -514,6 +527,14 @@ class _Response:
             self.keep_alive = False
         if len(self.body) > before:
             self.arrivals.append((len(self.body), t))
+            if self.end is None and self._grace is None and self.body.endswith(_DONE_TAILS):
+                # [DONE] is in, the framing's end is not (yet): do not wait for it forever.
+                self._grace = self.done.get_loop().call_later(_DONE_GRACE_S, self._after_done)
+
+    def _after_done(self) -> None:
+        self._grace = None
+        self.keep_alive = False  # the framing never ended: this connection is unusable
+        self.finish("complete")
 
     def lost(self, exc: BaseException | None) -> None:
         """The connection closed (EOF or error)."""
@@ -758,6 +779,35 @@ async def _exchange(pool: _Pool, request: bytes, acc: _Acc, timeout_s: float) ->
 
 
 # --------------------------------------------------------------------------- parsing
+
+
+class _LagProbe:
+    """A timer that ticks every ``_LAG_PERIOD_S`` and records how late each tick ran."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self.lags: list[float] = []
+
+    def start(self) -> None:
+        self._due = time.perf_counter() + _LAG_PERIOD_S
+        self._handle = self._loop.call_later(_LAG_PERIOD_S, self._tick)
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.lags.append(max(0.0, now - self._due))
+        self._due = now + _LAG_PERIOD_S
+        self._handle = self._loop.call_later(_LAG_PERIOD_S, self._tick)
+
+    def stop(self) -> tuple[float, float]:
+        """(p99, max) lag in seconds."""
+        if self._handle is not None:
+            self._handle.cancel()
+        if not self.lags:
+            return 0.0, 0.0
+        ordered = sorted(self.lags)
+        return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], ordered[-1]
 
 
 class _Parser:
@@ -1087,10 +1137,12 @@ async def run_requests(
     loop = asyncio.get_running_loop()
     pool = _Pool(endpoint, loop)
     parser = _Parser(loop)
+    probe = _LagProbe(loop)
     writer = _SinkThread(sink)
     queue_waits: list[float] = []
     try:
         await pool.prewarm(min(concurrency, len(specs)))
+        probe.start()
         cpu0, loop_cpu0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
         try:
             skipped = await _dispatch(
@@ -1108,6 +1160,7 @@ async def run_requests(
             wall = time.perf_counter() - wall0
             loop_cpu = time.thread_time() - loop_cpu0
             cpu = time.process_time() - cpu0
+            lag_p99, lag_max = probe.stop()
     finally:
         await parser.close()
         await pool.close()
@@ -1131,6 +1184,8 @@ async def run_requests(
         connections=pool.opened,
         queue_wait_max_s=max(queue_waits, default=0.0),
         parse_lag_max_s=parser.max_lag,
+        loop_lag_p99_s=lag_p99,
+        loop_lag_max_s=lag_max,
     )
 
 

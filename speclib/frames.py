@@ -26,8 +26,14 @@ _KEY = ["replicate", "level", "prompt_id", "repeat"]
 
 def _spec_fields(spec: dict[str, Any] | None) -> dict[str, Any]:
     if not spec:
-        return {"spec_rate": None, "spec_mean_len": None, "spec_draft_tokens": None,
-                "spec_accepted": None, "spec_steps": None, "spec_no_drafts": None}
+        return {
+            "spec_rate": None,
+            "spec_mean_len": None,
+            "spec_draft_tokens": None,
+            "spec_accepted": None,
+            "spec_steps": None,
+            "spec_no_drafts": None,
+        }
     drafts = spec.get("num_draft_tokens")
     no_drafts = drafts == 0
     return {
@@ -65,8 +71,7 @@ def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
     return df
 
 
-def load_records(run_dir: str | os.PathLike[str], *, phase: str | None = "measure"
-                 ) -> pd.DataFrame:
+def load_records(run_dir: str | os.PathLike[str], *, phase: str | None = "measure") -> pd.DataFrame:
     """All request records of a run folder as a DataFrame (``phase=None`` keeps warm-up)."""
     path = RunDir.at(run_dir).requests
     if not Path(path).exists():
@@ -103,8 +108,21 @@ class PairedFrame:
 
 def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFrame:
     """Match ``experiment`` rows to ``control`` rows by replicate, load level, prompt, repeat."""
-    cols = [*_KEY, "ok", "ttft_s", "tpot_s", "e2e_s", "output_tokens", "text", "token_ids",
-            "category", "spec_rate", "spec_mean_len", "spec_steps", "chunk_tokens"]
+    cols = [
+        *_KEY,
+        "ok",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "output_tokens",
+        "text",
+        "token_ids",
+        "category",
+        "spec_rate",
+        "spec_mean_len",
+        "spec_steps",
+        "chunk_tokens",
+    ]
     c = df[df["series"] == control][cols]
     e = df[df["series"] == experiment][cols]
     merged = c.merge(e, on=_KEY, how="outer", suffixes=("_c", "_e"), indicator=True)

@@ -156,13 +156,21 @@ def server_for(
     tmpdir = Path(tempfile.mkdtemp(prefix="speclib-"))  # short: vLLM puts IPC sockets here
     try:
         spec = build_launch_spec(
-            params, series, log_path=ldir / "server.log", pidfile=rd.pidfile,
-            tmpdir=tmpdir, cache_root=ldir / "vllm-cache",
+            params,
+            series,
+            log_path=ldir / "server.log",
+            pidfile=rd.pidfile,
+            tmpdir=tmpdir,
+            cache_root=ldir / "vllm-cache",
         )
         write_json_atomic(
             ldir / "command.json",
-            {"argv": srv.redact_argv(spec.argv), "env": safe_env(dict(spec.env)),
-             "port": spec.port, "host": spec.host},
+            {
+                "argv": srv.redact_argv(spec.argv),
+                "env": safe_env(dict(spec.env)),
+                "port": spec.port,
+                "host": spec.host,
+            },
         )
         with srv.running(spec) as handle:
             yield spec.base_url, handle, spec

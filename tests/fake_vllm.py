@@ -60,8 +60,13 @@ def _script(spec: dict | None, with_metrics: bool) -> Script:
         "acceptance_histogram": [0] * (k + 1),
         "num_spec_tokens": k,
     }
-    return Script(n_tokens=n, ttft_s=0.01, step_s=step * 1.3, tokens_per_chunk=(1, per_chunk),
-                  spec=metrics if with_metrics else None)
+    return Script(
+        n_tokens=n,
+        ttft_s=0.01,
+        step_s=step * 1.3,
+        tokens_per_chunk=(1, per_chunk),
+        spec=metrics if with_metrics else None,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -71,8 +76,10 @@ def main(argv: list[str]) -> int:
     if args.per_request_spec_decode_metrics not in (None, "none") and spec is None:
         _refuse("--per-request-spec-decode-metrics requires speculative decoding to be enabled")
     if spec and "tensor_parallel_size" in spec:
-        _refuse("'tensor_parallel_size' is not a valid argument in the speculative_config. "
-                "Please pass 'draft_tensor_parallel_size' instead.")
+        _refuse(
+            "'tensor_parallel_size' is not a valid argument in the speculative_config. "
+            "Please pass 'draft_tensor_parallel_size' instead."
+        )
     for path in (args.model, (spec or {}).get("model")):
         if path and path.startswith("/") and not Path(path).is_dir():
             _refuse(f"Invalid repository ID or local directory specified: '{path}'")

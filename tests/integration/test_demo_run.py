@@ -16,9 +16,24 @@ from tests.helpers import vllm_server_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-CONTRACT = ("series", "replicate", "prompt_id", "ok", "error", "t_start", "ttft_s", "tpot_s",
-            "e2e_s", "prompt_tokens", "output_tokens", "chunk_offsets_s", "chunk_tokens",
-            "finish_reason", "text", "spec")
+CONTRACT = (
+    "series",
+    "replicate",
+    "prompt_id",
+    "ok",
+    "error",
+    "t_start",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "prompt_tokens",
+    "output_tokens",
+    "chunk_offsets_s",
+    "chunk_tokens",
+    "finish_reason",
+    "text",
+    "spec",
+)
 
 
 def _lines(run):
@@ -26,14 +41,26 @@ def _lines(run):
 
 
 def test_run_folder_holds_the_contract(demo_run):
-    for name in ("manifest.json", "requests.jsonl", "summary.json", "report.html",
-                 "params.yaml", "notebooks/00_setup.ipynb", "notebooks/20_analysis.ipynb"):
+    for name in (
+        "manifest.json",
+        "requests.jsonl",
+        "summary.json",
+        "report.html",
+        "params.yaml",
+        "notebooks/00_setup.ipynb",
+        "notebooks/20_analysis.ipynb",
+    ):
         assert (demo_run / name).is_file(), name
     for lid in ("control-r0", "draft-k4-r0", "ngram-k4-r0"):
         launch = demo_run / "launches" / lid
         assert (demo_run / "notebooks" / f"10_series-{lid}.ipynb").is_file()
-        for name in ("server.log", "metrics_before.prom", "metrics_after.prom", "status.json",
-                     "command.json"):
+        for name in (
+            "server.log",
+            "metrics_before.prom",
+            "metrics_after.prom",
+            "status.json",
+            "command.json",
+        ):
             assert (launch / name).is_file(), f"{lid}/{name}"
     lines = _lines(demo_run)
     assert lines and all(all(k in line for k in CONTRACT) for line in lines)
@@ -63,8 +90,11 @@ def test_greedy_text_identical_to_control(demo_run):
 
 
 def test_acceptance_present_and_in_unit_interval(demo_run):
-    recs = [r for r in read_records(demo_run / "requests.jsonl")
-            if r.phase == "measure" and r.series == "draft-k4"]
+    recs = [
+        r
+        for r in read_records(demo_run / "requests.jsonl")
+        if r.phase == "measure" and r.series == "draft-k4"
+    ]
     rates = [r.spec["draft_acceptance_rate"] for r in recs]
     assert all(0 < x <= 1 for x in rates)
     control = [r for r in read_records(demo_run / "requests.jsonl") if r.series == "control"]
@@ -108,5 +138,5 @@ def test_report_first_screen_states_the_verdict(demo_run):
     html = (demo_run / "report.html").read_text()
     assert "speclib-verdict" in html
     assert "draft-k4" in html and "ADOPT" in html
-    assert "<script src=\"http" not in html
+    assert '<script src="http' not in html
     assert "import " not in html.split("speclib-verdict")[0].split("<body")[-1]

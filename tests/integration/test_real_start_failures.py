@@ -24,15 +24,28 @@ def target_dir() -> Path:
 
 def _launch(tmp_path: Path, target: Path, spec: dict) -> srv.ServerStartError:
     argv = srv.build_vllm_argv(
-        model=str(target), host="127.0.0.1", port=srv.free_port(), speculative_config=spec,
-        per_request_metrics=True, max_model_len=512, dtype="float32", enforce_eager=True,
+        model=str(target),
+        host="127.0.0.1",
+        port=srv.free_port(),
+        speculative_config=spec,
+        per_request_metrics=True,
+        max_model_len=512,
+        dtype="float32",
+        enforce_eager=True,
     )
     launch = srv.LaunchSpec(
-        argv=argv, host="127.0.0.1", port=int(argv[argv.index("--port") + 1]),
-        served_model=str(target), log_path=tmp_path / "server.log",
-        env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-             "VLLM_CACHE_ROOT": str(tmp_path / "cache")},
-        start_timeout_s=600, pidfile=tmp_path / "server.pid",
+        argv=argv,
+        host="127.0.0.1",
+        port=int(argv[argv.index("--port") + 1]),
+        served_model=str(target),
+        log_path=tmp_path / "server.log",
+        env={
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
+        },
+        start_timeout_s=600,
+        pidfile=tmp_path / "server.pid",
     )
     t0 = time.monotonic()
     with pytest.raises(srv.ServerStartError) as info:
@@ -51,13 +64,24 @@ def test_broken_draft_checkpoint(tmp_path, target_dir):
     draft = tmp_path / "broken-draft"
     draft.mkdir()
     (draft / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    err = _launch(tmp_path, target_dir,
-                  {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 2})
+    err = _launch(
+        tmp_path,
+        target_dir,
+        {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 2},
+    )
     assert err.log_tail.strip()
     assert str(tmp_path / "server.log") in str(err)
 
 
 def test_tensor_parallel_size_inside_speculative_config(tmp_path, target_dir):
-    err = _launch(tmp_path, target_dir, {"method": "ngram", "num_speculative_tokens": 2,
-                                         "prompt_lookup_max": 2, "tensor_parallel_size": 1})
+    err = _launch(
+        tmp_path,
+        target_dir,
+        {
+            "method": "ngram",
+            "num_speculative_tokens": 2,
+            "prompt_lookup_max": 2,
+            "tensor_parallel_size": 1,
+        },
+    )
     assert "draft_tensor_parallel_size" in err.log_tail

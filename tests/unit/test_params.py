@@ -26,8 +26,14 @@ def _base(tmp_path: Path) -> dict:
         "server": {"model": str(draft)},
         "series": [
             {"name": "control"},
-            {"name": "exp", "speculative_config": {
-                "method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}},
+            {
+                "name": "exp",
+                "speculative_config": {
+                    "method": "draft_model",
+                    "model": str(draft),
+                    "num_speculative_tokens": 3,
+                },
+            },
         ],
         "workload": {"prompts": "prompts.jsonl"},
     }
@@ -91,10 +97,24 @@ def test_missing_local_model_folder(tmp_path):
     [
         ({"method": "medusa2", "num_speculative_tokens": 2}, "unknown speculative method"),
         ({"method": "ngram", "num_speculative_tokens": 0}, "positive integer"),
-        ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5,
-          "prompt_lookup_max": 2}, "prompt_lookup_min (5) must be <= prompt_lookup_max (2)"),
-        ({"method": "draft_model", "model": "x/y", "num_speculative_tokens": 3,
-          "tensor_parallel_size": 1}, "draft_tensor_parallel_size"),
+        (
+            {
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "prompt_lookup_min": 5,
+                "prompt_lookup_max": 2,
+            },
+            "prompt_lookup_min (5) must be <= prompt_lookup_max (2)",
+        ),
+        (
+            {
+                "method": "draft_model",
+                "model": "x/y",
+                "num_speculative_tokens": 3,
+                "tensor_parallel_size": 1,
+            },
+            "draft_tensor_parallel_size",
+        ),
         ({"method": "draft_model", "num_speculative_tokens": 3}, "needs 'model'"),
     ],
 )
@@ -114,8 +134,9 @@ def test_per_request_metrics_on_control_refused(tmp_path):
 
 def test_duplicate_series_names(tmp_path):
     data = _base(tmp_path)
-    data["series"].append({"name": "exp", "speculative_config": {
-        "method": "ngram", "num_speculative_tokens": 2}})
+    data["series"].append(
+        {"name": "exp", "speculative_config": {"method": "ngram", "num_speculative_tokens": 2}}
+    )
     assert "duplicate series names: ['exp']" in _error(tmp_path, data)
 
 
@@ -176,7 +197,10 @@ def test_cli_validate_typo_gets_one_line_answer(tmp_path):
     path = _write(tmp_path, data)
     proc = subprocess.run(
         [sys.executable, "-m", "speclib", "validate", str(path)],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "workload.temprature: unknown key" in proc.stderr

@@ -28,19 +28,44 @@ FAKE = REPO / "tests" / "fake_vllm.py"
 
 def _params(tmp: Path, n_prompts: int = 10, **over) -> Path:
     prompts = tmp / "prompts.jsonl"
-    prompts.write_text("".join(
-        json.dumps({"id": f"p{i}", "category": "c", "messages": [
-            {"role": "user", "content": f"prompt number {i}"}]}) + "\n"
-        for i in range(n_prompts)))
+    prompts.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"p{i}",
+                    "category": "c",
+                    "messages": [{"role": "user", "content": f"prompt number {i}"}],
+                }
+            )
+            + "\n"
+            for i in range(n_prompts)
+        )
+    )
     data = {
         "name": "fault",
-        "server": {"model": str(tmp), "launcher": [sys.executable, str(FAKE)],
-                   "start_timeout_s": 30},
-        "series": [{"name": "control"}, {"name": "spec", "speculative_config": {
-            "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
-            "prompt_lookup_max": 3}}],
-        "workload": {"prompts": str(prompts), "max_tokens": 16, "warmup_requests": 1,
-                     "request_timeout_s": 20},
+        "server": {
+            "model": str(tmp),
+            "launcher": [sys.executable, str(FAKE)],
+            "start_timeout_s": 30,
+        },
+        "series": [
+            {"name": "control"},
+            {
+                "name": "spec",
+                "speculative_config": {
+                    "method": "ngram",
+                    "num_speculative_tokens": 3,
+                    "prompt_lookup_min": 1,
+                    "prompt_lookup_max": 3,
+                },
+            },
+        ],
+        "workload": {
+            "prompts": str(prompts),
+            "max_tokens": 16,
+            "warmup_requests": 1,
+            "request_timeout_s": 20,
+        },
         "analysis": {"n_resamples": 500},
     }
     for section, values in over.items():
@@ -51,8 +76,14 @@ def _params(tmp: Path, n_prompts: int = 10, **over) -> Path:
 
 
 def _run(args: list[str], env: dict | None = None, timeout: float = 180):
-    return subprocess.run([sys.executable, "-m", "speclib", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "speclib", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _fake_servers() -> list[int]:
@@ -67,8 +98,11 @@ def _fake_servers() -> list[int]:
 def _wait_gone(timeout: float = 15) -> list[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [p for p in _fake_servers() if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            p
+            for p in _fake_servers()
+            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
         if not alive:
             return []
         time.sleep(0.2)
@@ -80,8 +114,10 @@ def _lines(run: Path) -> list[dict]:
 
 
 def test_crash_mid_series_keeps_records_marks_rest_and_reports(tmp_path):
-    params = _params(tmp_path, server={"env": {"FAKE_VLLM_DIE_AFTER_REQUESTS": "5",
-                                               "FAKE_VLLM_DIE_ONLY_SPEC": "1"}})
+    params = _params(
+        tmp_path,
+        server={"env": {"FAKE_VLLM_DIE_AFTER_REQUESTS": "5", "FAKE_VLLM_DIE_ONLY_SPEC": "1"}},
+    )
     run = tmp_path / "run"
     proc = _run(["run", str(params), "--out", str(run)])
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -89,8 +125,11 @@ def test_crash_mid_series_keeps_records_marks_rest_and_reports(tmp_path):
     status = json.loads((run / "launches" / "spec-r0" / "status.json").read_text())
     assert not status["ok"] and "server died" in status["error"]
     assert "exit code 3" in status["error"] and "engine core died" in status["error"]
-    recs = [r for r in read_records(run / "requests.jsonl") if r.series == "spec"
-            and r.phase == "measure"]
+    recs = [
+        r
+        for r in read_records(run / "requests.jsonl")
+        if r.series == "spec" and r.phase == "measure"
+    ]
     assert len(recs) == 10  # every prompt has a record: done, failed or not attempted
     assert 1 <= sum(r.ok for r in recs) <= 4
     assert any(r.error and r.error.startswith("not attempted") for r in recs)
@@ -106,9 +145,15 @@ def test_interrupt_stops_servers_and_keeps_records(tmp_path, sig):
     params = _params(tmp_path, n_prompts=40)
     run = tmp_path / "run"
     env = {**os.environ, "FAKE_VLLM_STEP_S": "0.05"}
-    proc = subprocess.Popen([sys.executable, "-m", "speclib", "run", str(params), "--out",
-                             str(run)], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "speclib", "run", str(params), "--out", str(run)],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if (run / "requests.jsonl").exists() and len(_lines(run)) >= 4:
@@ -135,9 +180,14 @@ def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
     params = _params(tmp_path, n_prompts=30)
     run = tmp_path / "run"
     slow = {**os.environ, "FAKE_VLLM_STEP_S": "0.05"}
-    proc = subprocess.Popen([sys.executable, "-m", "speclib", "run", str(params), "--out",
-                             str(run)], cwd=REPO, env=slow, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "speclib", "run", str(params), "--out", str(run)],
+        cwd=REPO,
+        env=slow,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         spec_lines = [x for x in _lines(run)] if (run / "requests.jsonl").exists() else []
@@ -164,9 +214,13 @@ def test_api_key_never_written_and_sensitive_prompts_warned(tmp_path):
     secret = "sk-speclibTEST" + os.urandom(8).hex()
     params = _params(tmp_path, server={"api_key_env": "SPECLIB_TEST_API_KEY"})
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(prompts.read_text() + json.dumps({
-        "id": "leaky", "messages": [{"role": "user", "content": "mail jane.doe@example.com"}]})
-        + "\n")
+    prompts.write_text(
+        prompts.read_text()
+        + json.dumps(
+            {"id": "leaky", "messages": [{"role": "user", "content": "mail jane.doe@example.com"}]}
+        )
+        + "\n"
+    )
     run = tmp_path / "run"
     proc = _run(["run", str(params), "--out", str(run)], env={"SPECLIB_TEST_API_KEY": secret})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -205,7 +259,10 @@ def test_setup_failure_is_one_message_before_any_server(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 4096}))
     (draft / "config.json").write_text(json.dumps({"vocab_size": 32000}))
     data["series"][1]["speculative_config"] = {
-        "method": "draft_model", "model": str(draft), "num_speculative_tokens": 3}
+        "method": "draft_model",
+        "model": str(draft),
+        "num_speculative_tokens": 3,
+    }
     params.write_text(yaml.safe_dump(data))
     proc = _run(["run", str(params), "--out", str(tmp_path / "run")])
     assert proc.returncode == 1

@@ -26,8 +26,13 @@ FAKE = Path(__file__).resolve().parents[1] / "fakeserver.py"
 
 def _spec(tmp_path: Path, argv: list[str], port: int, **kw) -> srv.LaunchSpec:
     return srv.LaunchSpec(
-        argv=tuple(argv), host="127.0.0.1", port=port, served_model="fake-model",
-        log_path=tmp_path / "server.log", pidfile=tmp_path / "server.pid", **kw,
+        argv=tuple(argv),
+        host="127.0.0.1",
+        port=port,
+        served_model="fake-model",
+        log_path=tmp_path / "server.log",
+        pidfile=tmp_path / "server.pid",
+        **kw,
     )
 
 
@@ -55,8 +60,9 @@ def test_build_argv_control_has_no_spec_flags():
 
 def test_build_argv_experiment_is_one_json_object():
     spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
-    argv = srv.build_vllm_argv(model="m", host="127.0.0.1", port=1, speculative_config=spec,
-                               per_request_metrics=True)
+    argv = srv.build_vllm_argv(
+        model="m", host="127.0.0.1", port=1, speculative_config=spec, per_request_metrics=True
+    )
     i = argv.index("--speculative-config")
     assert json.loads(argv[i + 1]) == spec
     j = argv.index("--per-request-spec-decode-metrics")
@@ -65,12 +71,18 @@ def test_build_argv_experiment_is_one_json_object():
 
 def test_redact_argv():
     assert srv.redact_argv(["x", "--api-key", "s3cret", "--api-key=abc"]) == [
-        "x", "--api-key", "***", "--api-key=***"]
+        "x",
+        "--api-key",
+        "***",
+        "--api-key=***",
+    ]
 
 
 def test_start_failure_raises_fast_with_exit_code_and_log_tail(tmp_path):
-    code = "import sys, time; print('loading model...'); time.sleep(0.5); " \
-           "print('ValueError: Invalid repository ID or local directory'); sys.exit(3)"
+    code = (
+        "import sys, time; print('loading model...'); time.sleep(0.5); "
+        "print('ValueError: Invalid repository ID or local directory'); sys.exit(3)"
+    )
     spec = _spec(tmp_path, [sys.executable, "-c", code], srv.free_port(), start_timeout_s=120)
     t0 = time.monotonic()
     with pytest.raises(srv.ServerStartError) as info:
@@ -83,12 +95,19 @@ def test_start_failure_raises_fast_with_exit_code_and_log_tail(tmp_path):
 
 
 def test_start_timeout_is_reported_and_child_killed(tmp_path):
-    spec = _spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(600)"],
-                 srv.free_port(), start_timeout_s=1.5)
+    spec = _spec(
+        tmp_path,
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        srv.free_port(),
+        start_timeout_s=1.5,
+    )
     with pytest.raises(srv.ServerStartError, match=r"start_timeout_s=1\.5"):
         srv.launch(spec)
-    pids = [p.pid for p in psutil.process_iter(["cmdline"])
-            if p.info["cmdline"] and "time.sleep(600)" in " ".join(p.info["cmdline"])]
+    pids = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and "time.sleep(600)" in " ".join(p.info["cmdline"])
+    ]
     assert all(_gone(pid) for pid in pids)
 
 
@@ -132,8 +151,8 @@ def test_reap_pidfile_after_kit_was_sigkilled(tmp_path):
         srv._set_pdeathsig = lambda: None  # simulate a platform without PDEATHSIG
         spec = srv.LaunchSpec(argv=({sys.executable!r}, {str(FAKE)!r}, "--port", "{port}"),
             host="127.0.0.1", port={port}, served_model="fake-model",
-            log_path=Path({str(tmp_path / 'server.log')!r}),
-            pidfile=Path({str(tmp_path / 'server.pid')!r}), start_timeout_s=60)
+            log_path=Path({str(tmp_path / "server.log")!r}),
+            pidfile=Path({str(tmp_path / "server.pid")!r}), start_timeout_s=60)
         h = srv.launch(spec)
         print("READY", h.pid, flush=True)
         time.sleep(600)
@@ -154,8 +173,9 @@ def test_reap_pidfile_after_kit_was_sigkilled(tmp_path):
 def test_reap_leaves_unrelated_process_alone(tmp_path):
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (tmp_path / "server.pid").write_text(json.dumps(
-            {"pid": other.pid, "pgid": other.pid, "argv": ["python", "-m", "vllm"]}))
+        (tmp_path / "server.pid").write_text(
+            json.dumps({"pid": other.pid, "pgid": other.pid, "argv": ["python", "-m", "vllm"]})
+        )
         assert srv.reap_pidfile(tmp_path / "server.pid") == []
         assert other.poll() is None
     finally:
