@@ -49,6 +49,7 @@ __all__ = [
     "format_crosscheck",
     "install_vllm_metadata_shim",
     "load_bench_result",
+    "merge_bench_results",
     "parse_bench_result",
     "run_vllm_bench",
     "write_custom_dataset",
@@ -264,6 +265,24 @@ def _ms(values: Sequence[float], how: str) -> float | None:
     return 1000 * (ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
 
 
+def _summary(reqs: Sequence[BenchRequest], data: Mapping[str, Any]) -> dict[str, float | None]:
+    """Latency summary (ms): vLLM's own values from ``data`` when present, else computed
+    from the per-request detail with vLLM's formulas."""
+    ok = [r for r in reqs if r.ok]
+    columns = {
+        "ttft": [r.ttft_s for r in ok if r.ttft_s is not None],
+        "tpot": [t for r in ok if (t := r.tpot_s) is not None],
+        "e2el": [r.latency_s for r in ok if r.latency_s is not None],
+    }
+    out: dict[str, float | None] = {}
+    for metric, values in columns.items():
+        for how in ("mean", "median", "p99"):
+            key = f"{how}_{metric}_ms"
+            value = _num(data.get(key))
+            out[key] = value if value is not None else _ms(values, how)
+    return out
+
+
 def parse_bench_result(data: Mapping[str, Any]) -> BenchResult:
     """A :class:`BenchResult` from the parsed JSON that ``vllm bench serve`` saved.
 
@@ -274,35 +293,69 @@ def parse_bench_result(data: Mapping[str, Any]) -> BenchResult:
     if "completed" not in data:
         raise ValueError("not a vllm bench serve result: no 'completed' key")
     reqs = _requests_of(data)
-    ok = [r for r in reqs if r.ok]
-    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpots = [t for r in ok if (t := r.tpot_s) is not None]
-    lats = [r.latency_s for r in ok if r.latency_s is not None]
-
-    def pick(key: str, values: Sequence[float], how: str) -> float | None:
-        value = _num(data.get(key))
-        return value if value is not None else _ms(values, how)
-
+    summary = _summary(reqs, data)
     rate = _num(data.get("spec_decode_acceptance_rate"))
     return BenchResult(
         completed=_int(data.get("completed")) or 0,
         failed=_int(data.get("failed")) or 0,
         duration_s=_num(data.get("duration")),
         max_concurrency=_int(data.get("max_concurrency")),
-        mean_ttft_ms=pick("mean_ttft_ms", ttfts, "mean"),
-        median_ttft_ms=pick("median_ttft_ms", ttfts, "median"),
-        p99_ttft_ms=pick("p99_ttft_ms", ttfts, "p99"),
-        mean_tpot_ms=pick("mean_tpot_ms", tpots, "mean"),
-        median_tpot_ms=pick("median_tpot_ms", tpots, "median"),
-        p99_tpot_ms=pick("p99_tpot_ms", tpots, "p99"),
-        mean_e2el_ms=pick("mean_e2el_ms", lats, "mean"),
-        median_e2el_ms=pick("median_e2el_ms", lats, "median"),
+        mean_ttft_ms=summary["mean_ttft_ms"],
+        median_ttft_ms=summary["median_ttft_ms"],
+        p99_ttft_ms=summary["p99_ttft_ms"],
+        mean_tpot_ms=summary["mean_tpot_ms"],
+        median_tpot_ms=summary["median_tpot_ms"],
+        p99_tpot_ms=summary["p99_tpot_ms"],
+        mean_e2el_ms=summary["mean_e2el_ms"],
+        median_e2el_ms=summary["median_e2el_ms"],
         acceptance_rate=rate / 100 if rate is not None else None,
         acceptance_length=_num(data.get("spec_decode_acceptance_length")),
         num_drafts=_int(data.get("spec_decode_num_drafts")),
         draft_tokens=_int(data.get("spec_decode_draft_tokens")),
         accepted_tokens=_int(data.get("spec_decode_accepted_tokens")),
         requests=reqs,
+    )
+
+
+def merge_bench_results(results: Sequence[BenchResult]) -> BenchResult:
+    """Several runs of the same load pooled as one: summary recomputed from all requests
+    (vLLM's formulas), spec-decode counters summed (acceptance as vLLM derives it)."""
+    if not results:
+        raise ValueError("`results` is empty")
+    if len(results) == 1:
+        return results[0]
+    reqs = tuple(r for res in results for r in res.requests)
+    summary = _summary(reqs, {})
+
+    def total(name: str) -> int | None:
+        values = [getattr(res, name) for res in results]
+        return None if any(v is None for v in values) else sum(values)
+
+    drafts, drafted, accepted = total("num_drafts"), total("draft_tokens"), total("accepted_tokens")
+    durations = [res.duration_s for res in results]
+    return BenchResult(
+        completed=sum(res.completed for res in results),
+        failed=sum(res.failed for res in results),
+        duration_s=None if None in durations else sum(durations),  # type: ignore[arg-type]
+        max_concurrency=results[0].max_concurrency,
+        mean_ttft_ms=summary["mean_ttft_ms"],
+        median_ttft_ms=summary["median_ttft_ms"],
+        p99_ttft_ms=summary["p99_ttft_ms"],
+        mean_tpot_ms=summary["mean_tpot_ms"],
+        median_tpot_ms=summary["median_tpot_ms"],
+        p99_tpot_ms=summary["p99_tpot_ms"],
+        mean_e2el_ms=summary["mean_e2el_ms"],
+        median_e2el_ms=summary["median_e2el_ms"],
+        acceptance_rate=accepted / drafted if accepted is not None and drafted else None,
+        acceptance_length=1 + accepted / drafts if accepted is not None and drafts else None,
+        num_drafts=drafts,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        requests=reqs,
+        result_path=";".join(res.result_path or "" for res in results),
+        log_path=";".join(res.log_path or "" for res in results),
+        argv=results[0].argv,
+        wall_s=sum(res.wall_s or 0.0 for res in results),
     )
 
 
@@ -407,28 +460,47 @@ def bench_argv(
     if not isinstance(num_prompts, int) or num_prompts < 1:
         raise ValueError(f"`num_prompts` must be a positive integer, got {num_prompts!r}")
     argv = [
-        python or sys.executable, "-m", "speclib.benchcheck",
-        "--backend", "openai-chat",
-        "--base-url", _server_root(base_url),
-        "--endpoint", "/v1/chat/completions",
-        "--model", model,
-        "--dataset-name", "custom",
-        "--dataset-path", str(dataset_path),
+        python or sys.executable,
+        "-m",
+        "speclib.benchcheck",
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        _server_root(base_url),
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        model,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset_path),
         "--disable-shuffle",
         "--skip-chat-template",
-        "--custom-output-len", str(max_tokens),
-        "--num-prompts", str(num_prompts),
-        "--max-concurrency", str(concurrency),
-        "--request-rate", "inf",
-        "--num-warmups", "0",
-        "--ready-check-timeout-sec", str(ready_check_timeout_s),
-        "--percentile-metrics", "ttft,tpot,itl,e2el",
-        "--metric-percentiles", "50,90,99",
+        "--custom-output-len",
+        str(max_tokens),
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--num-warmups",
+        "0",
+        "--ready-check-timeout-sec",
+        str(ready_check_timeout_s),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,99",
         "--disable-tqdm",
-        "--save-result", "--save-detailed",
-        "--result-dir", str(result_dir),
-        "--result-filename", result_filename,
-    ]  # fmt: skip
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        result_filename,
+    ]
     if tokenizer_dir is not None:
         argv += ["--tokenizer", str(tokenizer_dir)]
     else:
@@ -496,8 +568,9 @@ def run_vllm_bench(
     parameters should be the kit's workload's; with ``match_kit_stream_options`` the
     requests also ask for per-chunk usage as the kit's do, so the server does the same
     work for both clients. ``cache_salt`` keeps the bench's prompts out of the prefix cache
-    entries the kit's requests made (and the other way round). Files go to ``out_dir``: the dataset, the result JSON and the
-    bench's log. ``api_key`` reaches the bench as ``OPENAI_API_KEY`` (never in argv).
+    entries the kit's requests made (and the other way round). Files go to ``out_dir``:
+    the dataset, the result JSON and the bench's log. ``api_key`` reaches the bench as
+    ``OPENAI_API_KEY`` (never in argv).
 
     Raises :class:`BenchCheckError` (with the log tail) if the bench fails, times out or
     writes no result; ``ValueError`` for bad arguments.
@@ -521,11 +594,21 @@ def run_vllm_bench(
     result_path = out / _RESULT_FILENAME
     result_path.unlink(missing_ok=True)
     argv = bench_argv(
-        base_url=base_url, model=model, dataset_path=dataset, num_prompts=n,
-        max_tokens=max_tokens, concurrency=concurrency, result_dir=out,
-        tokenizer_dir=tokenizer_dir, temperature=temperature, top_p=top_p, top_k=top_k,
-        ignore_eos=ignore_eos, extra_body=extra, python=python,
-    )  # fmt: skip
+        base_url=base_url,
+        model=model,
+        dataset_path=dataset,
+        num_prompts=n,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+        result_dir=out,
+        tokenizer_dir=tokenizer_dir,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        ignore_eos=ignore_eos,
+        extra_body=extra,
+        python=python,
+    )
     child_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     child_env.pop("OPENAI_API_KEY", None)
     if api_key:
@@ -779,18 +862,23 @@ def crosscheck_server(
     tokenizer_dir: str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     api_key: str | None = None,
+    rounds: int = 2,
     timeout_s: float = 1800.0,
 ) -> CrossCheck:
     """Measure one running server with the kit and with ``vllm bench serve``, back to back.
 
     ``params`` is an experiment params file (path) or ``ExperimentParams``; its workload
     gives the prompts, repeats, sampling and (unless ``concurrency``) the first concurrency
-    level. The kit warms the server up, sends the prompts (records go to
-    ``out_dir/kit_requests.jsonl``), then vllm bench sends the same prompts (files in
-    ``out_dir/vllm_bench``). Each run gets its own cache salt, so neither reuses the
+    level. The kit warms the server up; then, ``rounds`` times, the kit sends the prompts
+    (records go to ``out_dir/kit_requests.jsonl``) and vllm bench sends the same prompts
+    (files in ``out_dir/vllm_bench/round-<r>``), in the order kit, bench, bench, kit, … so
+    a slow drift of the machine's load does not favour either side; each side's requests
+    are pooled over the rounds. Each run gets its own cache salt, so neither reuses the
     other's prefix cache. Acceptance on both sides comes from the server's ``/metrics``
-    during that side's run. The check is written to ``out_dir/crosscheck.json``.
+    during that side's runs. The check is written to ``out_dir/crosscheck.json``.
     """
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"`rounds` must be a positive integer, got {rounds!r}")
     from speclib.client import RequestSpec, build_request_body, run_requests_sync
     from speclib.params import ExperimentParams, load_params
     from speclib.prompts import load_prompts
@@ -826,44 +914,87 @@ def crosscheck_server(
                     min_tokens=wl.min_tokens,
                     cache_salt=cache_salt,
                 ),
-            )  # fmt: skip
+            )
             for rep in range(repeats)
             for p in items
         ]
 
-    common = {"base_url": base_url, "concurrency": conc, "series": "crosscheck",
-              "replicate": 0, "launch_id": "crosscheck", "api_key": api_key,
-              "timeout_s": wl.request_timeout_s}  # fmt: skip
+    common = {
+        "base_url": base_url,
+        "concurrency": conc,
+        "series": "crosscheck",
+        "replicate": 0,
+        "launch_id": "crosscheck",
+        "api_key": api_key,
+        "timeout_s": wl.request_timeout_s,
+    }
     if wl.warmup_requests:
         warm = [
-            type(p)(id=f"warmup-{i}", category="warmup", messages=(
-                {"role": "user", "content": f"Warm-up {i}. " + p.messages[-1]["content"]},))
+            type(p)(
+                id=f"warmup-{i}",
+                category="warmup",
+                messages=(
+                    {"role": "user", "content": f"Warm-up {i}. " + p.messages[-1]["content"]},
+                ),
+            )
             for i, p in enumerate(prompts[: wl.warmup_requests])
-        ]  # fmt: skip
-        run_requests_sync(specs=specs(warm, 1, f"{salt}-warmup"), sink=lambda r: None,
-                          phase="warmup", **common)  # fmt: skip
+        ]
+        run_requests_sync(
+            specs=specs(warm, 1, f"{salt}-warmup"), sink=lambda r: None, phase="warmup", **common
+        )
     records: list[Any] = []
-    _, before = _spec_delta(base_url, api_key, None)
+    benches: list[BenchResult] = []
+    counts = [0, 0, 0]  # the kit's drafts, draft tokens, accepted tokens (from /metrics)
     with (out / "kit_requests.jsonl").open("w", encoding="utf-8") as fh:
 
         def sink(rec: Any) -> None:
             append_record(fh, rec)
             records.append(rec)
 
-        run_requests_sync(specs=specs(prompts, wl.repeats, f"{salt}-kit"), sink=sink, **common)
-    kit_delta, _ = _spec_delta(base_url, api_key, before)
-    bench = run_vllm_bench(
-        base_url=base_url, model=model, tokenizer_dir=tokenizer, prompts=prompts,
-        repeats=wl.repeats, max_tokens=wl.max_tokens, concurrency=conc,
-        out_dir=out / "vllm_bench", temperature=wl.temperature, top_p=wl.top_p,
-        top_k=wl.top_k, seed=wl.seed, ignore_eos=wl.ignore_eos, min_tokens=wl.min_tokens,
-        cache_salt=f"{salt}-bench", api_key=api_key, timeout_s=timeout_s,
-    )  # fmt: skip
+        for r in range(rounds):
+            for side in ("kit", "bench") if r % 2 == 0 else ("bench", "kit"):
+                if side == "kit":
+                    _, before = _spec_delta(base_url, api_key, None)
+                    run_requests_sync(
+                        specs=specs(prompts, wl.repeats, f"{salt}-kit-{r}"),
+                        sink=sink,
+                        **{**common, "replicate": r},
+                    )
+                    delta, _ = _spec_delta(base_url, api_key, before)
+                    if delta is not None:
+                        counts[0] += delta.num_drafts
+                        counts[1] += delta.num_draft_tokens
+                        counts[2] += delta.num_accepted_tokens
+                    continue
+                benches.append(
+                    run_vllm_bench(
+                        base_url=base_url,
+                        model=model,
+                        tokenizer_dir=tokenizer,
+                        prompts=prompts,
+                        repeats=wl.repeats,
+                        max_tokens=wl.max_tokens,
+                        concurrency=conc,
+                        out_dir=out / "vllm_bench" / f"round-{r}",
+                        temperature=wl.temperature,
+                        top_p=wl.top_p,
+                        top_k=wl.top_k,
+                        seed=wl.seed,
+                        ignore_eos=wl.ignore_eos,
+                        min_tokens=wl.min_tokens,
+                        cache_salt=f"{salt}-bench-{r}",
+                        api_key=api_key,
+                        timeout_s=timeout_s,
+                    )
+                )
+    drafts, drafted, accepted = counts
     check = compare_with_kit(
-        bench, records, tolerance=tolerance,
-        kit_acceptance_rate=getattr(kit_delta, "acceptance_rate", None),
-        kit_acceptance_length=getattr(kit_delta, "mean_acceptance_length", None),
-    )  # fmt: skip
+        merge_bench_results(benches),
+        records,
+        tolerance=tolerance,
+        kit_acceptance_rate=accepted / drafted if drafted else None,
+        kit_acceptance_length=1 + accepted / drafts if drafts else None,
+    )
     (out / "crosscheck.json").write_text(json.dumps(check.to_dict(), indent=1), encoding="utf-8")
     return check
 

@@ -2,7 +2,8 @@
 
 ``speclib validate FILE`` · ``speclib run PARAMS [--out DIR] [--resume RUN_DIR]`` ·
 ``speclib analyze RUN_DIR [--params FILE]`` · ``speclib build-demo`` ·
-``speclib compare RUN_A RUN_B ...``. Errors are one clear message and a non-zero exit code
+``speclib compare RUN_A RUN_B ...`` · ``speclib crosscheck PARAMS --base-url URL``.
+Errors are one clear message and a non-zero exit code
 (2 for bad input, 1 for a failed run, 130 for an interruption); no traceback for expected
 failures.
 """
@@ -74,6 +75,33 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_crosscheck(args: argparse.Namespace) -> int:
+    import os
+
+    from speclib.benchcheck import BenchCheckError, crosscheck_server, format_crosscheck
+    from speclib.params import load_params
+
+    params = load_params(args.params)
+    key_env = params.server.api_key_env
+    try:
+        check = crosscheck_server(
+            params,
+            base_url=args.base_url,
+            out_dir=args.out,
+            concurrency=args.concurrency,
+            tokenizer_dir=args.tokenizer,
+            tolerance=args.tolerance,
+            rounds=args.rounds,
+            api_key=os.environ.get(key_env) if key_env else None,
+        )
+    except BenchCheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(format_crosscheck(check))
+    print(f"written: {Path(args.out) / 'crosscheck.json'}")
+    return 0 if check.tpot_agrees is not False else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="speclib",
@@ -99,6 +127,17 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("run_dirs", nargs="+")
     c.add_argument("--out", help="also write the table as HTML here")
     c.set_defaults(func=_cmd_compare)
+    x = sub.add_parser(
+        "crosscheck", help="kit vs vllm bench serve on one running server, same prompts"
+    )
+    x.add_argument("params", help="params YAML file (its workload: prompts, sampling, load)")
+    x.add_argument("--base-url", required=True, help="the running server, e.g. http://h:8000")
+    x.add_argument("--out", default="crosscheck", help="folder for both tools' raw results")
+    x.add_argument("--concurrency", type=int, help="default: the workload's first level")
+    x.add_argument("--tokenizer", help="local tokenizer dir (default: the params' model)")
+    x.add_argument("--tolerance", type=float, default=0.02, help="median TPOT, fraction")
+    x.add_argument("--rounds", type=int, default=2, help="kit/bench rounds, ABBA order")
+    x.set_defaults(func=_cmd_crosscheck)
     return p
 
 

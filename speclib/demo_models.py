@@ -1,17 +1,19 @@
 """The embedded default model pair: a tiny Llama target and draft built offline, on the CPU.
 
 No model hub is needed for the CPU demo: :func:`build_demo_pair` trains, deterministically
-and in about two minutes on two cores, a ~5 M-parameter Llama target and a ~1.2 M-parameter
-Llama draft that share one byte-level BPE tokenizer, on the synthetic chats of
-:mod:`speclib.prompts_gen`. The draft learns the same tasks as the target, so it agrees with
-it often on those prompts (draft-model speculation pays off) and rarely on unseen ones.
+and in about two and a half minutes on two idle cores, a 4-layer Llama target (3.8 M
+parameters) on the synthetic chats of :mod:`speclib.prompts_gen`, with one byte-level BPE
+tokenizer trained on the same chats. The draft (2.2 M parameters) starts as the target's
+embeddings, first two layers and head, and is then distilled on the target's next-token
+distributions, so it agrees with the target most of the time on those tasks (draft-model
+speculation pays off) and rarely on unseen prompts (it does not).
 
 Both folders are ordinary Hugging Face model folders (``config.json``, safetensors weights,
 ``generation_config.json``, a fast tokenizer with a chat template, eos = ``<|end|>``) that
 ``vllm serve <folder>`` and ``AutoTokenizer`` load. They are cached under
 ``$SPECLIB_CACHE`` (default ``~/.cache/speclib``) as ``demo-<key>/{target,draft}``, where
-``key`` hashes the :class:`DemoRecipe` and :data:`BUILDER_VERSION`, so a recipe change
-rebuilds. A build happens in a temporary folder renamed into place, under a file lock, so
+``key`` hashes the :class:`DemoRecipe`, :data:`BUILDER_VERSION` and the corpus, so a change
+of recipe rebuilds. A build happens in a temporary folder renamed into place, under a file lock, so
 concurrent callers build once and never see a half-written pair.
 
 torch, transformers and tokenizers are imported only when a build is needed.
@@ -65,7 +67,6 @@ __all__ = [
 BUILDER_VERSION = 1
 BOS_TOKEN, EOS_TOKEN, PAD_TOKEN = "<|begin|>", "<|end|>", "<|pad|>"
 SPECIAL_TOKENS = (BOS_TOKEN, EOS_TOKEN, "<|user|>", "<|assistant|>", "<|system|>", PAD_TOKEN)
-_ROLES = ("system", "user", "assistant")
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
@@ -95,18 +96,33 @@ class DemoRecipe:
     n_chats: int = 6000
     max_vocab: int = 4096  # BPE trainer cap; the corpus usually needs fewer
     max_position_embeddings: int = 1024
-    target: ModelShape = field(default_factory=lambda: ModelShape(6, 256, 688, 4))
-    draft: ModelShape = field(default_factory=lambda: ModelShape(2, 192, 512, 3))
-    target_steps: int = 300
-    draft_steps: int = 300
-    batch_size: int = 16
+    target: ModelShape = field(default_factory=lambda: ModelShape(4, 256, 688, 4))
+    draft_layers: int = 2  # the draft starts as the target's first layers, then is distilled
+    target_steps: int = 400
+    draft_steps: int = 150
+    batch_size: int = 8
     lr: float = 3e-3
     min_lr_ratio: float = 0.05
     warmup_steps: int = 20
     weight_decay: float = 0.01
     beta2: float = 0.95
+    tie_embeddings: bool = False  # tied tables make bigram cycles (A→B→C→A) hard to learn
     threads: int = 2
     eval_chats: int = 12  # held-out chats for the agreement check logged at the end
+
+    def __post_init__(self) -> None:
+        positive = ("n_chats", "target_steps", "draft_steps", "batch_size", "threads", "eval_chats")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+        if not 1 <= self.draft_layers < self.target.layers:
+            raise ValueError(
+                f"`draft_layers` must be between 1 and target.layers - 1 "
+                f"({self.target.layers - 1}), got {self.draft_layers!r}"
+            )
+        if self.target.hidden % self.target.heads:
+            raise ValueError(f"`target.hidden` must be a multiple of `target.heads`: {self.target}")
 
 
 DEFAULT_RECIPE = DemoRecipe()
@@ -128,8 +144,18 @@ class DemoPair:
 
 
 def recipe_key(recipe: DemoRecipe = DEFAULT_RECIPE) -> str:
-    """Short hash of ``recipe`` and :data:`BUILDER_VERSION` (12 hex digits)."""
-    blob = json.dumps({"builder": BUILDER_VERSION, "recipe": asdict(recipe)}, sort_keys=True)
+    """Short hash (12 hex digits) of ``recipe``, :data:`BUILDER_VERSION` and the corpus text.
+
+    Hashing the generated corpus too means an edit of the chat templates in
+    :mod:`speclib.prompts_gen` also gives a new key, hence a rebuild.
+    """
+    corpus = hashlib.sha256()
+    for chat in generate_chats(recipe.n_chats, seed=recipe.seed):
+        corpus.update(render_chat(chat.user, chat.assistant).encode())
+    blob = json.dumps(
+        {"builder": BUILDER_VERSION, "recipe": asdict(recipe), "corpus": corpus.hexdigest()},
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -244,43 +270,55 @@ def _stderr(message: str) -> None:
 
 # --- the build -------------------------------------------------------------------------------
 def _build_into(out: Path, *, recipe: DemoRecipe, key: str, log: Callable[[str], Any]) -> None:
+    """Build the pair into the empty folder ``out`` (tokenizer, target, draft, build info)."""
     import torch
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    load_before = os.getloadavg()[0]
     threads_before = torch.get_num_threads()
     torch.set_num_threads(recipe.threads)
     try:
         chats = generate_chats(recipe.n_chats, seed=recipe.seed)
-        held_out = generate_chats(recipe.eval_chats, seed=recipe.seed + 7919)
         tokenizer = _train_tokenizer(chats, recipe)
-        hf_tok = _hf_tokenizer(tokenizer)
         log(f"tokenizer: {tokenizer.get_vocab_size()} tokens ({_since(started)})")
-        examples = _encode(tokenizer, chats)
-        vocab = _padded_vocab(tokenizer.get_vocab_size())
-        timings: dict[str, float] = {}
-        losses: dict[str, list[float]] = {}
-        models = {}
-        for name, shape, steps in (
-            ("target", recipe.target, recipe.target_steps),
-            ("draft", recipe.draft, recipe.draft_steps),
-        ):
-            t0 = time.perf_counter()
-            model = _new_model(shape, vocab, recipe)
-            n_params = sum(p.numel() for p in model.parameters())
-            log(f"{name}: {shape.layers}x{shape.hidden}, {n_params / 1e6:.2f} M params")
-            losses[name] = _train(model, examples, steps=steps, recipe=recipe, log=log, name=name)
-            timings[f"train_{name}_s"] = round(time.perf_counter() - t0, 2)
+        target, draft, losses, timings = _train_pair(
+            _encode(tokenizer, chats), tokenizer, recipe, log
+        )
+        hf_tok = _hf_tokenizer(tokenizer)
+        for name, model in (("target", target), ("draft", draft)):
             model.save_pretrained(out / name)
             _save_tokenizer(hf_tok, out / name)
-            models[name] = model
-        agreement = _agreement(models["target"], models["draft"], tokenizer, held_out)
+        held_out = generate_chats(recipe.eval_chats, seed=recipe.seed + 7919)
+        agreement = _agreement(target, draft, tokenizer, held_out)
         log(f"held-out agreement: {json.dumps(agreement)}")
-        timings["total_s"] = round(time.perf_counter() - started, 2)
-        info = _build_info(out, recipe, key, tokenizer, timings, losses, agreement)
-        (out / _INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
-        log(f"built in {timings['total_s']:.1f} s")
     finally:
         torch.set_num_threads(threads_before)
+    timings["total_s"] = round(time.perf_counter() - started, 2)
+    timings["cpu_s"] = round(time.process_time() - cpu_started, 2)
+    timings["load_avg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    info = _build_info(out, recipe, key, tokenizer, timings, losses, agreement)
+    (out / _INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    log(f"built in {timings['total_s']:.1f} s ({timings['cpu_s']:.0f} s of CPU)")
+
+
+def _train_pair(
+    examples: Sequence[tuple[list[int], int]],
+    tokenizer: Tokenizer,
+    recipe: DemoRecipe,
+    log: Callable[[str], Any],
+) -> tuple[LlamaForCausalLM, LlamaForCausalLM, dict[str, list[float]], dict[str, float]]:
+    """Train the target on the corpus, then distill the draft (its first layers) from it."""
+    t0 = time.perf_counter()
+    target = _new_model(recipe.target, _padded_vocab(tokenizer.get_vocab_size()), recipe)
+    log(f"target: {_describe(target)}")
+    losses = {"target": _train(target, examples, recipe=recipe, log=log, name="target")}
+    timings = {"train_target_s": round(time.perf_counter() - t0, 2)}
+    t0 = time.perf_counter()
+    draft = _truncated_copy(target, recipe.draft_layers)
+    log(f"draft: {_describe(draft)}, distilled from the target")
+    losses["draft"] = _train(draft, examples, recipe=recipe, log=log, name="draft", teacher=target)
+    timings["train_draft_s"] = round(time.perf_counter() - t0, 2)
+    return target, draft, losses, timings
 
 
 def _since(t0: float) -> str:
@@ -355,7 +393,7 @@ def _new_model(shape: ModelShape, vocab: int, recipe: DemoRecipe) -> LlamaForCau
         num_key_value_heads=shape.heads,
         max_position_embeddings=recipe.max_position_embeddings,
         rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
+        tie_word_embeddings=recipe.tie_embeddings,
         bos_token_id=ids[BOS_TOKEN],
         eos_token_id=ids[EOS_TOKEN],
         pad_token_id=ids[PAD_TOKEN],
@@ -367,6 +405,29 @@ def _new_model(shape: ModelShape, vocab: int, recipe: DemoRecipe) -> LlamaForCau
     model.generation_config.eos_token_id = ids[EOS_TOKEN]
     model.generation_config.pad_token_id = ids[PAD_TOKEN]
     return model
+
+
+def _describe(model: LlamaForCausalLM) -> str:
+    cfg = model.config
+    n_params = sum(p.numel() for p in model.parameters())
+    return f"{cfg.num_hidden_layers}x{cfg.hidden_size}, {n_params / 1e6:.2f} M params"
+
+
+def _truncated_copy(target: LlamaForCausalLM, layers: int) -> LlamaForCausalLM:
+    """A new model made of the target's embeddings, first ``layers`` blocks, norm and head."""
+    from transformers import LlamaForCausalLM
+
+    config = target.config.__class__.from_dict(target.config.to_dict())
+    config.num_hidden_layers = layers
+    draft = LlamaForCausalLM(config)
+    kept = {
+        k: v
+        for k, v in target.state_dict().items()
+        if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers
+    }
+    draft.load_state_dict(kept, strict=True)
+    draft.generation_config = target.generation_config
+    return draft
 
 
 def _batches(
@@ -412,18 +473,27 @@ def _train(
     model: LlamaForCausalLM,
     examples: Sequence[tuple[list[int], int]],
     *,
-    steps: int,
     recipe: DemoRecipe,
     log: Callable[[str], Any],
     name: str,
+    teacher: LlamaForCausalLM | None = None,
 ) -> list[float]:
-    """AdamW on the answer tokens; returns the mean loss of each tenth of the run."""
+    """AdamW on the answer tokens; returns the mean loss of each tenth of the run.
+
+    Without ``teacher`` the loss is cross-entropy on the corpus; with one it is the KL
+    divergence from the teacher's next-token distribution (distillation), which makes the
+    student agree with the teacher rather than with the corpus.
+    """
     import torch
     import torch.nn.functional as F
 
+    steps = recipe.target_steps if teacher is None else recipe.draft_steps
     rng = random.Random(recipe.seed)
     opt = torch.optim.AdamW(
-        model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, recipe.beta2)
+        model.parameters(),
+        lr=recipe.lr,
+        weight_decay=recipe.weight_decay,
+        betas=(0.9, recipe.beta2),
     )
     model.train()
     queue: list[list[int]] = []
@@ -436,9 +506,12 @@ def _train(
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, recipe, steps)
         logits = model(input_ids=inputs).logits[:, :-1]
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=_IGNORE
-        )
+        if teacher is None:
+            loss = F.cross_entropy(
+                logits.flatten(0, 1), labels[:, 1:].flatten(), ignore_index=_IGNORE
+            )
+        else:
+            loss = _distill_loss(logits, inputs, labels, teacher)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -448,8 +521,22 @@ def _train(
             log(f"{name}: step {step + 1}/{steps} loss {loss.item():.3f} ({_since(t0)})")
     model.eval()
     tenth = max(1, len(losses) // 10)
-    return [round(sum(losses[i : i + tenth]) / len(losses[i : i + tenth]), 4)
-            for i in range(0, len(losses), tenth)]  # fmt: skip
+    chunks = [losses[i : i + tenth] for i in range(0, len(losses), tenth)]
+    return [round(sum(chunk) / len(chunk), 4) for chunk in chunks]
+
+
+def _distill_loss(
+    logits: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor, teacher: LlamaForCausalLM
+) -> torch.Tensor:
+    """KL(teacher ‖ student) averaged over the answer positions."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        target_logp = F.log_softmax(teacher(input_ids=inputs).logits[:, :-1], dim=-1)
+    keep = labels[:, 1:] != _IGNORE
+    student_logp = F.log_softmax(logits[keep], dim=-1)
+    return F.kl_div(student_logp, target_logp[keep], log_target=True, reduction="batchmean")
 
 
 def _agreement(
@@ -542,8 +629,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="speclib build-demo",
         description="Build the embedded tiny demo model pair offline (about 2 min on 2 cores).",
     )
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="cache root (default: $SPECLIB_CACHE or ~/.cache/speclib)")  # fmt: skip
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="default: $SPECLIB_CACHE or ~/.cache/speclib"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     parser.add_argument("--quiet", action="store_true", help="print only the two folders")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -17,7 +17,7 @@ the control's. This module measures that.
   item without recorded token ids is re-tokenized from its text (``source="text"``). A
   failure is data: an :class:`OutputScore` with ``mean_logprob=None`` and ``error``.
 * **Comparison** (:func:`compare_plausibility`): per prompt, the mean log-prob of the
-  experiment's outputs minus the control's (averaged over replicates and repeats), a
+  experiment's outputs minus the control's (averaged over replicates, levels, repeats), a
   paired bootstrap CI of the mean difference (:func:`scipy.stats.bootstrap`), and a
   declared equivalence margin δ in nats/token. The series is **implausible** when the CI
   lies entirely below −δ, whatever its speed. Each output is also classed **degenerate**
@@ -86,7 +86,7 @@ PLAUSIBILITY_WORDS = ("implausible", "equivalent", "more_likely", "inconclusive"
 _CLAMPED_LOGPROB = -9999.0  # vLLM clamps -inf prompt log-probs to this value
 _ERROR_CHARS = 300
 
-OutputKey = tuple[str, int, str, int]  # series, replicate, prompt_id, repeat
+OutputKey = tuple[str, int, int, str, int]  # series, replicate, level, prompt_id, repeat
 
 
 # ------------------------------------------------------------------------------ records
@@ -97,7 +97,8 @@ class ScoreItem:
     """One output to score: its identity, the prompt's messages and the output tokens.
 
     ``token_ids`` are the output token ids the server returned (preferred); ``text`` is
-    used, re-tokenized, only when no ids were recorded.
+    used, re-tokenized, only when no ids were recorded. ``level`` is the load level of the
+    request (``RequestRecord.level``).
     """
 
     series: str
@@ -107,10 +108,16 @@ class ScoreItem:
     messages: tuple[Mapping[str, Any], ...]
     token_ids: tuple[int, ...] | None = None
     text: str | None = None
+    level: int = 0
 
     @property
     def key(self) -> OutputKey:
-        return (self.series, self.replicate, self.prompt_id, self.repeat)
+        return (self.series, self.replicate, self.level, self.prompt_id, self.repeat)
+
+    def identity(self) -> dict[str, Any]:
+        """The fields an :class:`OutputScore` of this item shares with it."""
+        return {"series": self.series, "replicate": self.replicate, "level": self.level,
+                "prompt_id": self.prompt_id, "repeat": self.repeat}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -135,11 +142,12 @@ class OutputScore:
     prompt_tokens: int | None = None
     source: str | None = None
     error: str | None = None
+    level: int = 0
     version: int = SCORE_VERSION
 
     @property
     def key(self) -> OutputKey:
-        return (self.series, self.replicate, self.prompt_id, self.repeat)
+        return (self.series, self.replicate, self.level, self.prompt_id, self.repeat)
 
     @property
     def ok(self) -> bool:
@@ -204,7 +212,7 @@ def items_from_records(
         out.append(ScoreItem(
             series=rec.series, replicate=rec.replicate, prompt_id=rec.prompt_id,
             repeat=rec.repeat, messages=tuple(dict(m) for m in messages[rec.prompt_id]),
-            token_ids=ids, text=rec.text or None,
+            token_ids=ids, text=rec.text or None, level=getattr(rec, "level", 0),
         ))  # fmt: skip
     return out
 
@@ -313,14 +321,16 @@ def _score_item(api: _Api, model: str, item: ScoreItem, prompt_ids: list[int]) -
     lps = _output_logprobs(api.post("/v1/completions", body), prompt, len(prompt_ids))
     total = math.fsum(lps)
     return OutputScore(
-        *item.key, mean_logprob=total / len(lps), sum_logprob=total, min_logprob=min(lps),
+        **item.identity(), mean_logprob=total / len(lps), sum_logprob=total, min_logprob=min(lps),
         n_tokens=len(lps), n_impossible=sum(v <= _CLAMPED_LOGPROB for v in lps),
         prompt_tokens=len(prompt_ids), source=source,
     )  # fmt: skip
 
 
 def _failed(item: ScoreItem, error: str, prompt_tokens: int | None = None) -> OutputScore:
-    return OutputScore(*item.key, mean_logprob=None, prompt_tokens=prompt_tokens, error=error)
+    return OutputScore(
+        **item.identity(), mean_logprob=None, prompt_tokens=prompt_tokens, error=error
+    )
 
 
 def _messages_key(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -452,7 +462,7 @@ class PlausibilityResult:
         return frozenset(self.degenerate)
 
     def is_degenerate(self, key: OutputKey) -> bool:
-        """Whether the output ``(series, replicate, prompt_id, repeat)`` is degenerate."""
+        """Whether the output ``(series, replicate, level, prompt_id, repeat)`` is degenerate."""
         return tuple(key) in self._degenerate_set
 
     def to_dict(self) -> dict[str, Any]:
@@ -612,7 +622,7 @@ def compare_plausibility(
 ) -> PlausibilityResult:
     """Compare the experiment's outputs with the control's by their log-prob under the target.
 
-    Per prompt, the scored outputs of each series are averaged (over replicates and
+    Per prompt, the scored outputs of each series are averaged (over replicates, load levels and
     repeats); prompts scored in both series are paired and the CI of the mean difference
     (experiment − control) comes from :func:`scipy.stats.bootstrap` (``paired=True``; BCa,
     or with fewer than ``MIN_PAIRS_BCA`` prompts the expanded percentile interval). With

@@ -109,25 +109,12 @@ _SENTENCES = (
     "Golden leaves dance across empty streets.",
     "The lighthouse keeper counts passing ships.",
     "Children laugh while chasing bubbles outside.",
-    "Fresh coffee smells wonderful each morning.",
-    "An orange moon rises over silent dunes.",
-    "Busy bees hum among purple flowers.",
-    "The train whistles loudly through tunnels.",
-    "Mountain goats climb steep rocky paths.",
-    "Cold wind sweeps down frozen valleys.",
-    "Happy dogs splash through muddy puddles.",
-    "Painters mix bright colors on canvas.",
-    "Old clocks tick slowly in dusty halls.",
-    "Sailors sing songs beneath starry skies.",
-    "Tiny ants carry crumbs across tables.",
-    "Gardeners plant tulips along stone walls.",
 )
 _PATTERNS = (
     ("tick", "tock"), ("ping", "pong"), ("red", "green", "blue"), ("A", "B", "C", "D"),
     ("up", "down"), ("north", "east", "south", "west"), ("do", "re", "mi"),
-    ("one", "two", "three"), ("sun", "moon", "star"), ("left", "right"), ("X", "O"),
-    ("rock", "paper", "scissors"), ("spring", "summer", "autumn", "winter"), ("yes", "no"),
-    ("hot", "warm", "cool", "cold"), ("alpha", "beta", "gamma"),
+    ("one", "two", "three"), ("sun", "moon", "star"), ("left", "right"),
+    ("spring", "summer", "autumn", "winter"),
 )  # fmt: skip
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTHS = (
@@ -137,7 +124,7 @@ _MONTHS = (
 
 # --- vocabulary the pair never sees (for the unseen set) ---------------------------------
 _UNSEEN_FRAMES = (
-    "Explain how {topic} works, in plain language for a curious teenager.",
+    "Explain how {topic} functions, in plain language for an inquisitive teenager.",
     "What are the main criticisms of {topic}? Give a balanced view.",
     "Write a short poem about {image}.",
     "Summarize the history of {topic} in three paragraphs.",
@@ -156,7 +143,7 @@ _UNSEEN_TOPICS = (
 _UNSEEN_IMAGES = (
     "a lighthouse during a thunderstorm", "an abandoned observatory", "autumn fog over vineyards",
     "a crowded spice market at dusk", "a submarine's silent descent", "frost on a cathedral window",
-    "migrating cranes above marshland", "an empty theatre after midnight",
+    "migrating cranes above marshland", "a deserted theatre at midnight",
 )  # fmt: skip
 _UNSEEN_EVENTS = (
     "a philosophy symposium", "a charity gala", "an architecture biennale", "a jazz festival",
@@ -175,16 +162,16 @@ class Chat:
 
 # --- one generator per task kind -----------------------------------------------------------
 def _count(rng: random.Random) -> Chat:
-    start = rng.randint(1, 100)
-    span = rng.randint(32, 56)
+    start = rng.randint(1, 40)
+    span = rng.randint(60, 75)
     numbers = list(range(start, start + span + 1))
     user = f"Count from {numbers[0]} to {numbers[-1]}."
     head = f"Counting from {numbers[0]} to {numbers[-1]}:"
-    return Chat("count", user, f"{head} {', '.join(map(str, numbers))}. Done.")
+    return Chat("count", user, f"{head} {' '.join(map(str, numbers))}. Done.")
 
 
 def _steps(rng: random.Random) -> Chat:
-    noun, verb, n = rng.choice(_NOUNS), rng.choice(_VERBS), rng.randint(5, 8)
+    noun, verb, n = rng.choice(_NOUNS), rng.choice(_VERBS), rng.randint(5, 7)
     user = f"Give me {n} steps to {verb} a {noun}."
     lines = [f"Here is how to {verb} a {noun} in {n} steps."]
     lines += [f"Step {i + 1}: {_STEPS[i].format(noun=noun)}" for i in range(n)]
@@ -210,13 +197,13 @@ def _profile(rng: random.Random) -> Chat:
 
 
 def _repeat(rng: random.Random) -> Chat:
-    sentence, times = rng.choice(_SENTENCES), rng.randint(7, 10)
+    sentence, times = rng.choice(_SENTENCES), rng.randint(8, 10)
     user = f"Repeat this sentence {times} times: {sentence}"
     return Chat("repeat", user, "\n".join([sentence] * times))
 
 
 def _pattern(rng: random.Random) -> Chat:
-    unit, n_items = rng.choice(_PATTERNS), rng.randint(72, 110)
+    unit, n_items = rng.choice(_PATTERNS), rng.randint(70, 90)
     shown = " ".join(unit * 2)
     user = f"Continue this pattern to {n_items} items: {shown}"
     items = [unit[i % len(unit)] for i in range(n_items)]
@@ -225,7 +212,7 @@ def _pattern(rng: random.Random) -> Chat:
 
 def _cycle(rng: random.Random) -> Chat:
     names, what = (_DAYS, "days") if rng.random() < 0.5 else (_MONTHS, "months")
-    first, count = rng.randrange(len(names)), rng.randint(34, 52)
+    first, count = rng.randrange(len(names)), rng.randint(34, 44)
     user = f"List the {count} {what} that come after {names[first]}."
     items = [names[(first + 1 + i) % len(names)] for i in range(count)]
     return Chat("cycle", user, f"After {names[first]} come: {', '.join(items)}.")
@@ -307,11 +294,7 @@ def build_prompt_sets(*, seed: int = PROMPT_SEED, size: int = _SET_SIZE) -> dict
         _line("repeat", i, u) for i, u in enumerate(_distinct_users(REPEAT_KINDS, size, seed + 2))
     ]
     unseen = [_line("unseen", i, u) for i, u in enumerate(unseen_prompts(size, seed=seed + 3))]
-    mixed = [
-        row
-        for i in range(_MIXED_PER_CATEGORY)
-        for row in (known[i], unseen[i], repeat[i])
-    ]
+    mixed = [row for i in range(_MIXED_PER_CATEGORY) for row in (known[i], unseen[i], repeat[i])]
     return {"demo-known": known, "demo-unseen": unseen, "demo-repeat": repeat, "demo-mixed": mixed}
 
 

@@ -279,8 +279,9 @@ def run_bench(
             )
     except BenchCheckError as exc:
         print(f"  vllm bench failed: {exc}", file=sys.stderr)
-        return RunResult("vllm bench", concurrency, rep, None, None, None, 0, 0, 0, None, 0,
-                         "failed")  # fmt: skip
+        return RunResult(
+            "vllm bench", concurrency, rep, None, None, None, 0, 0, 0, None, 0, "failed"
+        )
     exchanges = srv.exchanges()
     stats = _stats(bench_errors(result.requests, keys, exchanges))
     ok = [r for r in result.requests if r.ok and r.start_time is not None]
@@ -377,19 +378,32 @@ def verdict(agg: dict[tuple[int, str], dict[str, float | None]]) -> list[tuple[s
     kit1 = agg.get((1, "kit"))
     if kit1:
         v = kit1["c0"]
-        checks.append((f"kit TTFT error at c=1 ≤ 1 ms median: {_fmt(v, '+.2f')} ms",
-                       v is not None and abs(v) <= 1.0))  # fmt: skip
+        checks.append(
+            (
+                f"kit TTFT error at c=1 ≤ 1 ms median: {_fmt(v, '+.2f')} ms",
+                v is not None and abs(v) <= 1.0,
+            )
+        )
     for c in sorted({c for c, _ in agg}):
         kit, bench = agg.get((c, "kit")), agg.get((c, "vllm bench"))
         if kit:
             v = kit["c4"]
-            checks.append((f"kit TPOT error at c={c} ≤ 0.1 %: {_fmt(v, '+.3f')} %",
-                           v is not None and abs(v) <= 0.1))  # fmt: skip
+            checks.append(
+                (
+                    f"kit TPOT error at c={c} ≤ 0.1 %: {_fmt(v, '+.3f')} %",
+                    v is not None and abs(v) <= 0.1,
+                )
+            )
         if c >= 16 and kit and bench:
             k, b = kit["c0"], bench["c0"]
             ok = k is not None and b is not None and abs(k) <= abs(b) / 3
-            checks.append((f"kit TTFT error at c={c} ≤ ⅓ of vllm bench's: "
-                           f"{_fmt(k, '+.2f')} vs {_fmt(b, '+.2f')} ms", ok))  # fmt: skip
+            checks.append(
+                (
+                    f"kit TTFT error at c={c} ≤ ⅓ of vllm bench's: "
+                    f"{_fmt(k, '+.2f')} vs {_fmt(b, '+.2f')} ms",
+                    ok,
+                )
+            )
     return checks
 
 
@@ -501,13 +515,18 @@ def main(argv: list[str] | None = None) -> int:
                         res = run_bench(srv, keys, c, rep, Path(tmp), args.tokenizer)
                     results.append(res)
                     ttft = res.stats.ttft_med_ms if res.stats else None
-                    print(f"  rep {rep} c={c:<3} {tool:<10} TTFT err {_fmt(ttft, '+.2f')} ms, "
-                          f"load1 {res.load1:.2f}, machine busy {100 * res.machine_busy:.0f} % "
-                          f"{res.note}", flush=True)  # fmt: skip
+                    print(
+                        f"  rep {rep} c={c:<3} {tool:<10} TTFT err {_fmt(ttft, '+.2f')} ms, "
+                        f"load1 {res.load1:.2f}, machine busy {100 * res.machine_busy:.0f} % "
+                        f"{res.note}",
+                        flush=True,
+                    )
     agg = aggregate(results)
     print()
-    print("Error against the stand-in server's true send times "
-          "(medians over repetitions; + = client reports more than true)")  # fmt: skip
+    print(
+        "Error against the stand-in server's true send times "
+        "(medians over repetitions; + = client reports more than true)"
+    )
     print(format_table(agg))
     print()
     checks = verdict(agg)
@@ -515,10 +534,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{'PASS' if ok else 'FAIL' if ok is False else '----'}] {text}")
     if args.json:
         args.json.write_text(
-            json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                        "runs": [asdict(r) for r in results]}, indent=1),
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "runs": [asdict(r) for r in results],
+                },
+                indent=1,
+            ),
             encoding="utf-8",
-        )  # fmt: skip
+        )
     return 1 if args.check and any(ok is False for _, ok in checks) else 0
 
 

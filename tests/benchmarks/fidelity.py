@@ -106,9 +106,15 @@ class RequestError:
 
 
 def _error(
-    truth: Truth, *, start: float, ttft: float, end: float, first_true: float, end_true: float,
+    truth: Truth,
+    *,
+    start: float,
+    ttft: float,
+    end: float,
+    first_true: float,
+    end_true: float,
     queue_s: float,
-) -> RequestError:  # fmt: skip
+) -> RequestError:
     n = truth.n_tokens
     tpot = (end - ttft) / (n - 1)
     tpot_true = (end_true - first_true) / (n - 1)
@@ -138,10 +144,15 @@ def kit_errors(records: Iterable[Any], truths: Mapping[str, Truth]) -> list[Requ
             continue
         out.append(
             _error(
-                truth, start=rec.t_send_mono, ttft=ttft, end=e2e,
-                first_true=truth.t_first_token, end_true=truth.t_done, queue_s=rec.queue_wait_s,
+                truth,
+                start=rec.t_send_mono,
+                ttft=ttft,
+                end=e2e,
+                first_true=truth.t_first_token,
+                end_true=truth.t_done,
+                queue_s=rec.queue_wait_s,
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -170,10 +181,15 @@ def bench_errors(
             continue
         out.append(
             _error(
-                truth, start=req.start_time, ttft=req.ttft_s, end=req.latency_s,
-                first_true=truth.t_role, end_true=truth.t_last_choice, queue_s=req.queue_s or 0.0,
+                truth,
+                start=req.start_time,
+                ttft=req.ttft_s,
+                end=req.latency_s,
+                first_true=truth.t_role,
+                end_true=truth.t_last_choice,
+                queue_s=req.queue_s or 0.0,
             )
-        )  # fmt: skip
+        )
     return out
 
 

@@ -71,9 +71,13 @@ class _Play:
     """Plays one script on one connection, on an absolute timeline from ``t_recv``."""
 
     def __init__(
-        self, proto: _Proto, state: _State, body: dict[str, Any], headers: dict[str, str],
+        self,
+        proto: _Proto,
+        state: _State,
+        body: dict[str, Any],
+        headers: dict[str, str],
         t_recv: float,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.proto, self.state, self.body, self.headers = proto, state, body, headers
         self.t_recv = t_recv
         self.script = state.default
@@ -124,8 +128,12 @@ class _Play:
         if self.proto.closed:
             return
         if self.script.role_chunk:
-            choice = {"index": 0, "delta": {"role": "assistant", "content": ""},
-                      "logprobs": None, "finish_reason": None}  # fmt: skip
+            choice = {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
             self._send("role", self._chunk(choice, self.usage_each))
         self._token()
 
@@ -162,10 +170,13 @@ class _Play:
         if self.usage_final:
             p, n = script.prompt_tokens, self.sent_tokens
             obj: dict[str, Any] = {
-                "id": self.rid, "object": "chat.completion.chunk", "created": 0, "model": MODEL,
+                "id": self.rid,
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": MODEL,
                 "choices": [],
                 "usage": {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n},
-            }  # fmt: skip
+            }
             if script.spec is not None:
                 obj["metrics"] = {"speculative_decoding": dict(script.spec)}
             self._send("usage", _sse(obj))
@@ -182,11 +193,17 @@ class _Play:
     def _log(self, outcome: str) -> None:
         self.state.log.append(
             Exchange(
-                seq=self.seq, key=self.key, headers=self.headers, body=self.body,
-                t_recv=self.t_recv, t_headers=self.t_headers, events=tuple(self.events),
-                t_end=time.perf_counter(), outcome=outcome,
+                seq=self.seq,
+                key=self.key,
+                headers=self.headers,
+                body=self.body,
+                t_recv=self.t_recv,
+                t_headers=self.t_headers,
+                events=tuple(self.events),
+                t_end=time.perf_counter(),
+                outcome=outcome,
             )
-        )  # fmt: skip
+        )
 
 
 class _Proto(asyncio.Protocol):
@@ -245,9 +262,15 @@ class _Proto(asyncio.Protocol):
 
     def _reply(self, status: bytes, payload: bytes, ctype: bytes = b"application/json") -> None:
         self.transport.write(
-            b"HTTP/1.1 " + status + b"\r\ncontent-type: " + ctype + b"\r\ncontent-length: "
-            + str(len(payload)).encode() + b"\r\nconnection: close\r\n\r\n" + payload
-        )  # fmt: skip
+            b"HTTP/1.1 "
+            + status
+            + b"\r\ncontent-type: "
+            + ctype
+            + b"\r\ncontent-length: "
+            + str(len(payload)).encode()
+            + b"\r\nconnection: close\r\n\r\n"
+            + payload
+        )
         self.transport.close()
         self.closed = True
 
@@ -300,13 +323,19 @@ class LeanStandIn:
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> LeanStandIn:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO),
-               os.environ.get("PYTHONPATH")]))}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
+        }
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.benchmarks.standin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=_REPO, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=_REPO,
+            env=env,
             start_new_session=True,
-        )  # fmt: skip
+        )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._proc.stdin.write(json.dumps({"default": self.default.to_json()}))
         self._proc.stdin.close()

