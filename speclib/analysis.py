@@ -495,6 +495,8 @@ def _compare(
             memory_limit_gib=a.memory_limit_gib if peak else None,
             ttft=cis.get("ttft_s"),
             e2e=cis.get("e2e_s"),
+            ttft_margin=a.ttft_margin,
+            ttft_min_delta_s=a.ttft_max_increase_ms / 1e3,
         )
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")

@@ -45,6 +45,7 @@ __all__ = [
     "bench_argv",
     "compare_with_kit",
     "crosscheck_frame",
+    "crosscheck_launch",
     "crosscheck_server",
     "format_crosscheck",
     "install_vllm_metadata_shim",
@@ -661,7 +662,11 @@ class CrossCheck:
 
     Only the median TPOT is held to ``tolerance``: both tools measure the same server
     decoding the same prompts, while TTFT depends on each client's own overhead (what the
-    fidelity benchmark measures) and is shown for information.
+    fidelity benchmark measures) and is shown for information. ``round_medians`` holds
+    ``(side, round, median TPOT ms)`` when each side ran more than once; their spread
+    (``noise``) says how much the server itself moved between runs, and ``verdict`` is
+    ``agree`` (within tolerance), ``disagree``, or ``too noisy`` when the two sides differ
+    by more than the tolerance but by less than one side differs from itself across rounds.
     """
 
     rows: tuple[CrossCheckRow, ...]
@@ -669,6 +674,7 @@ class CrossCheck:
     kit_requests: int
     bench_requests: int
     bench: BenchResult | None = field(default=None, repr=False)
+    round_medians: tuple[tuple[str, int, float], ...] = ()
 
     @property
     def tpot_agrees(self) -> bool | None:
@@ -676,12 +682,36 @@ class CrossCheck:
         row = next(r for r in self.rows if r.metric == "median TPOT")
         return row.within
 
+    @property
+    def noise(self) -> float | None:
+        """Largest round-to-round spread of one side's median TPOT, (max − min) / median."""
+        spreads = []
+        for side in ("kit", "vllm bench"):
+            values = [v for s, _, v in self.round_medians if s == side]
+            if len(values) >= 2:
+                spreads.append((max(values) - min(values)) / statistics.median(values))
+        return max(spreads) if spreads else None
+
+    @property
+    def verdict(self) -> str | None:
+        agrees = self.tpot_agrees
+        if agrees is None:
+            return None
+        if agrees:
+            return "agree"
+        diff = next(r for r in self.rows if r.metric == "median TPOT").diff
+        noise = self.noise
+        return "too noisy" if noise is not None and abs(diff or 0.0) <= noise else "disagree"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "tolerance": self.tolerance,
             "kit_requests": self.kit_requests,
             "bench_requests": self.bench_requests,
             "tpot_agrees": self.tpot_agrees,
+            "verdict": self.verdict,
+            "noise": self.noise,
+            "round_medians": [list(x) for x in self.round_medians],
             "rows": [asdict(r) for r in self.rows],
             "bench": self.bench.to_dict() if self.bench is not None else None,
         }
@@ -721,13 +751,15 @@ def compare_with_kit(
     tolerance: float = DEFAULT_TOLERANCE,
     kit_acceptance_rate: float | None = None,
     kit_acceptance_length: float | None = None,
+    round_medians: Sequence[tuple[str, int, float]] = (),
 ) -> CrossCheck:
     """Put ``bench`` next to the kit's numbers from ``records`` (one launch's records).
 
     Only successful measure-phase records count; TTFT and TPOT are computed by
     :mod:`speclib.records`. The kit's acceptance comes from the records' per-request spec
     metrics unless given (e.g. the launch's ``/metrics`` delta, which is what vllm bench
-    reports). ``tolerance`` is a fraction (0.02 = 2 %).
+    reports). ``tolerance`` is a fraction (0.02 = 2 %). ``round_medians`` (side, round,
+    median TPOT ms) records each run's median when the sides ran in several rounds.
     """
     from speclib.records import tpot_s, ttft_s
 
@@ -753,6 +785,7 @@ def compare_with_kit(
         kit_requests=len(recs),
         bench_requests=bench.completed,
         bench=bench,
+        round_medians=tuple((str(a), int(b), float(c)) for a, b, c in round_medians),
     )
 
 
@@ -765,7 +798,8 @@ def crosscheck_frame(
     may be a :class:`CrossCheck` or its ``to_dict()`` (as stored in a launch's
     ``crosscheck.json``), or ``{"error": ...}`` for a bench that failed. Columns:
     ``<metric> kit``, ``<metric> vllm bench`` for TTFT/TPOT (mean, median; ms) and
-    acceptance; ``TPOT diff`` (median, fraction) and ``TPOT agrees``.
+    acceptance; ``TPOT diff`` (median, fraction), ``TPOT agrees``, ``TPOT noise`` (the
+    round-to-round spread) and ``verdict``.
     """
     import pandas as pd
 
@@ -783,6 +817,8 @@ def crosscheck_frame(
             if r["metric"] == "median TPOT":
                 row["TPOT diff"] = r["diff"]
                 row["TPOT agrees"] = r["within"]
+        row["TPOT noise"] = data.get("noise")
+        row["verdict"] = data.get("verdict")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -807,6 +843,11 @@ def format_crosscheck(check: CrossCheck) -> str:
         f"kit: {check.kit_requests} requests; vllm bench: {check.bench_requests} requests; "
         f"median TPOT tolerance ±{100 * check.tolerance:g} %"
     )
+    if check.round_medians:
+        per_round = ", ".join(f"{side} r{r} {v:.2f}" for side, r, v in sorted(check.round_medians))
+        lines.append(f"median TPOT per round (ms): {per_round}")
+    noise = "" if check.noise is None else f" (round-to-round spread {100 * check.noise:.1f} %)"
+    lines.append(f"verdict: {check.verdict}{noise}")
     return "\n".join(lines)
 
 
@@ -862,7 +903,7 @@ def crosscheck_server(
     tokenizer_dir: str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     api_key: str | None = None,
-    rounds: int = 2,
+    rounds: int = 4,
     timeout_s: float = 1800.0,
 ) -> CrossCheck:
     """Measure one running server with the kit and with ``vllm bench serve``, back to back.
@@ -882,7 +923,7 @@ def crosscheck_server(
     from speclib.client import RequestSpec, build_request_body, run_requests_sync
     from speclib.params import ExperimentParams, load_params
     from speclib.prompts import load_prompts
-    from speclib.records import append_record
+    from speclib.records import append_record, tpot_s
 
     if not isinstance(params, ExperimentParams):
         params = load_params(params)
@@ -988,15 +1029,137 @@ def crosscheck_server(
                     )
                 )
     drafts, drafted, accepted = counts
+    medians = [("vllm bench", r, b.median_tpot_ms) for r, b in enumerate(benches)]
+    for r in range(rounds):
+        tpots = [t for rec in records if rec.replicate == r and rec.ok and (t := tpot_s(rec))]
+        medians.append(("kit", r, 1000 * statistics.median(tpots) if tpots else None))
     check = compare_with_kit(
         merge_bench_results(benches),
         records,
         tolerance=tolerance,
         kit_acceptance_rate=accepted / drafted if drafted else None,
         kit_acceptance_length=1 + accepted / drafts if drafts else None,
+        round_medians=[m for m in medians if m[2] is not None],
     )
     (out / "crosscheck.json").write_text(json.dumps(check.to_dict(), indent=1), encoding="utf-8")
     return check
+
+
+def crosscheck_launch(
+    params: Any,
+    *,
+    launch_dir: str | os.PathLike[str],
+    base_url: str,
+    model: str,
+    prompts: Sequence[Any],
+    records: Iterable[Any],
+    api_key: str | None = None,
+    cache_salt: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    tokenizer_dir: str | None = None,
+    timeout_s: float = 1800.0,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """Cross-check one series launch while its server is still up; never raises.
+
+    For :mod:`speclib.series`, after the measured requests and the final ``/metrics``
+    snapshot (so the bench's traffic pollutes none of the kit's counters). Runs vllm bench
+    once on the first closed-loop load level with the workload's prompts, repeats and
+    sampling, compares it with that level's successful records (acceptance from the level's
+    ``metrics_l<i>_before/after.prom`` snapshots, as vllm bench takes its own from
+    ``/metrics``), writes ``launch_dir/crosscheck.json`` and returns the same dict:
+    :meth:`CrossCheck.to_dict`, or ``{"error": ...}`` when the bench could not run.
+    """
+    ldir = Path(launch_dir)
+    out = ldir / "vllm_bench"
+    try:
+        result = _crosscheck_launch(
+            params,
+            ldir,
+            out,
+            base_url,
+            model,
+            prompts,
+            records,
+            api_key,
+            cache_salt,
+            tolerance,
+            tokenizer_dir,
+            timeout_s,
+            python,
+        )
+    except (BenchCheckError, ValueError, OSError) as exc:
+        result = {"error": f"{type(exc).__name__}: {exc}"[:4000]}
+    (ldir / "crosscheck.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return result
+
+
+def _crosscheck_launch(
+    params: Any,
+    ldir: Path,
+    out: Path,
+    base_url: str,
+    model: str,
+    prompts: Sequence[Any],
+    records: Iterable[Any],
+    api_key: str | None,
+    cache_salt: str | None,
+    tolerance: float,
+    tokenizer_dir: str | None,
+    timeout_s: float,
+    python: str | None,
+) -> dict[str, Any]:
+    import shutil
+
+    from speclib.metrics import spec_counters_delta
+
+    wl = params.workload
+    level = next((i for i, lv in enumerate(wl.levels) if lv.request_rate is None), None)
+    if level is None:
+        raise ValueError("no closed-loop load level to cross-check (vllm bench runs closed loop)")
+    tmp = out / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        bench = run_vllm_bench(
+            base_url=base_url,
+            model=model,
+            tokenizer_dir=_tokenizer_for(params, tokenizer_dir),
+            prompts=prompts,
+            repeats=wl.repeats,
+            max_tokens=wl.max_tokens,
+            concurrency=wl.levels[level].concurrency,
+            out_dir=out,
+            temperature=wl.temperature,
+            top_p=wl.top_p,
+            top_k=wl.top_k,
+            seed=wl.seed,
+            ignore_eos=wl.ignore_eos,
+            min_tokens=wl.min_tokens,
+            cache_salt=cache_salt,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            env={"TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(tmp)},
+            python=python,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    delta = None
+    before, after = ldir / f"metrics_l{level}_before.prom", ldir / f"metrics_l{level}_after.prom"
+    if before.exists() and after.exists():
+        try:
+            delta = spec_counters_delta(
+                before.read_text(encoding="utf-8"), after.read_text(encoding="utf-8")
+            )
+        except ValueError:
+            delta = None
+    check = compare_with_kit(
+        bench,
+        [r for r in records if getattr(r, "level", 0) == level],
+        tolerance=tolerance,
+        kit_acceptance_rate=getattr(delta, "acceptance_rate", None),
+        kit_acceptance_length=getattr(delta, "mean_acceptance_length", None),
+    )
+    return {**check.to_dict(), "level": level, "concurrency": wl.levels[level].concurrency}
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
         return 1
     print(format_crosscheck(check))
     print(f"written: {Path(args.out) / 'crosscheck.json'}")
-    return 0 if check.tpot_agrees is not False else 1
+    return 0 if check.verdict in ("agree", None) else 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -136,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--concurrency", type=int, help="default: the workload's first level")
     x.add_argument("--tokenizer", help="local tokenizer dir (default: the params' model)")
     x.add_argument("--tolerance", type=float, default=0.02, help="median TPOT, fraction")
-    x.add_argument("--rounds", type=int, default=2, help="kit/bench rounds, ABBA order")
+    x.add_argument("--rounds", type=int, default=4, help="kit/bench rounds, ABBA order")
     x.set_defaults(func=_cmd_crosscheck)
     return p
 

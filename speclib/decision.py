@@ -270,13 +270,15 @@ def _output_gate(wrong: int, agreement: float | None, min_agreement: float | Non
     return GateResult("outputs", passed, detail)
 
 
-def _latency_gate(name: str, ci: RatioCI, margin: float) -> GateResult:
+def _latency_gate(name: str, ci: RatioCI, margin: float, min_delta_s: float = 0.0) -> GateResult:
     detail = (
         f"{name} ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI "
-        f"{ci.ci_low:.3f}–{ci.ci_high:.3f}); clearly worse when the lower bound exceeds "
-        f"1 + δ = {1 + margin:.3f}"
+        f"{ci.ci_low:.3f}–{ci.ci_high:.3f}), median change {1e3 * ci.median_delta:+.1f} ms; "
+        f"clearly worse when the lower bound exceeds {1 + margin:.3f}"
+        + (f" and the median rises by more than {1e3 * min_delta_s:.0f} ms" if min_delta_s else "")
     )
-    return GateResult(name, not ci.ci_low > 1 + margin, detail)
+    worse = ci.ci_low > 1 + margin and (min_delta_s <= 0 or ci.median_delta > min_delta_s)
+    return GateResult(name, not worse, detail)
 
 
 def _check_gate_inputs(wrong_outputs, agreement_rate, min_agreement_rate, peak, limit) -> None:
@@ -309,14 +311,19 @@ def apply_gates(
     memory_limit_gib: float | None = None,
     ttft: RatioCI | None = None,
     e2e: RatioCI | None = None,
+    ttft_margin: float | None = None,
+    ttft_min_delta_s: float = 0.0,
 ) -> Verdict:
     """Weigh the TPOT decision against the gates; any failed gate makes the verdict "reject".
 
     Gates: ``errors`` (experiment's error rate exceeds control's by more than
     ``max_error_rate_increase``), ``outputs`` (any output flagged wrong, or
     ``agreement_rate`` below ``min_agreement_rate`` when that is given), ``memory`` (peak
-    above ``memory_limit_gib``, when given), ``ttft`` / ``e2e`` (ratio CI lower bound above
-    ``1 + decision.margin``, when given). Rates are fractions in [0, 1].
+    above ``memory_limit_gib``, when given), ``ttft`` (ratio CI lower bound above
+    ``1 + ttft_margin`` — default the decision's δ — and median rise above
+    ``ttft_min_delta_s``: a draft adds its own prefill, so operators usually tolerate a
+    bounded TTFT rise) and ``e2e`` (ratio CI lower bound above ``1 + decision.margin``).
+    Rates are fractions in [0, 1].
     """
     if not isinstance(decision, Decision):
         raise ValueError(f"`decision` must be a Decision (got {type(decision).__name__})")
@@ -333,9 +340,11 @@ def apply_gates(
     if memory_limit_gib is not None:
         detail = f"peak {peak_memory_gib:.2f} GiB (limit {memory_limit_gib:.2f} GiB)"
         gates.append(GateResult("memory", peak_memory_gib <= memory_limit_gib, detail))
-    for name, ci in (("ttft", ttft), ("e2e", e2e)):
-        if ci is not None:
-            gates.append(_latency_gate(name, _check_ci(ci, name), decision.margin))
+    if ttft is not None:
+        margin = decision.margin if ttft_margin is None else ttft_margin
+        gates.append(_latency_gate("ttft", _check_ci(ttft, "ttft"), margin, ttft_min_delta_s))
+    if e2e is not None:
+        gates.append(_latency_gate("e2e", _check_ci(e2e, "e2e"), decision.margin))
     failed = [g for g in gates if not g.passed]
     reasons = [decision.reason, *(f"gate {g.name!r} failed: {g.detail}" for g in failed)]
     word = "reject" if failed else decision.word

@@ -13,8 +13,8 @@ Both folders are ordinary Hugging Face model folders (``config.json``, safetenso
 ``vllm serve <folder>`` and ``AutoTokenizer`` load. They are cached under
 ``$SPECLIB_CACHE`` (default ``~/.cache/speclib``) as ``demo-<key>/{target,draft}``, where
 ``key`` hashes the :class:`DemoRecipe`, :data:`BUILDER_VERSION` and the corpus, so a change
-of recipe rebuilds. A build happens in a temporary folder renamed into place, under a file lock, so
-concurrent callers build once and never see a half-written pair.
+of recipe rebuilds. A build happens in a temporary folder renamed into place, under a file
+lock, so concurrent callers build once and never see a half-written pair.
 
 torch, transformers and tokenizers are imported only when a build is needed.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import math
@@ -149,14 +150,19 @@ def recipe_key(recipe: DemoRecipe = DEFAULT_RECIPE) -> str:
     Hashing the generated corpus too means an edit of the chat templates in
     :mod:`speclib.prompts_gen` also gives a new key, hence a rebuild.
     """
-    corpus = hashlib.sha256()
-    for chat in generate_chats(recipe.n_chats, seed=recipe.seed):
-        corpus.update(render_chat(chat.user, chat.assistant).encode())
+    corpus = _corpus_digest(recipe.n_chats, recipe.seed)
     blob = json.dumps(
-        {"builder": BUILDER_VERSION, "recipe": asdict(recipe), "corpus": corpus.hexdigest()},
-        sort_keys=True,
+        {"builder": BUILDER_VERSION, "recipe": asdict(recipe), "corpus": corpus}, sort_keys=True
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=8)
+def _corpus_digest(n_chats: int, seed: int) -> str:
+    digest = hashlib.sha256()
+    for chat in generate_chats(n_chats, seed=seed):
+        digest.update(render_chat(chat.user, chat.assistant).encode())
+    return digest.hexdigest()
 
 
 def default_cache_dir() -> Path:
@@ -241,8 +247,11 @@ def build_demo_pair(
     with _file_lock(root / f"demo-{key}.lock", log):
         if _is_complete(final) and not force:
             return _pair_from_folder(final)  # another process built it while we waited
+        for stale in root.glob(f".demo-{key}.*"):  # left by a killed build; we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".demo-{key}.tmp-", dir=root))
         try:
+            tmp.chmod(0o755)  # mkdtemp makes it private; the published pair is world-readable
             _build_into(tmp, recipe=recipe, key=key, log=log)
             _publish(tmp, final)
         finally:

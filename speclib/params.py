@@ -349,6 +349,15 @@ class AnalysisParams(_Strict):
         "control's; below it the experiment's outputs are treated as suspect.",
     )
     memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
+    ttft_margin: float = Field(
+        0.5,
+        ge=0,
+        description="Gate: TTFT may rise by this share (CI lower bound) before it counts as "
+        "clearly worse (speculation adds the draft's prefill).",
+    )
+    ttft_max_increase_ms: float = Field(
+        50.0, ge=0, description="Gate: ...and only when the median TTFT rises by more than this."
+    )
     score_outputs: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Score every output by its log-prob under the target served without "

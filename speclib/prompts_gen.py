@@ -2,7 +2,7 @@
 
 Everything here is pure Python and seeded, so the same seed gives byte-identical output on any
 machine. :func:`generate_chats` draws template chats whose assistant answers are long (about
-60–150 tokens) and predictable from the prompt alone: counting, step lists, fact profiles
+65–120 tokens) and predictable from the prompt alone: counting, step lists, fact profiles
 (the "known" tasks), and repeat-this-text, periodic patterns and day/month cycles (the
 "repeat" tasks, whose answers repeat earlier text, so n-gram lookup finds matches). The tiny
 demo pair in :mod:`speclib.demo_models` is trained on these chats.

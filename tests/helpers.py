@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-__all__ = ["vllm_server_pids"]
+__all__ = ["servers_on_port", "vllm_server_pids"]
 
 
 def vllm_server_pids() -> list[int]:
@@ -20,3 +20,18 @@ def vllm_server_pids() -> list[int]:
         ):
             pids.append(proc.pid)
     return pids
+
+
+def servers_on_port(port: int) -> list[int]:
+    """Pids of vLLM processes started with ``--port port`` (ours, even if others run)."""
+    out = []
+    for pid in vllm_server_pids():
+        try:
+            cmd = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if "--port" in cmd and cmd[cmd.index("--port") + 1 : cmd.index("--port") + 2] == [
+            str(port)
+        ]:
+            out.append(pid)
+    return out

@@ -1,23 +1,28 @@
 """Client fidelity benchmark: how far off are the kit's TTFT/TPOT, and vllm bench serve's?
 
-A stand-in server (:class:`tests.fakeserver.FakeServer` in its own process) streams chat
-completions on a fixed script (time to first token, per-step delay, tokens per chunk,
-usage chunk with spec-decode metrics) and logs the true send time of every chunk. The
-kit's client (:func:`speclib.client.run_requests_sync`, in this process) and, when vLLM is
-installed, ``vllm bench serve`` (through :func:`speclib.benchcheck.run_vllm_bench`, in a
-child process) send the same load at each concurrency, back to back, in alternating
-order, for several repetitions. Each request's measured TTFT, TPOT and E2E are compared
-with the truth (see :mod:`tests.benchmarks.fidelity`); the table shows, per concurrency
-and client, the median over repetitions of each run's median and p99 error, the client's
-CPU time per streamed event, and the machine's load during the runs.
+A stand-in server (:class:`tests.benchmarks.standin.LeanStandIn`, its own process; or
+``--standin aiohttp`` for :class:`tests.fakeserver.FakeServer`) streams chat completions on
+a fixed script (time to first token, per-step delay, tokens per chunk, usage chunk with
+spec-decode metrics) and logs the true send time of every chunk. The kit's client
+(:func:`speclib.client.run_requests_sync` in this process, records appended and fsynced as
+in a series) and, when vLLM is installed, ``vllm bench serve`` (through
+:func:`speclib.benchcheck.run_vllm_bench`, a child process) send the same load at each
+concurrency, back to back, in alternating order, for several repetitions. Each request's
+measured TTFT, TPOT and E2E are compared with the truth (see
+:mod:`tests.benchmarks.fidelity`); the table shows, per concurrency and client, the median
+over repetitions of each run's median and p99 error, where the TTFT error arises (send lag:
+client start stamp to server receipt; receive lag: server send of the first token to the
+client's stamp), the client's CPU time per streamed event and in cores, the CPU the rest of
+the machine used meanwhile, and how late the stand-in itself was.
 
 Run from the repository root::
 
-    .venv/bin/python -m tests.benchmarks.bench_fidelity            # the full benchmark
-    .venv/bin/python -m tests.benchmarks.bench_fidelity --quick    # a 2-minute smoke run
+    .venv/bin/python -m tests.benchmarks.bench_fidelity            # full: ~25 min
+    .venv/bin/python -m tests.benchmarks.bench_fidelity --quick    # smoke: ~3 min
+    .venv/bin/python -m tests.benchmarks.bench_fidelity --no-vllm  # the kit alone
 
 It is a benchmark, not a test: pytest does not collect it, and it exits 0 whatever the
-numbers (``--check`` makes it exit 1 when the acceptance criteria of issue 7 fail).
+numbers (``--check`` makes it exit 1 when one of issue 7's acceptance criteria fails).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import yaml
 
 from speclib import server as srv
 from tests.conftest import run_kit
-from tests.helpers import vllm_server_pids
+from tests.helpers import servers_on_port
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def caching_server(tmp_path_factory):
     )
     with srv.running(spec) as handle:
         yield handle.base_url
-    assert vllm_server_pids() == []
+    assert servers_on_port(port) == []
 
 
 def _prompts(path: Path, n: int = 6) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from speclib import server as srv
-from tests.helpers import vllm_server_pids
+from tests.helpers import servers_on_port
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def _launch(tmp_path: Path, target: Path, spec: dict) -> srv.ServerStartError:
     assert elapsed < 300, "the error must come when the process dies, not at the timeout"
     assert info.value.returncode not in (None, 0)
     assert "exited with code" in str(info.value)
-    assert vllm_server_pids() == []
+    assert servers_on_port(launch.port) == []
     assert not (tmp_path / "server.pid").exists()
     return info.value
 

@@ -77,9 +77,16 @@ RESULT = {
 def record(pid: str, ttft: float, tpot: float, n: int = 64, **kw: object) -> RequestRecord:
     offsets = tuple(ttft + i * tpot for i in range(n))
     return RequestRecord(
-        series="s", replicate=0, prompt_id=pid, ok=True, chunk_offsets_s=offsets,
-        chunk_tokens=(1,) * n, output_tokens=n, done_offset_s=offsets[-1], **kw,
-    )  # fmt: skip
+        series="s",
+        replicate=0,
+        prompt_id=pid,
+        ok=True,
+        chunk_offsets_s=offsets,
+        chunk_tokens=(1,) * n,
+        output_tokens=n,
+        done_offset_s=offsets[-1],
+        **kw,
+    )
 
 
 # --------------------------------------------------------------------------- result import
@@ -134,11 +141,18 @@ def test_a_file_that_is_not_a_result_is_named(tmp_path: Path) -> None:
 
 def test_argv_is_a_closed_loop_chat_run_through_the_launcher(tmp_path: Path) -> None:
     argv = bench_argv(
-        base_url="http://127.0.0.1:8000/v1", model="speclib-demo",
-        dataset_path=tmp_path / "d.jsonl", num_prompts=24, max_tokens=64, concurrency=4,
-        result_dir=tmp_path, tokenizer_dir="/m/target", top_p=0.9,
-        extra_body={"seed": 1, "stream_options": {"include_usage": True}}, python="/py",
-    )  # fmt: skip
+        base_url="http://127.0.0.1:8000/v1",
+        model="speclib-demo",
+        dataset_path=tmp_path / "d.jsonl",
+        num_prompts=24,
+        max_tokens=64,
+        concurrency=4,
+        result_dir=tmp_path,
+        tokenizer_dir="/m/target",
+        top_p=0.9,
+        extra_body={"seed": 1, "stream_options": {"include_usage": True}},
+        python="/py",
+    )
     assert argv[:3] == ["/py", "-m", "speclib.benchcheck"]
 
     def value(flag: str) -> str:
@@ -159,15 +173,28 @@ def test_argv_is_a_closed_loop_chat_run_through_the_launcher(tmp_path: Path) -> 
         "stream_options": {"include_usage": True},
     }
     plain = bench_argv(
-        base_url="http://h:1", model="m", dataset_path="d", num_prompts=1, max_tokens=1,
-        concurrency=1, result_dir="r", tokenizer_dir=None, temperature=None,
-    )  # fmt: skip
+        base_url="http://h:1",
+        model="m",
+        dataset_path="d",
+        num_prompts=1,
+        max_tokens=1,
+        concurrency=1,
+        result_dir="r",
+        tokenizer_dir=None,
+        temperature=None,
+    )
     assert "--skip-tokenizer-init" in plain and "--temperature" not in plain
     with pytest.raises(ValueError, match="concurrency"):
         bench_argv(
-            base_url="http://h:1", model="m", dataset_path="d", num_prompts=1, max_tokens=1,
-            concurrency=0, result_dir="r", tokenizer_dir=None,
-        )  # fmt: skip
+            base_url="http://h:1",
+            model="m",
+            dataset_path="d",
+            num_prompts=1,
+            max_tokens=1,
+            concurrency=0,
+            result_dir="r",
+            tokenizer_dir=None,
+        )
 
 
 def test_dataset_keeps_the_kits_order_and_refuses_what_it_cannot_carry(tmp_path: Path) -> None:
@@ -226,10 +253,19 @@ def test_run_writes_the_dataset_passes_the_key_by_env_and_imports_the_result(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "inherited-must-not-leak")
     res = run_vllm_bench(
-        base_url="http://127.0.0.1:1", model="m", tokenizer_dir=None, prompts=["x", "y", "z"],
-        repeats=2, max_tokens=11, concurrency=2, out_dir=tmp_path / "out", seed=7,
-        cache_salt="salt", api_key="sk-secret-123", python=fake_python,
-    )  # fmt: skip
+        base_url="http://127.0.0.1:1",
+        model="m",
+        tokenizer_dir=None,
+        prompts=["x", "y", "z"],
+        repeats=2,
+        max_tokens=11,
+        concurrency=2,
+        out_dir=tmp_path / "out",
+        seed=7,
+        cache_salt="salt",
+        api_key="sk-secret-123",
+        python=fake_python,
+    )
     raw = json.loads(Path(res.result_path).read_text(encoding="utf-8"))
     assert res.completed == 6 and raw["lines"] == 6 and raw["seen_key"] == "sk-secret-123"
     assert raw["extra_body"] == {
@@ -247,14 +283,27 @@ def test_a_failing_bench_raises_with_its_log(
     monkeypatch.setenv("FAKE_FAIL", "1")
     with pytest.raises(BenchCheckError, match=r"exit code 1(.|\n)*Initial test run failed"):
         run_vllm_bench(
-            base_url="http://h:1", model="m", tokenizer_dir=None, prompts=["x"], max_tokens=4,
-            concurrency=1, out_dir=tmp_path, python=fake_python,
-        )  # fmt: skip
+            base_url="http://h:1",
+            model="m",
+            tokenizer_dir=None,
+            prompts=["x"],
+            max_tokens=4,
+            concurrency=1,
+            out_dir=tmp_path,
+            python=fake_python,
+        )
     with pytest.raises(ValueError, match="num_prompts"):
         run_vllm_bench(
-            base_url="http://h:1", model="m", tokenizer_dir=None, prompts=["x"], max_tokens=4,
-            concurrency=1, out_dir=tmp_path, num_prompts=5, python=fake_python,
-        )  # fmt: skip
+            base_url="http://h:1",
+            model="m",
+            tokenizer_dir=None,
+            prompts=["x"],
+            max_tokens=4,
+            concurrency=1,
+            out_dir=tmp_path,
+            num_prompts=5,
+            python=fake_python,
+        )
 
 
 # --------------------------------------------------------------------------- metadata shim
@@ -341,11 +390,24 @@ def test_comparison_holds_only_the_median_tpot_to_the_tolerance() -> None:
 
 def test_frame_puts_launches_side_by_side_and_keeps_failed_benches() -> None:
     bench = BenchResult(
-        completed=1, failed=0, duration_s=1.0, max_concurrency=1, mean_ttft_ms=20.0,
-        median_ttft_ms=20.0, p99_ttft_ms=20.0, mean_tpot_ms=10.0, median_tpot_ms=10.0,
-        p99_tpot_ms=10.0, mean_e2el_ms=None, median_e2el_ms=None, acceptance_rate=None,
-        acceptance_length=None, num_drafts=None, draft_tokens=None, accepted_tokens=None,
-    )  # fmt: skip
+        completed=1,
+        failed=0,
+        duration_s=1.0,
+        max_concurrency=1,
+        mean_ttft_ms=20.0,
+        median_ttft_ms=20.0,
+        p99_ttft_ms=20.0,
+        mean_tpot_ms=10.0,
+        median_tpot_ms=10.0,
+        p99_tpot_ms=10.0,
+        mean_e2el_ms=None,
+        median_e2el_ms=None,
+        acceptance_rate=None,
+        acceptance_length=None,
+        num_drafts=None,
+        draft_tokens=None,
+        accepted_tokens=None,
+    )
     check = compare_with_kit(bench, [record("a", 0.02, 0.0099)])
     frame = crosscheck_frame(
         [
@@ -381,3 +443,84 @@ def test_rounds_pool_into_one_result_with_summed_counters() -> None:
     assert merge_bench_results([a, no_spec]).acceptance_rate is None
     with pytest.raises(ValueError, match="results"):
         merge_bench_results([])
+
+
+def test_a_difference_smaller_than_the_round_to_round_spread_is_too_noisy() -> None:
+    bench = parse_bench_result(RESULT)  # median TPOT 10.0 ms
+    recs = [record(f"p{i}", 0.03, 0.0110) for i in range(3)]  # +10 %
+    steady = [("kit", 0, 11.0), ("kit", 1, 11.1), ("vllm bench", 0, 10.0), ("vllm bench", 1, 10.1)]
+    jumpy = [("kit", 0, 9.0), ("kit", 1, 12.0), ("vllm bench", 0, 10.0), ("vllm bench", 1, 10.0)]
+    assert compare_with_kit(bench, recs).verdict == "disagree"
+    assert compare_with_kit(bench, recs, round_medians=steady).verdict == "disagree"
+    noisy = compare_with_kit(bench, recs, round_medians=jumpy)
+    assert noisy.verdict == "too noisy" and noisy.noise == pytest.approx(3 / 10.5)
+    assert "too noisy (round-to-round spread 28.6 %)" in format_crosscheck(noisy)
+    assert noisy.to_dict()["round_medians"][0] == ["kit", 0, 9.0]
+    close = compare_with_kit(bench, [record("a", 0.03, 0.0101)], round_medians=jumpy)
+    assert close.verdict == "agree" and crosscheck_frame([({}, close)]).loc[0, "verdict"] == "agree"
+
+
+def _params_file(tmp: Path, levels: object = 1) -> Path:
+    import yaml
+
+    (tmp / "model").mkdir()
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "messages": [{"role": "user", "content": f"q{i}"}]}) + "\n"
+            for i in range(3)
+        ),
+        encoding="utf-8",
+    )
+    data = {
+        "name": "x",
+        "server": {"model": str(tmp / "model")},
+        "series": [
+            {"name": "control"},
+            {
+                "name": "ngram",
+                "speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+            },
+        ],
+        "workload": {"prompts": str(prompts), "max_tokens": 11, "concurrency": levels},
+    }
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_a_launch_is_cross_checked_on_its_first_closed_loop_level(
+    tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from speclib.benchcheck import crosscheck_launch
+    from speclib.params import load_params
+
+    params = load_params(_params_file(tmp_path, [2, 4]))
+    ldir = tmp_path / "launch"
+    ldir.mkdir()
+    recs = [record(f"p{i}", 0.02, 0.0100, level=0) for i in range(3)]
+    recs += [record(f"p{i}", 0.02, 0.0500, level=1) for i in range(3)]  # another level
+    got = crosscheck_launch(
+        params,
+        launch_dir=ldir,
+        base_url="http://127.0.0.1:1",
+        model="m",
+        prompts=[f"q{i}" for i in range(3)],
+        records=recs,
+        python=fake_python,
+    )
+    assert got["verdict"] == "agree" and got["level"] == 0 and got["concurrency"] == 2
+    assert got["kit_requests"] == 3 and got["bench_requests"] == 3
+    assert json.loads((ldir / "crosscheck.json").read_text(encoding="utf-8")) == got
+    assert not (ldir / "vllm_bench" / "tmp").exists()
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    failed = crosscheck_launch(
+        params,
+        launch_dir=ldir,
+        base_url="http://127.0.0.1:1",
+        model="m",
+        prompts=["q0"],
+        records=recs,
+        python=fake_python,
+    )
+    assert "exit code 1" in failed["error"]

@@ -17,11 +17,11 @@ import pytest
 from speclib import demo_models as dm
 from speclib import prompts_gen as pg
 
-pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 
 
 # --- corpus and prompt sets (pure Python) ----------------------------------------------------
+@pytest.mark.unit
 def test_corpus_is_deterministic_and_seed_dependent() -> None:
     a = pg.generate_chats(60, seed=3)
     assert a == pg.generate_chats(60, seed=3)
@@ -29,6 +29,7 @@ def test_corpus_is_deterministic_and_seed_dependent() -> None:
     assert [c.kind for c in a[:6]] == list(pg.TASK_KINDS)
 
 
+@pytest.mark.unit
 def test_corpus_answers_are_long_and_follow_from_the_prompt() -> None:
     for chat in pg.generate_chats(120, seed=0):
         assert len(chat.assistant.split()) >= 30, chat
@@ -40,12 +41,14 @@ def test_corpus_answers_are_long_and_follow_from_the_prompt() -> None:
             assert chat.assistant.split(": ", 1)[1].startswith(f"{first} ")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("bad", "message"), [(-1, "`n`"), (2.5, "`n`")])
 def test_generate_chats_validates_n(bad: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         pg.generate_chats(bad, seed=0)  # type: ignore[arg-type]
 
 
+@pytest.mark.unit
 def test_make_chat_names_the_bad_kind() -> None:
     import random
 
@@ -53,6 +56,7 @@ def test_make_chat_names_the_bad_kind() -> None:
         pg.make_chat("poetry", random.Random(0))
 
 
+@pytest.mark.unit
 def test_prompt_sets_shape_and_unique_ids() -> None:
     sets = pg.build_prompt_sets()
     assert set(sets) == set(pg.PROMPT_SET_NAMES)
@@ -73,6 +77,7 @@ def test_prompt_sets_shape_and_unique_ids() -> None:
     }
 
 
+@pytest.mark.unit
 def test_unseen_prompts_avoid_the_training_vocabulary() -> None:
     train_words = {
         w.strip(".,:!?").lower()
@@ -85,6 +90,7 @@ def test_unseen_prompts_avoid_the_training_vocabulary() -> None:
         assert len(content_words & train_words) <= 1, content_words & train_words
 
 
+@pytest.mark.unit
 def test_checked_in_prompt_files_match_the_generator() -> None:
     for name, rows in pg.build_prompt_sets().items():
         path = REPO / "prompts" / f"{name}.jsonl"
@@ -93,6 +99,7 @@ def test_checked_in_prompt_files_match_the_generator() -> None:
         )
 
 
+@pytest.mark.unit
 def test_write_prompt_sets_round_trips(tmp_path: Path) -> None:
     paths = pg.write_prompt_sets(tmp_path)
     assert sorted(p.name for p in paths) == sorted(f"{n}.jsonl" for n in pg.PROMPT_SET_NAMES)
@@ -101,6 +108,7 @@ def test_write_prompt_sets_round_trips(tmp_path: Path) -> None:
 
 
 # --- recipe, cache key, paths ----------------------------------------------------------------
+@pytest.mark.unit
 def test_recipe_key_changes_with_the_recipe_and_builder_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -111,6 +119,7 @@ def test_recipe_key_changes_with_the_recipe_and_builder_version(
     assert dm.recipe_key() != key
 
 
+@pytest.mark.unit
 def test_default_cache_dir_honours_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SPECLIB_CACHE", str(tmp_path))
     assert dm.default_cache_dir() == tmp_path
@@ -118,6 +127,7 @@ def test_default_cache_dir_honours_env(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert dm.default_cache_dir() == Path.home() / ".cache" / "speclib"
 
 
+@pytest.mark.unit
 def test_demo_model_dir_rejects_unknown_names(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="`name`"):
         dm.demo_model_dir("teacher", cache_dir=tmp_path)  # type: ignore[arg-type]
@@ -140,6 +150,7 @@ def _fake_build(out: Path, *, recipe: dm.DemoRecipe, key: str, log: object) -> N
     (out / "build-info.json").write_text(json.dumps(info))
 
 
+@pytest.mark.unit
 def test_build_is_cached_and_published_atomically(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -164,6 +175,7 @@ def test_build_is_cached_and_published_atomically(
     assert leftovers == []
 
 
+@pytest.mark.unit
 def test_failed_build_leaves_nothing_behind(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -190,6 +202,7 @@ def _locked_builder(cache_dir: str, marker: str) -> None:
     dm.build_demo_pair(cache_dir=Path(cache_dir), log=lambda _m: None)
 
 
+@pytest.mark.unit
 def test_concurrent_builders_build_once(tmp_path: Path) -> None:
     marker = tmp_path / "builds.txt"
     ctx = multiprocessing.get_context("fork")
@@ -202,6 +215,7 @@ def test_concurrent_builders_build_once(tmp_path: Path) -> None:
     assert marker.read_text() == "build\n"
 
 
+@pytest.mark.unit
 def test_main_prints_the_folders(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,11 +237,13 @@ def tokenizer():  # type: ignore[no-untyped-def]
     return dm._train_tokenizer(chats, dm.DEFAULT_RECIPE)
 
 
+@pytest.mark.unit
 def test_tokenizer_is_deterministic(tokenizer) -> None:  # type: ignore[no-untyped-def]
     again = dm._train_tokenizer(pg.generate_chats(300, seed=0), dm.DEFAULT_RECIPE)
     assert again.to_str() == tokenizer.to_str()
 
 
+@pytest.mark.unit
 def test_tokenizer_round_trip_and_special_tokens(tokenizer) -> None:  # type: ignore[no-untyped-def]
     for i, token in enumerate(dm.SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == i
@@ -239,6 +255,7 @@ def test_tokenizer_round_trip_and_special_tokens(tokenizer) -> None:  # type: ig
     assert tokenizer.decode(ids, skip_special_tokens=False) == rendered
 
 
+@pytest.mark.unit
 def test_chat_template_matches_render_chat(tokenizer) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("transformers")
     hf = dm._hf_tokenizer(tokenizer)
@@ -251,6 +268,7 @@ def test_chat_template_matches_render_chat(tokenizer) -> None:  # type: ignore[n
     assert hf.eos_token == dm.EOS_TOKEN and hf.bos_token == dm.BOS_TOKEN
 
 
+@pytest.mark.unit
 def test_saved_tokenizer_loads_with_autotokenizer(tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     transformers = pytest.importorskip("transformers")
     dm._save_tokenizer(dm._hf_tokenizer(tokenizer), tmp_path)
@@ -265,6 +283,7 @@ def test_saved_tokenizer_loads_with_autotokenizer(tokenizer, tmp_path: Path) -> 
     ) == dm.render_chat("hello")
 
 
+@pytest.mark.unit
 def test_model_configs_share_the_vocabulary() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -318,6 +337,19 @@ def test_tiny_build_produces_loadable_folders(tmp_path: Path) -> None:
         ({"draft_layers": 0}, "`draft_layers`"),
     ],
 )
+@pytest.mark.unit
 def test_recipe_validation_names_the_field(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(dm.DEFAULT_RECIPE, **change)
+
+
+@pytest.mark.unit
+def test_build_removes_leftovers_of_a_killed_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    stale = tmp_path / f".demo-{dm.recipe_key()}.tmp-killed"
+    (stale / "target").mkdir(parents=True)
+    monkeypatch.setattr(dm, "_build_into", _fake_build)
+    pair = dm.build_demo_pair(cache_dir=tmp_path, log=lambda _m: None)
+    assert not stale.exists()
+    assert oct(pair.root.stat().st_mode & 0o777) == oct(0o755)

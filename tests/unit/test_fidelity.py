@@ -39,10 +39,17 @@ def test_kit_error_is_measured_minus_true_from_the_servers_receipt() -> None:
     sent = T0 - 0.0003  # the kit stamped its send 0.3 ms before the server got it
     offsets = tuple(tr.t_first_token + i * 0.02 + 0.0002 - sent for i in range(5))
     rec = RequestRecord(
-        series="s", replicate=0, prompt_id="k", ok=True, t_send_mono=sent,
-        chunk_offsets_s=offsets, chunk_tokens=(1,) * 5, output_tokens=5,
-        done_offset_s=tr.t_done + 0.0002 - sent, queue_wait_s=0.001,
-    )  # fmt: skip
+        series="s",
+        replicate=0,
+        prompt_id="k",
+        ok=True,
+        t_send_mono=sent,
+        chunk_offsets_s=offsets,
+        chunk_tokens=(1,) * 5,
+        output_tokens=5,
+        done_offset_s=tr.t_done + 0.0002 - sent,
+        queue_wait_s=0.001,
+    )
     [err] = kit_errors([rec], {"k": tr})
     assert err.ttft == pytest.approx(0.0005) and err.send_lag_s == pytest.approx(0.0003)
     assert err.recv_lag_s == pytest.approx(0.0002) and err.tpot == pytest.approx(0, abs=1e-9)
@@ -53,9 +60,14 @@ def test_kit_error_is_measured_minus_true_from_the_servers_receipt() -> None:
 def test_bench_requests_pair_with_the_first_exchange_after_their_start() -> None:
     probe, real = exchange("a", t_recv=T0 - 5), exchange("a", t_recv=T0)
     req = BenchRequest(
-        ok=True, ttft_s=0.045, latency_s=0.045 + 0.08 + 2e-5, output_tokens=5,
-        start_time=T0 - 0.005, queue_s=0.0, error=None,
-    )  # fmt: skip
+        ok=True,
+        ttft_s=0.045,
+        latency_s=0.045 + 0.08 + 2e-5,
+        output_tokens=5,
+        start_time=T0 - 0.005,
+        queue_s=0.0,
+        error=None,
+    )
     [err] = bench_errors([req], ["a"], [probe, real])
     assert err.send_lag_s == pytest.approx(0.005) and err.ttft == pytest.approx(0.005)
     assert err.recv_lag_s == pytest.approx(0.0, abs=1e-9)
