@@ -118,6 +118,7 @@ class Comparison:
     explanation: sd.SpeedupExplanation | None
     peak_rss_bytes: int | None
     pairs: pd.DataFrame = field(repr=False)
+    plausibility: Any = None  # speclib.plausibility.PlausibilityResult (sampled runs)
 
     @property
     def word(self) -> str:
@@ -161,6 +162,7 @@ class Comparison:
                 "acceptance": self.acceptance,
                 "explanation": _explanation_dict(self.explanation),
                 "peak_rss_bytes": self.peak_rss_bytes,
+                "plausibility": _plaus_dict(self.plausibility),
             }
         )
 
@@ -237,6 +239,27 @@ class RunAnalysis:
                 "warnings": list(self.warnings),
             }
         )
+
+
+def _plaus_dict(p: Any) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    keep = (
+        "word",
+        "implausible",
+        "estimate",
+        "ci_low",
+        "ci_high",
+        "confidence_level",
+        "margin_nats",
+        "n_prompts",
+        "mean_logprob_control",
+        "mean_logprob_experiment",
+        "n_degenerate_control",
+        "n_degenerate_experiment",
+        "reason",
+    )
+    return {k: getattr(p, k, None) for k in keep}
 
 
 def _explanation_dict(e: sd.SpeedupExplanation | None) -> dict[str, Any] | None:
@@ -459,6 +482,7 @@ def _compare(
     series_rows: pd.DataFrame,
     salt: int,
     level: int = 0,
+    plaus: Any = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -488,7 +512,7 @@ def _compare(
             control_error_rate=err_c,
             experiment_error_rate=err_e,
             max_error_rate_increase=a.max_error_rate_increase,
-            wrong_outputs=max(0, bad_e - bad_c),
+            wrong_outputs=max(0, bad_e - bad_c) + _implausible_count(plaus),
             agreement_rate=agreement.exact_match_rate if agreement else None,
             min_agreement_rate=a.min_greedy_agreement if agreement else None,
             peak_memory_gib=peak / 1024**3 if peak else None,
@@ -529,7 +553,27 @@ def _compare(
         explanation=_explain(k, acc, ci_tpot, med_c, med_e),
         peak_rss_bytes=peak,
         pairs=pairs,
+        plausibility=plaus,
     )
+
+
+def _implausible_count(p: Any) -> int:
+    """Outputs the sampling check flags: degenerate ones, at least one if the series is."""
+    if p is None:
+        return 0
+    n = int(getattr(p, "n_degenerate_experiment", 0) or 0)
+    return max(n, 1) if getattr(p, "implausible", False) else n
+
+
+def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
+    if not (rd.root / "output_scores.jsonl").exists():
+        return {}
+    from speclib.plausibility import compare_run
+
+    try:
+        return dict(compare_run(rd.root, params))
+    except (ValueError, OSError):
+        return {}
 
 
 def _error_rate(d: pd.DataFrame) -> float:
@@ -579,7 +623,8 @@ def analyze_run(
     lms = [launch_metrics(rd, s, df) for s in statuses]
     rows = series_table(df, params, statuses)
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
-    comps = tuple(c for lvl in levels for c in _compare_level(df, params, lms, rows, lvl))
+    plaus = _plausibility(rd, params)
+    comps = tuple(c for lvl in levels for c in _compare_level(df, params, lms, rows, lvl, plaus))
     notes = _warnings(rd, statuses, lms, df)
     analysis = RunAnalysis(
         run_dir=rd.root,
@@ -612,6 +657,7 @@ def _compare_level(
     lms: list[LaunchMetrics],
     rows: pd.DataFrame,
     level: int,
+    plaus: dict[str, Any],
 ) -> list[Comparison]:
     """Every experiment against the control at one load level (Holm across experiments)."""
     a = params.analysis
@@ -631,7 +677,9 @@ def _compare_level(
         else {}
     )
     return [
-        _compare(n, d, params, *decided.get(n, (None, None)), lms, rows, salts[n], level)
+        _compare(
+            n, d, params, *decided.get(n, (None, None)), lms, rows, salts[n], level, plaus.get(n)
+        )
         for n in experiments
     ]
 

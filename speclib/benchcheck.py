@@ -53,6 +53,7 @@ __all__ = [
     "merge_bench_results",
     "parse_bench_result",
     "run_vllm_bench",
+    "server_tpot_ms",
     "write_custom_dataset",
 ]
 
@@ -664,9 +665,17 @@ class CrossCheck:
     decoding the same prompts, while TTFT depends on each client's own overhead (what the
     fidelity benchmark measures) and is shown for information. ``round_medians`` holds
     ``(side, round, median TPOT ms)`` when each side ran more than once; their spread
-    (``noise``) says how much the server itself moved between runs, and ``verdict`` is
-    ``agree`` (within tolerance), ``disagree``, or ``too noisy`` when the two sides differ
-    by more than the tolerance but by less than one side differs from itself across rounds.
+    (``noise``) says how much the server itself moved between runs. ``server_tpot`` holds
+    ``(side, round, mean TPOT ms, requests)`` as the *server* measured it during each run
+    (``vllm:request_time_per_output_token_seconds`` from ``/metrics``, the same formula):
+    a reference that no client can bias, so ``client_vs_server`` shows each client's mean
+    TPOT against the server's own for the same requests.
+
+    ``verdict``: ``agree`` (median TPOT within tolerance); ``server differed`` (outside, but
+    each client is within tolerance of the server's own TPOT for its runs: the server
+    itself ran at different speeds, e.g. under other load, and both clients saw it right);
+    ``too noisy`` (outside, but by less than one side differs from itself across rounds);
+    else ``disagree``.
     """
 
     rows: tuple[CrossCheckRow, ...]
@@ -675,6 +684,7 @@ class CrossCheck:
     bench_requests: int
     bench: BenchResult | None = field(default=None, repr=False)
     round_medians: tuple[tuple[str, int, float], ...] = ()
+    server_tpot: tuple[tuple[str, int, float, int], ...] = ()
 
     @property
     def tpot_agrees(self) -> bool | None:
@@ -693,12 +703,31 @@ class CrossCheck:
         return max(spreads) if spreads else None
 
     @property
+    def client_vs_server(self) -> dict[str, float]:
+        """Per side: (client mean TPOT − server mean TPOT) / server, over that side's runs."""
+        row = next((r for r in self.rows if r.metric == "server mean TPOT"), None)
+        client = next(r for r in self.rows if r.metric == "mean TPOT")
+        out: dict[str, float] = {}
+        if row is None:
+            return out
+        for side, mine, server in (
+            ("kit", client.kit, row.kit),
+            ("vllm bench", client.vllm_bench, row.vllm_bench),
+        ):
+            if mine is not None and server:
+                out[side] = (mine - server) / server
+        return out
+
+    @property
     def verdict(self) -> str | None:
         agrees = self.tpot_agrees
         if agrees is None:
             return None
         if agrees:
             return "agree"
+        vs = self.client_vs_server
+        if len(vs) == 2 and all(abs(v) <= self.tolerance for v in vs.values()):
+            return "server differed"
         diff = next(r for r in self.rows if r.metric == "median TPOT").diff
         noise = self.noise
         return "too noisy" if noise is not None and abs(diff or 0.0) <= noise else "disagree"
@@ -712,6 +741,8 @@ class CrossCheck:
             "verdict": self.verdict,
             "noise": self.noise,
             "round_medians": [list(x) for x in self.round_medians],
+            "server_tpot": [list(x) for x in self.server_tpot],
+            "client_vs_server": self.client_vs_server,
             "rows": [asdict(r) for r in self.rows],
             "bench": self.bench.to_dict() if self.bench is not None else None,
         }
@@ -736,6 +767,33 @@ def _kit_acceptance(records: Sequence[Any]) -> tuple[float | None, float | None]
     return rate, length
 
 
+def _weighted(server_tpot: Sequence[tuple[str, int, float, int]], side: str) -> float | None:
+    """Request-weighted mean of one side's server-side mean TPOTs."""
+    pairs = [(v, n) for s, _, v, n in server_tpot if s == side and n > 0]
+    total = sum(n for _, n in pairs)
+    return sum(v * n for v, n in pairs) / total if total else None
+
+
+def server_tpot_ms(before: str, after: str) -> tuple[float, int] | None:
+    """The server's own mean TPOT (ms) and request count between two ``/metrics`` texts.
+
+    From vLLM's ``vllm:request_time_per_output_token_seconds`` histogram (per finished
+    request: decode time / (output tokens − 1), as the clients compute it); None when the
+    server has no such histogram or no request finished in between.
+    """
+    from speclib.metrics import metric_sum
+
+    name = "vllm:request_time_per_output_token_seconds"
+    try:
+        s0, s1 = metric_sum(before, name + "_sum"), metric_sum(after, name + "_sum")
+        n0, n1 = metric_sum(before, name + "_count"), metric_sum(after, name + "_count")
+    except ValueError:
+        return None
+    if None in (s0, s1, n0, n1) or n1 - n0 <= 0:  # type: ignore[operator]
+        return None
+    return 1000 * (s1 - s0) / (n1 - n0), int(n1 - n0)  # type: ignore[operator]
+
+
 def _row(
     metric: str, unit: str, kit: float | None, bench: float | None, tol: float | None
 ) -> CrossCheckRow:
@@ -752,6 +810,7 @@ def compare_with_kit(
     kit_acceptance_rate: float | None = None,
     kit_acceptance_length: float | None = None,
     round_medians: Sequence[tuple[str, int, float]] = (),
+    server_tpot: Sequence[tuple[str, int, float, int]] = (),
 ) -> CrossCheck:
     """Put ``bench`` next to the kit's numbers from ``records`` (one launch's records).
 
@@ -759,7 +818,9 @@ def compare_with_kit(
     :mod:`speclib.records`. The kit's acceptance comes from the records' per-request spec
     metrics unless given (e.g. the launch's ``/metrics`` delta, which is what vllm bench
     reports). ``tolerance`` is a fraction (0.02 = 2 %). ``round_medians`` (side, round,
-    median TPOT ms) records each run's median when the sides ran in several rounds.
+    median TPOT ms) records each run's median when the sides ran in several rounds;
+    ``server_tpot`` (side, round, server mean TPOT ms, requests) the server's own TPOT
+    during each run (see :func:`server_tpot_ms`), shown as the row ``server mean TPOT``.
     """
     from speclib.records import tpot_s, ttft_s
 
@@ -779,6 +840,16 @@ def compare_with_kit(
         _row("acceptance rate", "", rate, bench.acceptance_rate, None),
         _row("acceptance length", "tokens", length, bench.acceptance_length, None),
     )
+    if server_tpot:
+        rows += (
+            _row(
+                "server mean TPOT",
+                "ms",
+                _weighted(server_tpot, "kit"),
+                _weighted(server_tpot, "vllm bench"),
+                None,
+            ),
+        )
     return CrossCheck(
         rows=rows,
         tolerance=tolerance,
@@ -786,6 +857,7 @@ def compare_with_kit(
         bench_requests=bench.completed,
         bench=bench,
         round_medians=tuple((str(a), int(b), float(c)) for a, b, c in round_medians),
+        server_tpot=tuple((str(a), int(b), float(c), int(d)) for a, b, c, d in server_tpot),
     )
 
 
@@ -846,6 +918,9 @@ def format_crosscheck(check: CrossCheck) -> str:
     if check.round_medians:
         per_round = ", ".join(f"{side} r{r} {v:.2f}" for side, r, v in sorted(check.round_medians))
         lines.append(f"median TPOT per round (ms): {per_round}")
+    if check.client_vs_server:
+        vs = ", ".join(f"{side} {100 * v:+.2f} %" for side, v in check.client_vs_server.items())
+        lines.append(f"mean TPOT vs the server's own for the same requests: {vs}")
     noise = "" if check.noise is None else f" (round-to-round spread {100 * check.noise:.1f} %)"
     lines.append(f"verdict: {check.verdict}{noise}")
     return "\n".join(lines)
@@ -878,20 +953,14 @@ def _served_model(base_url: str, api_key: str | None) -> str:
         return str(json.loads(resp.read())["data"][0]["id"])
 
 
-def _spec_delta(base_url: str, api_key: str | None, before: str | None) -> tuple[Any, str | None]:
-    """(SpecCounters since ``before`` or None, the current /metrics text or None)."""
-    from speclib.metrics import fetch_metrics, spec_counters_delta
+def _metrics_text(base_url: str, api_key: str | None) -> str | None:
+    """The server's ``/metrics`` now, or None (a server without it is still compared)."""
+    from speclib.metrics import fetch_metrics
 
     try:
-        now = fetch_metrics(_server_root(base_url), api_key=api_key)
-    except Exception:  # a server without /metrics still gets its latencies compared
-        return None, None
-    if before is None:
-        return None, now
-    try:
-        return spec_counters_delta(before, now), now
-    except ValueError:
-        return None, now
+        return fetch_metrics(_server_root(base_url), api_key=api_key)
+    except Exception:
+        return None
 
 
 def crosscheck_server(
@@ -921,6 +990,7 @@ def crosscheck_server(
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"`rounds` must be a positive integer, got {rounds!r}")
     from speclib.client import RequestSpec, build_request_body, run_requests_sync
+    from speclib.metrics import spec_counters_delta
     from speclib.params import ExperimentParams, load_params
     from speclib.prompts import load_prompts
     from speclib.records import append_record, tpot_s
@@ -986,6 +1056,7 @@ def crosscheck_server(
     records: list[Any] = []
     benches: list[BenchResult] = []
     counts = [0, 0, 0]  # the kit's drafts, draft tokens, accepted tokens (from /metrics)
+    server: list[tuple[str, int, float, int]] = []  # the server's own TPOT per run
     with (out / "kit_requests.jsonl").open("w", encoding="utf-8") as fh:
 
         def sink(rec: Any) -> None:
@@ -993,41 +1064,47 @@ def crosscheck_server(
             records.append(rec)
 
         for r in range(rounds):
-            for side in ("kit", "bench") if r % 2 == 0 else ("bench", "kit"):
+            for side in ("kit", "vllm bench") if r % 2 == 0 else ("vllm bench", "kit"):
+                before = _metrics_text(base_url, api_key)
                 if side == "kit":
-                    _, before = _spec_delta(base_url, api_key, None)
                     run_requests_sync(
                         specs=specs(prompts, wl.repeats, f"{salt}-kit-{r}"),
                         sink=sink,
                         **{**common, "replicate": r},
                     )
-                    delta, _ = _spec_delta(base_url, api_key, before)
-                    if delta is not None:
+                else:
+                    benches.append(
+                        run_vllm_bench(
+                            base_url=base_url,
+                            model=model,
+                            tokenizer_dir=tokenizer,
+                            prompts=prompts,
+                            repeats=wl.repeats,
+                            max_tokens=wl.max_tokens,
+                            concurrency=conc,
+                            out_dir=out / "vllm_bench" / f"round-{r}",
+                            temperature=wl.temperature,
+                            top_p=wl.top_p,
+                            top_k=wl.top_k,
+                            seed=wl.seed,
+                            ignore_eos=wl.ignore_eos,
+                            min_tokens=wl.min_tokens,
+                            cache_salt=f"{salt}-bench-{r}",
+                            api_key=api_key,
+                            timeout_s=timeout_s,
+                        )
+                    )
+                after = _metrics_text(base_url, api_key)
+                if before is None or after is None:
+                    continue
+                if (tpot := server_tpot_ms(before, after)) is not None:
+                    server.append((side, r, *tpot))
+                if side == "kit":
+                    with contextlib.suppress(ValueError):
+                        delta = spec_counters_delta(before, after)
                         counts[0] += delta.num_drafts
                         counts[1] += delta.num_draft_tokens
                         counts[2] += delta.num_accepted_tokens
-                    continue
-                benches.append(
-                    run_vllm_bench(
-                        base_url=base_url,
-                        model=model,
-                        tokenizer_dir=tokenizer,
-                        prompts=prompts,
-                        repeats=wl.repeats,
-                        max_tokens=wl.max_tokens,
-                        concurrency=conc,
-                        out_dir=out / "vllm_bench" / f"round-{r}",
-                        temperature=wl.temperature,
-                        top_p=wl.top_p,
-                        top_k=wl.top_k,
-                        seed=wl.seed,
-                        ignore_eos=wl.ignore_eos,
-                        min_tokens=wl.min_tokens,
-                        cache_salt=f"{salt}-bench-{r}",
-                        api_key=api_key,
-                        timeout_s=timeout_s,
-                    )
-                )
     drafts, drafted, accepted = counts
     medians = [("vllm bench", r, b.median_tpot_ms) for r, b in enumerate(benches)]
     for r in range(rounds):
@@ -1040,6 +1117,7 @@ def crosscheck_server(
         kit_acceptance_rate=accepted / drafted if drafted else None,
         kit_acceptance_length=1 + accepted / drafts if drafts else None,
         round_medians=[m for m in medians if m[2] is not None],
+        server_tpot=server,
     )
     (out / "crosscheck.json").write_text(json.dumps(check.to_dict(), indent=1), encoding="utf-8")
     return check
@@ -1119,6 +1197,7 @@ def _crosscheck_launch(
         raise ValueError("no closed-loop load level to cross-check (vllm bench runs closed loop)")
     tmp = out / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    bench_before = _metrics_text(base_url, api_key)
     try:
         bench = run_vllm_bench(
             base_url=base_url,
@@ -1143,21 +1222,29 @@ def _crosscheck_launch(
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    bench_after = _metrics_text(base_url, api_key)
     delta = None
+    server: list[tuple[str, int, float, int]] = []
     before, after = ldir / f"metrics_l{level}_before.prom", ldir / f"metrics_l{level}_after.prom"
     if before.exists() and after.exists():
-        try:
-            delta = spec_counters_delta(
-                before.read_text(encoding="utf-8"), after.read_text(encoding="utf-8")
-            )
-        except ValueError:
-            delta = None
+        kit_before, kit_after = (
+            before.read_text(encoding="utf-8"),
+            after.read_text(encoding="utf-8"),
+        )
+        with contextlib.suppress(ValueError):
+            delta = spec_counters_delta(kit_before, kit_after)
+        if (tpot := server_tpot_ms(kit_before, kit_after)) is not None:
+            server.append(("kit", 0, *tpot))
+    bench_tpot = server_tpot_ms(bench_before, bench_after) if bench_before and bench_after else None
+    if bench_tpot is not None:
+        server.append(("vllm bench", 0, *bench_tpot))
     check = compare_with_kit(
         bench,
         [r for r in records if getattr(r, "level", 0) == level],
         tolerance=tolerance,
         kit_acceptance_rate=getattr(delta, "acceptance_rate", None),
         kit_acceptance_length=getattr(delta, "mean_acceptance_length", None),
+        server_tpot=server,
     )
     return {**check.to_dict(), "level": level, "concurrency": wl.levels[level].concurrency}
 

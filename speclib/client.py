@@ -29,7 +29,7 @@ How it keeps its own overhead out of the numbers (measured by
   chunks a second cost little CPU and the loop is free to stamp the next read at once.
 - Parsing: SSE splitting and JSON decoding happen after the response is complete, in one
   parser task that works through finished responses an event at a time and yields to the
-  loop every half millisecond, so a burst of finishing streams cannot hold up the stamps
+  loop every quarter millisecond, so a burst of finishing streams cannot hold up the stamps
   of the streams still running. An SSE event is dated by the read that completed its
   ``data:`` line.
 - Ordering: a slot is freed only once its response is parsed and its record handed to the
@@ -87,7 +87,7 @@ _MAX_HEADER_BYTES = 65536
 _DONE_TAILS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
 _DONE_GRACE_S = 0.05  # after [DONE], how long to wait for the end of the HTTP framing
 _LAG_PERIOD_S = 0.01  # how often the loop-lag probe ticks
-_PARSE_SLICE_S = 0.0005  # the parser yields to the loop after this much work
+_PARSE_SLICE_S = 0.00025  # the parser yields to the loop after this much work
 _SSE_SLICE_BYTES = 16384  # bytes of a finished body split into events at a time
 _PREWARM_TIMEOUT_S = 10.0
 _USER_AGENT = "speclib"

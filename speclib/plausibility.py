@@ -16,6 +16,15 @@ the control's. This module measures that.
   the output positions give the output's mean per-token log-probability (nats/token). An
   item without recorded token ids is re-tokenized from its text (``source="text"``). A
   failure is data: an :class:`OutputScore` with ``mean_logprob=None`` and ``error``.
+* **Calibration residual** (sampled runs): the mean log-prob misses a sampler that falls
+  into greedy-like loops ("need: need: need:"), which a small target finds *likely*. So
+  with ``temperature > 0`` the scoring request asks for the top-20 log-probs at every
+  position, and each output also gets ``mean_residual``, the mean of ``log p(token) −
+  E_q[log p]`` with ``q`` the distribution the request asked to sample from
+  (:func:`expected_logprob`). For a correct sampler every term has expectation zero given
+  its context, whatever the context; greedy-like picks make it positive, random picks
+  negative. ``compare_plausibility(..., metric="mean_residual")`` compares it like the
+  log-prob; both directions beyond δ mean the sampling is not what was asked (``shifted``).
 * **Comparison** (:func:`compare_plausibility`): per prompt, the mean log-prob of the
   experiment's outputs minus the control's (averaged over replicates, levels, repeats), a
   paired bootstrap CI of the mean difference (:func:`scipy.stats.bootstrap`), and a
@@ -62,6 +71,7 @@ from speclib.stats import MIN_PAIRS_BCA, DegenerateDataWarning, _expanded_percen
 __all__ = [
     "DEFAULT_DEGENERATE_QUANTILE",
     "DEFAULT_MARGIN_NATS",
+    "METRICS",
     "PLAUSIBILITY_WORDS",
     "SCORES_FILE",
     "OutputScore",
@@ -70,6 +80,7 @@ __all__ = [
     "append_score",
     "compare_plausibility",
     "compare_run",
+    "expected_logprob",
     "items_from_records",
     "read_scores",
     "score_outputs",
@@ -83,6 +94,8 @@ DEFAULT_MARGIN_NATS = 0.5
 """Default δ in nats/token: e^0.5 ≈ 1.65× less likely per token, on average."""
 DEFAULT_DEGENERATE_QUANTILE = 0.01
 PLAUSIBILITY_WORDS = ("implausible", "equivalent", "more_likely", "inconclusive")
+METRICS = ("mean_logprob", "mean_residual")
+"""What :func:`compare_plausibility` can compare (fields of :class:`OutputScore`)."""
 _CLAMPED_LOGPROB = -9999.0  # vLLM clamps -inf prompt log-probs to this value
 _ERROR_CHARS = 300
 
@@ -125,7 +138,12 @@ class OutputScore:
     """The target's log-probability of one output. ``mean_logprob`` is in nats/token.
 
     ``n_tokens`` counts the scored output tokens; ``n_impossible`` those the target gave
-    probability zero (vLLM reports them as −9999). ``source`` says where the output tokens
+    probability zero (vLLM reports them as −9999). ``mean_residual`` (sampled runs only) is
+    the mean over positions of ``log p(token) − E_q[log p]``, where ``q`` is the sampling
+    distribution the request asked for (target probabilities at the request's temperature,
+    cut to its top_p, computed from the top-``K`` log-probs): zero in expectation for a
+    correct sampler, positive when it picks too-likely tokens (greedy-like loops), negative
+    when it picks unlikely ones. ``source`` says where the output tokens
     came from (``"token_ids"`` or ``"text"``). A failed score has ``mean_logprob=None`` and
     ``error`` set.
     """
@@ -143,6 +161,7 @@ class OutputScore:
     source: str | None = None
     error: str | None = None
     level: int = 0
+    mean_residual: float | None = None
     version: int = SCORE_VERSION
 
     @property
@@ -295,7 +314,7 @@ def _logprob_at(entry: Any, token: int, pos: int) -> float:
     return float(value)
 
 
-def _output_logprobs(response: Mapping[str, Any], prompt: list[int], n_prompt: int) -> list[float]:
+def _output_entries(response: Mapping[str, Any], prompt: list[int], n_prompt: int) -> list[Any]:
     try:
         plp = response["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
@@ -303,27 +322,64 @@ def _output_logprobs(response: Mapping[str, Any], prompt: list[int], n_prompt: i
     if not isinstance(plp, list) or len(plp) != len(prompt):
         got = len(plp) if isinstance(plp, list) else type(plp).__name__
         raise _ScoreError(f"prompt_logprobs has {got} entries for {len(prompt)} prompt tokens")
-    return [_logprob_at(plp[i], prompt[i], i) for i in range(n_prompt, len(prompt))]
+    return plp[n_prompt:]
 
 
-def _score_item(api: _Api, model: str, item: ScoreItem, prompt_ids: list[int]) -> OutputScore:
+def expected_logprob(logprobs: Sequence[float], *, temperature: float, top_p: float) -> float:
+    """``E_q[log p]`` at one position, from the target's top-K log-probs ``log p``.
+
+    ``q`` is what a correct sampler draws from: ``p ** (1 / temperature)`` renormalised over
+    the given tokens, then cut to the smallest most-likely set holding ``top_p`` of it (the
+    token that crosses ``top_p`` is kept) and renormalised. Mass outside the top-K is
+    ignored, so K must cover the nucleus (it does when the top-K hold most of the mass).
+    """
+    lp = np.asarray(logprobs, dtype=np.float64)
+    z = lp / temperature
+    w = np.exp(z - z.max())
+    w /= w.sum()
+    order = np.argsort(-w, kind="stable")
+    ws = w[order]
+    keep = (np.cumsum(ws) - ws) < top_p
+    q = ws[keep] / ws[keep].sum()
+    return float(np.dot(q, lp[order][keep]))
+
+
+def _residuals(
+    entries: list[Any], logprobs: list[float], temperature: float, top_p: float
+) -> list[float]:
+    out = []
+    for entry, lp in zip(entries, logprobs, strict=True):
+        values = [v.get("logprob") for v in entry.values() if isinstance(v, Mapping)]
+        values = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+        out.append(lp - expected_logprob(values, temperature=temperature, top_p=top_p))
+    return out
+
+
+def _score_item(
+    api: _Api,
+    model: str,
+    item: ScoreItem,
+    prompt_ids: list[int],
+    sampling: tuple[float, float, int] | None,
+) -> OutputScore:
     out_ids, source = _output_ids(api, model, item)
     if not out_ids:
         raise _ScoreError("empty output: nothing to score")
     prompt = [*prompt_ids, *out_ids]
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": 1,
-        "temperature": 0.0,
-        "prompt_logprobs": 0,
-    }
-    lps = _output_logprobs(api.post("/v1/completions", body), prompt, len(prompt_ids))
+    body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
+            "prompt_logprobs": sampling[2] if sampling else 0}  # fmt: skip
+    n = len(prompt_ids)
+    entries = _output_entries(api.post("/v1/completions", body), prompt, n)
+    lps = [_logprob_at(e, prompt[n + i], n + i) for i, e in enumerate(entries)]
     total = math.fsum(lps)
+    residual = None
+    if sampling:
+        res = _residuals(entries, lps, sampling[0], sampling[1])
+        residual = math.fsum(res) / len(res)
     return OutputScore(
         **item.identity(), mean_logprob=total / len(lps), sum_logprob=total, min_logprob=min(lps),
         n_tokens=len(lps), n_impossible=sum(v <= _CLAMPED_LOGPROB for v in lps),
-        prompt_tokens=len(prompt_ids), source=source,
+        prompt_tokens=len(prompt_ids), source=source, mean_residual=residual,
     )  # fmt: skip
 
 
@@ -360,6 +416,9 @@ def score_outputs(
     concurrency: int = 2,
     timeout_s: float = 120.0,
     sink: Callable[[OutputScore], None] | None = None,
+    temperature: float | None = None,
+    top_p: float = 1.0,
+    top_logprobs: int = 20,
 ) -> list[OutputScore]:
     """Score every item by the target at ``base_url`` (served without speculation).
 
@@ -367,6 +426,9 @@ def score_outputs(
     score with ``mean_logprob=None`` and ``error`` (never an exception). ``sink`` is
     called with each score as it finishes (from the calling thread), e.g. to append it to
     ``output_scores.jsonl``. Each distinct prompt is tokenized once through ``/tokenize``.
+    With ``temperature > 0`` (the sampling the outputs were drawn with, and ``top_p``) each
+    score also gets ``mean_residual``, from the ``top_logprobs`` most likely tokens at
+    every position (vLLM's ``--max-logprobs`` defaults to 20).
     """
     items = _validate_items(items)
     if not isinstance(model, str) or not model:
@@ -375,6 +437,13 @@ def score_outputs(
         raise ValueError(f"`concurrency` must be a positive integer (got {concurrency!r})")
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ValueError(f"`timeout_s` must be a positive number (got {timeout_s!r})")
+    sampling = None
+    if temperature is not None and temperature > 0:
+        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise ValueError(f"`top_p` must be in (0, 1] (got {top_p!r})")
+        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 1:
+            raise ValueError(f"`top_logprobs` must be a positive integer (got {top_logprobs!r})")
+        sampling = (float(temperature), float(top_p), top_logprobs)
     api = _Api(base_url, api_key, float(timeout_s))
     by_prompt: dict[str, Sequence[Mapping[str, Any]]] = {}
     for it in items:
@@ -398,7 +467,7 @@ def score_outputs(
                 if sink is not None:
                     sink(results[i])
                 continue
-            jobs[pool.submit(_score_item, api, model, it, ids)] = i
+            jobs[pool.submit(_score_item, api, model, it, ids, sampling)] = i
         for fut in as_completed(jobs):
             i = jobs[fut]
             try:
@@ -432,6 +501,7 @@ class PlausibilityResult:
 
     control: str
     experiment: str
+    metric: str
     word: str
     implausible: bool
     shifted: bool
@@ -509,11 +579,16 @@ def _validate_compare(
     return scores
 
 
-def _per_prompt(scores: list[OutputScore], series: str) -> dict[str, float]:
+def _value(score: OutputScore, metric: str) -> float | None:
+    return getattr(score, metric) if score.ok else None
+
+
+def _per_prompt(scores: list[OutputScore], series: str, metric: str) -> dict[str, float]:
     groups: dict[str, list[float]] = defaultdict(list)
     for s in scores:
-        if s.series == series and s.ok:
-            groups[s.prompt_id].append(float(s.mean_logprob))  # type: ignore[arg-type]
+        v = _value(s, metric)
+        if s.series == series and v is not None:
+            groups[s.prompt_id].append(float(v))
     return {pid: float(np.mean(v)) for pid, v in groups.items()}
 
 
@@ -618,6 +693,7 @@ def compare_plausibility(
     confidence_level: float = 0.95,
     n_resamples: int = 4000,
     degenerate_quantile: float = DEFAULT_DEGENERATE_QUANTILE,
+    metric: str = "mean_logprob",
     rng: np.random.Generator,
 ) -> PlausibilityResult:
     """Compare the experiment's outputs with the control's by their log-prob under the target.
@@ -652,7 +728,9 @@ def compare_plausibility(
     ):
         raise ValueError(f"`degenerate_quantile` must be in [0, 1) (got {degenerate_quantile!r})")
     mine = [s for s in scores if s.series in (control, experiment)]
-    pc, pe = _per_prompt(mine, control), _per_prompt(mine, experiment)
+    if metric not in METRICS:
+        raise ValueError(f"`metric` must be one of {METRICS} (got {metric!r})")
+    pc, pe = _per_prompt(mine, control, metric), _per_prompt(mine, experiment, metric)
     paired = sorted(set(pc) & set(pe))
     c = np.array([pc[p] for p in paired], dtype=np.float64)
     e = np.array([pe[p] for p in paired], dtype=np.float64)
@@ -669,14 +747,15 @@ def compare_plausibility(
         )
     word = _word(low, high, margin)
     ctrl_values = np.array(
-        [s.mean_logprob for s in mine if s.series == control and s.ok], dtype=np.float64
+        [v for s in mine if s.series == control and (v := _value(s, metric)) is not None],
+        dtype=np.float64,
     )
     threshold = (
         float(np.quantile(ctrl_values, degenerate_quantile)) - margin if ctrl_values.size else None
     )
     degenerate = tuple(sorted(
         s.key for s in mine
-        if s.ok and threshold is not None and s.mean_logprob < threshold  # type: ignore[operator]
+        if threshold is not None and (v := _value(s, metric)) is not None and v < threshold
     ))  # fmt: skip
     counts = {name: sum(1 for k in degenerate if k[0] == name) for name in (control, experiment)}
     scored = {
@@ -687,7 +766,8 @@ def compare_plausibility(
         for name in (control, experiment)
     }
     return PlausibilityResult(
-        control=control, experiment=experiment, word=word, implausible=word == "implausible",
+        control=control, experiment=experiment, metric=metric, word=word,
+        implausible=word == "implausible",
         shifted=word in ("implausible", "more_likely"),
         estimate=est, ci_low=low, ci_high=high, confidence_level=level, method=method,
         margin_nats=margin, n_prompts=len(paired),
@@ -703,7 +783,9 @@ def compare_plausibility(
     )  # fmt: skip
 
 
-def compare_run(run_dir: str | os.PathLike[str], params: Any) -> dict[str, PlausibilityResult]:
+def compare_run(
+    run_dir: str | os.PathLike[str], params: Any, *, metric: str = "mean_logprob"
+) -> dict[str, PlausibilityResult]:
     """:func:`compare_plausibility` of every experiment of a run against its control.
 
     Reads ``RUN_DIR/output_scores.jsonl``; uses the params' ``analysis`` section (margin
@@ -724,7 +806,8 @@ def compare_run(run_dir: str | os.PathLike[str], params: Any) -> dict[str, Plaus
         out[series.name] = compare_plausibility(
             scores, control=control, experiment=series.name,
             margin_nats=a.plausibility_margin_nats, confidence_level=a.confidence,
-            n_resamples=a.n_resamples, rng=np.random.default_rng([a.seed, 7000 + i]),
+            n_resamples=a.n_resamples, metric=metric,
+            rng=np.random.default_rng([a.seed, 7000 + i]),
         )  # fmt: skip
     return out
 
@@ -799,6 +882,7 @@ def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int 
         got = score_outputs(
             base_url, todo, model=model, api_key=key, concurrency=concurrency,
             timeout_s=params.workload.request_timeout_s, sink=lambda s: append_score(fh, s),
+            temperature=params.workload.temperature, top_p=params.workload.top_p,
         )  # fmt: skip
     info.update(
         ended_at=time.time(), scored=sum(s.ok for s in got), failed=sum(not s.ok for s in got),

@@ -152,7 +152,13 @@ def _acceptance_cell(c: Comparison) -> str:
 
 def _agreement_cell(c: Comparison, greedy: bool) -> str:
     if not greedy:
-        return "sampling: see output check"
+        p = c.plausibility
+        if p is None:
+            return "sampling: no output check (scoring off or failed)"
+        est = "–" if p.estimate is None else f"{p.estimate:+.2f}"
+        return (f"sampling check: <b>{html.escape(p.word)}</b><br><span class='speclib-small'>"
+                f"log-prob under target {est} nats/token vs control; "
+                f"{p.n_degenerate_experiment} degenerate output(s)</span>")
     if c.agreement is None:
         return "–"
     ag = c.agreement

@@ -11,7 +11,9 @@ A real HTTP server (aiohttp) on ``127.0.0.1`` answering the way vLLM 0.32 does:
   (the kit's readiness probe).
 
 The "model" gives token ``t`` the log-prob :func:`logprob_of` (``t < 500``: plausible,
-−0.1 to −0.55; ``500 <= t < 900``: garbage, about −5), so tests can predict every score.
+−0.1 to −0.55; ``500 <= t < 900``: garbage, about −5), so tests can predict every score;
+with ``prompt_logprobs: K`` every position also lists the top ``K`` of :data:`DIST` (tokens
+100–104, the only ones that form a normalised distribution).
 Scripted failures: token 999 anywhere in a completion prompt → HTTP 400 (as vLLM answers a
 prompt longer than the context); token 998 → an entry without that token; a message
 containing ``"untokenizable"`` → HTTP 500 from ``/tokenize``.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import socket
 import sys
 import threading
@@ -34,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["BOS", "EOT", "ScorerServer", "logprob_of", "make_app", "tokenize_text"]
+__all__ = ["BOS", "DIST", "EOT", "ScorerServer", "logprob_of", "make_app", "tokenize_text"]
 
 BOS, EOT = 1, 2
 CALLS = web.AppKey("calls", Counter)
@@ -42,8 +45,14 @@ INFLIGHT = web.AppKey("inflight", dict)
 ERROR_TOKEN, MALFORMED_TOKEN = 999, 998
 
 
+DIST = {100: 0.5, 101: 0.2, 102: 0.15, 103: 0.1, 104: 0.05}
+"""The stand-in's top tokens and their probabilities, the same at every position."""
+
+
 def logprob_of(token: int) -> float:
     """The stand-in model's log-prob of ``token`` at any position."""
+    if token in DIST:
+        return math.log(DIST[token])
     if token < 500:
         return -0.1 - 0.05 * (token % 10)
     return -5.0 - 0.01 * (token % 10)
@@ -104,18 +113,15 @@ def make_app(
         if ERROR_TOKEN in prompt:
             msg = "This model's maximum context length is 1024 tokens."
             return web.json_response({"error": {"message": msg}}, status=400)
+        k = int(body["prompt_logprobs"])
+        top = sorted(DIST, key=DIST.__getitem__, reverse=True)[:k]
         plp: list[Any] = [None]
         for t in prompt[1:]:
             shown = t + 1 if t == MALFORMED_TOKEN else t
-            plp.append(
-                {
-                    str(shown): {
-                        "logprob": logprob_of(t),
-                        "rank": 1,
-                        "decoded_token": chr(32 + t % 90),
-                    }
-                }
-            )
+            entry = {str(shown): {"logprob": logprob_of(t), "rank": 1, "decoded_token": "x"}}
+            for rank, u in enumerate(top, 1):
+                entry[str(u)] = {"logprob": logprob_of(u), "rank": rank, "decoded_token": "d"}
+            plp.append(entry)
         choice = {
             "index": 0,
             "text": "x",

@@ -137,7 +137,9 @@ def test_two_independent_control_samples_are_not_flagged(sampled_run, scored):
                     choice["message"]["content"],
                 )
             )
-        resampled = score_outputs(base_url, items, model=spec.served_model)
+        resampled = score_outputs(
+            base_url, items, model=spec.served_model, temperature=wl.temperature, top_p=wl.top_p
+        )
     assert all(s.ok for s in resampled), [s.error for s in resampled if s.error]
     res = compare([*scores, *resampled], params, "resample")
     print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))

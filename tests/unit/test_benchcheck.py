@@ -524,3 +524,32 @@ def test_a_launch_is_cross_checked_on_its_first_closed_loop_level(
         python=fake_python,
     )
     assert "exit code 1" in failed["error"]
+
+
+def _tpot_histogram(total_s: float, count: int) -> str:
+    name = "vllm:request_time_per_output_token_seconds"
+    label = '{engine="0",model_name="m"}'
+    return f"# TYPE {name} histogram\n{name}_sum{label} {total_s}\n{name}_count{label} {count}\n"
+
+
+def test_the_servers_own_tpot_between_two_snapshots() -> None:
+    from speclib.benchcheck import server_tpot_ms
+
+    before, after = _tpot_histogram(0.5, 50), _tpot_histogram(0.5 + 24 * 0.0123, 74)
+    assert server_tpot_ms(before, after) == pytest.approx((12.3, 24))
+    assert server_tpot_ms(before, before) is None  # nothing finished in between
+    assert server_tpot_ms("# no histogram\n", after) is None
+
+
+def test_when_both_clients_match_the_server_the_server_differed() -> None:
+    bench = parse_bench_result(RESULT)  # mean TPOT 10.0 ms
+    recs = [record(f"p{i}", 0.03, 0.0110) for i in range(3)]  # +10 %
+    both_right = [("kit", 0, 11.02, 3), ("vllm bench", 0, 9.98, 3)]
+    check = compare_with_kit(bench, recs, server_tpot=both_right)
+    assert check.verdict == "server differed"
+    assert check.client_vs_server["kit"] == pytest.approx(11.0 / 11.02 - 1)
+    assert {r.metric: r for r in check.rows}["server mean TPOT"].kit == pytest.approx(11.02)
+    text = format_crosscheck(check)
+    assert "server mean TPOT" in text and "the server's own" in text
+    kit_wrong = [("kit", 0, 10.0, 3), ("vllm bench", 0, 10.0, 3)]
+    assert compare_with_kit(bench, recs, server_tpot=kit_wrong).verdict == "disagree"

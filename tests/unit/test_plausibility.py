@@ -18,6 +18,7 @@ from speclib.plausibility import (
     append_score,
     compare_plausibility,
     compare_run,
+    expected_logprob,
     items_from_records,
     read_scores,
     score_outputs,
@@ -27,7 +28,7 @@ from speclib.plausibility import (
 from speclib.records import RequestRecord, append_record
 from speclib.specdecode import classify_output
 from speclib.stats import DegenerateDataWarning
-from tests.fake_scorer import ScorerServer, logprob_of, tokenize_text
+from tests.fake_scorer import DIST, ScorerServer, logprob_of, tokenize_text
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 
@@ -574,3 +575,67 @@ def test_outputs_of_several_load_levels_are_distinct_outputs(scorer):
     ]
     path_scores = {s.key for s in got}
     assert path_scores == {i.key for i in items}
+
+
+# ---------------------------------------------------------------- calibration residual
+
+
+def test_expected_logprob_tempers_then_cuts_to_top_p():
+    lp = np.log([0.5, 0.3, 0.2])
+    assert expected_logprob(lp, temperature=1.0, top_p=1.0) == pytest.approx(
+        float(np.dot([0.5, 0.3, 0.2], lp))
+    )
+    # top_p 0.6: 0.5 is below it, 0.3 crosses it and is kept, 0.2 is cut
+    assert expected_logprob(lp, temperature=1.0, top_p=0.6) == pytest.approx(
+        float(np.dot([0.625, 0.375], lp[:2]))
+    )
+    # a low temperature concentrates q on the most likely token
+    assert expected_logprob(lp, temperature=0.05, top_p=1.0) == pytest.approx(lp[0], abs=1e-3)
+    w = np.array([0.5, 0.3, 0.2]) ** (1 / 0.8)
+    q = w / w.sum()
+    assert expected_logprob(lp, temperature=0.8, top_p=1.0) == pytest.approx(float(q @ lp))
+
+
+def test_residual_is_near_zero_for_a_correct_sampler_and_positive_for_greedy(scorer):
+    temperature, top_p = 0.8, 1.0
+    toks = np.array(sorted(DIST))
+    w = np.array([DIST[t] for t in toks]) ** (1 / temperature)
+    q = w / w.sum()
+    gen = np.random.default_rng(3)
+    sampled = [
+        item(prompt_id=f"s{i}", ids=tuple(int(t) for t in gen.choice(toks, 64, p=q)))
+        for i in range(20)
+    ]
+    greedy = [item(series="spec", prompt_id=f"s{i}", ids=(100,) * 64) for i in range(20)]
+    got = score_outputs(
+        scorer.url, sampled + greedy, model="m", temperature=temperature, top_p=top_p
+    )
+    ok = [s.mean_residual for s in got[:20]]
+    bad = [s.mean_residual for s in got[20:]]
+    e_q = expected_logprob([logprob_of(int(t)) for t in toks], temperature=temperature, top_p=top_p)
+    assert bad == pytest.approx([math.log(0.5) - e_q] * 20)
+    assert bad[0] > 0.5
+    assert abs(float(np.mean(ok))) < 0.1
+    res = compare_plausibility(
+        got,
+        control="control",
+        experiment="spec",
+        metric="mean_residual",
+        margin_nats=0.2,
+        rng=rng(),
+    )
+    assert res.metric == "mean_residual" and res.word == "more_likely" and res.shifted
+    # without a temperature there is no residual, and the log-prob metric stays as before
+    [plain] = score_outputs(scorer.url, [greedy[0]], model="m")
+    assert plain.mean_residual is None and plain.mean_logprob == pytest.approx(math.log(0.5))
+
+
+def test_unknown_metric_is_refused():
+    with pytest.raises(ValueError, match="`metric` must be one of"):
+        compare_plausibility(
+            synth("control", BASE) + synth("spec", BASE),
+            control="control",
+            experiment="spec",
+            metric="median",
+            rng=rng(),
+        )
