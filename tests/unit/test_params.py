@@ -205,3 +205,22 @@ def test_cli_validate_typo_gets_one_line_answer(tmp_path):
     assert proc.returncode == 2
     assert "workload.temprature: unknown key" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_cache_reset_only_on_loopback(tmp_path, monkeypatch):
+    data = _base(tmp_path)
+    data["protocol"] = {"cache_policy": "reset"}
+    load_params(_write(tmp_path, data))  # loopback: allowed
+    monkeypatch.setenv("SPECLIB_TEST_KEY", "x")
+    data["server"].update(host="10.1.2.3", allow_remote=True, api_key_env="SPECLIB_TEST_KEY")
+    msg = _error(tmp_path, data)
+    assert "cache_policy 'reset'" in msg and "loopback" in msg
+
+
+def test_load_levels_and_rates(tmp_path):
+    data = _base(tmp_path)
+    data["workload"].update(concurrency=[1, 4], request_rates=[2.5])
+    levels = load_params(_write(tmp_path, data)).workload.levels
+    assert [(lv.concurrency, lv.request_rate) for lv in levels] == [(1, None), (4, None), (4, 2.5)]
+    data["workload"]["concurrency"] = [2, 2]
+    assert "distinct" in _error(tmp_path, data)
