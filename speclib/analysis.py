@@ -181,6 +181,7 @@ class RunAnalysis:
     manifest: dict[str, Any] = field(repr=False)
     memory: pd.DataFrame = field(repr=False)
     warnings: tuple[str, ...] = ()
+    crosschecks: tuple[dict[str, Any], ...] = ()
 
     @property
     def control(self) -> str:
@@ -236,9 +237,18 @@ class RunAnalysis:
                     {k: v for k, v in s.items() if k not in ("extra",)} for s in self.launches
                 ],
                 "launch_metrics": [m.to_dict() for m in self.launch_metrics],
+                "crosschecks": [_crosscheck_summary(c) for c in self.crosschecks],
                 "warnings": list(self.warnings),
             }
         )
+
+
+def _crosscheck_summary(check: dict[str, Any]) -> dict[str, Any]:
+    """A launch's vllm bench cross-check without the bench's per-request detail."""
+    out = {k: v for k, v in check.items() if k != "bench"}
+    bench = check.get("bench") or {}
+    out["bench_argv"] = bench.get("argv")
+    return out
 
 
 def _plaus_dict(p: Any) -> dict[str, Any] | None:
@@ -612,6 +622,36 @@ def _memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["series", "launch_id", "t", "rss_bytes"])
 
 
+def _crosschecks(rd: RunDir, statuses: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Each launch's ``crosscheck.json`` (vllm bench on the same server), labelled."""
+    out = []
+    for s in statuses:
+        path = rd.launch(s["launch_id"]) / "crosscheck.json"
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        labels = {"series": s["series"], "replicate": s["replicate"], "launch_id": s["launch_id"]}
+        out.append({**labels, **data})
+    return tuple(out)
+
+
+def _crosscheck_warnings(checks: tuple[dict[str, Any], ...]) -> list[str]:
+    out = []
+    for c in checks:
+        if c.get("error"):
+            out.append(
+                f"launch {c['launch_id']}: vllm bench cross-check failed: {c['error'][:300]}"
+            )
+        elif c.get("verdict") in ("disagree", "too noisy"):
+            out.append(
+                f"launch {c['launch_id']}: the kit's median TPOT and vllm bench serve's on the "
+                f"same server differ by more than {100 * c.get('tolerance', 0):g} % "
+                f"({c['verdict']})"
+            )
+    return out
+
+
 def analyze_run(
     run_dir: str | os.PathLike[str], *, params_file: str | None = None, write: bool = True
 ) -> RunAnalysis:
@@ -625,7 +665,8 @@ def analyze_run(
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     plaus = _plausibility(rd, params)
     comps = tuple(c for lvl in levels for c in _compare_level(df, params, lms, rows, lvl, plaus))
-    notes = _warnings(rd, statuses, lms, df)
+    checks = _crosschecks(rd, statuses)
+    notes = _warnings(rd, statuses, lms, df) + _crosscheck_warnings(checks)
     analysis = RunAnalysis(
         run_dir=rd.root,
         params=params,
@@ -637,6 +678,7 @@ def analyze_run(
         manifest=rd.read_manifest(),
         memory=_memory_frame(rd, statuses),
         warnings=tuple(notes),
+        crosschecks=checks,
     )
     if write:
         write_json_atomic(rd.summary, analysis.summary())

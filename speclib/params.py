@@ -326,6 +326,13 @@ class ProtocolParams(_Strict):
         "other block, random shuffles each block with protocol.seed, fixed keeps file order.",
     )
     seed: int = Field(0, description="Seed of the random order.")
+    crosscheck_vllm_bench: bool = Field(
+        False,
+        description="After each launch's measured requests, while its server is still up, run "
+        "`vllm bench serve` on the same prompts and sampling at the first closed-loop level and "
+        "show its TTFT/TPOT/acceptance beside the kit's (needs vLLM installed client-side; "
+        "its traffic comes after the kit's last /metrics snapshot, so it pollutes nothing).",
+    )
 
 
 class AnalysisParams(_Strict):

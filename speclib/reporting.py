@@ -492,6 +492,61 @@ def _reconciliation_html(an: RunAnalysis) -> str:
     )
 
 
+def _xrow(check: dict[str, Any], metric: str) -> dict[str, Any]:
+    return next((r for r in check.get("rows", ()) if r.get("metric") == metric), {})
+
+
+def _crosscheck_html(an: RunAnalysis) -> str:
+    """The kit's numbers beside ``vllm bench serve``'s on the same server and prompts."""
+    if not an.crosschecks:
+        return ""
+    rows = []
+    for c in an.crosschecks:
+        lid = html.escape(c["launch_id"])
+        if c.get("error"):
+            rows.append(
+                f"<tr><td>{lid}</td><td colspan='7'>failed: "
+                f"{html.escape(c['error'][:300])}</td></tr>"
+            )
+            continue
+        tpot, ttft = _xrow(c, "median TPOT"), _xrow(c, "median TTFT")
+        srv_row, acc = _xrow(c, "server mean TPOT"), _xrow(c, "acceptance rate")
+        diff = tpot.get("diff")
+        rows.append(
+            f"<tr><td>{lid}</td><td>{_ms2(tpot.get('kit'))} / {_ms2(tpot.get('vllm_bench'))}</td>"
+            f"<td>{'–' if diff is None else f'{100 * diff:+.2f} %'}</td>"
+            f"<td>{_ms2(srv_row.get('kit'))} / {_ms2(srv_row.get('vllm_bench'))}</td>"
+            f"<td>{_ms2(ttft.get('kit'))} / {_ms2(ttft.get('vllm_bench'))}</td>"
+            f"<td>{_pct(acc.get('kit'), 1)} / {_pct(acc.get('vllm_bench'), 1)}</td>"
+            f"<td>{c.get('kit_requests')} / {c.get('bench_requests')}</td>"
+            f"<td>{html.escape(str(c.get('verdict')))}</td></tr>"
+        )
+    tol = next((c.get("tolerance") for c in an.crosschecks if c.get("tolerance")), 0.02)
+    head = (
+        "<tr><th>Launch</th><th>Median TPOT, ms (kit / vllm bench)</th><th>Diff</th>"
+        "<th>Server's own mean TPOT, ms (during kit / bench)</th>"
+        "<th>Median TTFT, ms (kit / bench)</th><th>Acceptance (kit / bench)</th>"
+        "<th>Requests</th><th>Verdict</th></tr>"
+    )
+    return (
+        "<h3 id='speclib-crosscheck'>Cross-check: vllm bench serve on the same server</h3>"
+        "<p>After the kit's measured requests and last <code>/metrics</code> snapshot, "
+        "<code>vllm bench serve</code> sent the same prompts with the same sampling to the same "
+        f"server. The kit's median TPOT should agree within ±{100 * tol:g} %; TTFT differs by "
+        "each client's own overhead. The server's own TPOT (its "
+        "<code>request_time_per_output_token</code> histogram) is a reference neither client "
+        "can bias. Verdicts: <i>agree</i> (median TPOT within tolerance); <i>server "
+        "differed</i> (each client matches the server's own TPOT, but the server ran at a "
+        "different speed during the two runs, e.g. because one client used more CPU on a "
+        "shared machine); <i>disagree</i> otherwise.</p>"
+        f"<table class='speclib-table'>{head}{''.join(rows)}</table>"
+    )
+
+
+def _ms2(x: Any) -> str:
+    return "–" if _missing(x) else f"{float(x):.2f}"
+
+
 def _missing(x: Any) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA
 
@@ -621,6 +676,7 @@ def method_html(an: RunAnalysis) -> str:
     parts += [
         _series_html(an),
         _reconciliation_html(an),
+        _crosscheck_html(an),
         _explanations_html(an),
         _divergence_html(an),
     ]

@@ -536,6 +536,9 @@ def _run_launch(
                 show,
             )
             after = _settled_snapshot(base_url, ldir / "metrics_after.prom", key)
+            crosscheck = _crosscheck(
+                params, ldir, lid, (base_url, model, external), prompts, recs, alive
+            )
         died = handle is not None and not handle.alive()
         exit_code = handle.process.poll() if handle else None
     log_text = srv.tail(ldir / "server.log", lines=2000) if handle else ""
@@ -582,9 +585,57 @@ def _run_launch(
             "external": external,
             "fixed_salt": bool(params.protocol.cache_salt),
         },
+        extra={"crosscheck": _crosscheck_brief(crosscheck)} if crosscheck is not None else {},
     )
     write_json_atomic(rd.status_path(lid), result.to_dict())
     return result
+
+
+def _crosscheck(
+    params: ExperimentParams,
+    ldir: Path,
+    lid: str,
+    server: tuple[str, str, bool],
+    prompts: list[Prompt],
+    records: list[RequestRecord],
+    alive: Callable[[], bool],
+) -> dict[str, Any] | None:
+    """``vllm bench serve`` on the same server after the kit's last snapshot (if asked).
+
+    ``server`` is (base URL, served model name, external?). Never raises: a bench that
+    cannot run is recorded as ``{"error": ...}`` in ``crosscheck.json``.
+    """
+    if not params.protocol.crosscheck_vllm_bench:
+        return None
+    if not alive():
+        return {"error": "the server died before the vllm bench cross-check"}
+    from speclib.benchcheck import crosscheck_launch
+
+    base_url, model, external = server
+    salted = params.protocol.cache_policy != "off" or external
+    return crosscheck_launch(
+        params,
+        launch_dir=ldir,
+        base_url=base_url,
+        model=model,
+        prompts=prompts,
+        records=records,
+        api_key=api_key(params),
+        cache_salt=f"{lid}-vllm-bench-{secrets.token_hex(4)}" if salted else None,
+    )
+
+
+def _crosscheck_brief(check: dict[str, Any]) -> dict[str, Any]:
+    """What ``status.json`` keeps of a cross-check (the full one is ``crosscheck.json``)."""
+    if check.get("error"):
+        return {"error": str(check["error"])[:500]}
+    row = next((r for r in check.get("rows", ()) if r["metric"] == "median TPOT"), {})
+    return {
+        "verdict": check.get("verdict"),
+        "median_tpot_kit_ms": row.get("kit"),
+        "median_tpot_vllm_bench_ms": row.get("vllm_bench"),
+        "diff": row.get("diff"),
+    }
 
 
 def _merge_clients(items: list[dict[str, Any]]) -> dict[str, Any]:

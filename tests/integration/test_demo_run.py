@@ -150,3 +150,25 @@ def test_report_first_screen_states_the_verdict(demo_run):
         assert c["experiment"] in first and c["decision"].upper() in first
     assert '<script src="http' not in html
     assert "import " not in html.split("speclib-verdict")[0].split("<body")[-1]
+
+
+def test_vllm_bench_crosscheck_ran_beside_every_launch(demo_run):
+    """cpu-demo.yaml asks for `vllm bench serve` on each server after the kit's requests."""
+    summary = json.loads((demo_run / "summary.json").read_text())
+    checks = {c["launch_id"]: c for c in summary["crosschecks"]}
+    assert set(checks) == {"control-r0", "draft-k4-r0", "ngram-k4-r0"}
+    for lid, check in checks.items():
+        assert not check.get("error"), check.get("error")
+        assert check["kit_requests"] == check["bench_requests"] == 12, lid
+        rows = {r["metric"]: r for r in check["rows"]}
+        kit, bench = rows["median TPOT"]["kit"], rows["median TPOT"]["vllm_bench"]
+        assert kit > 0 and bench > 0 and abs(kit / bench - 1) < 0.5, (lid, kit, bench)
+        # Fidelity: the kit's mean TPOT is the server's own (its TPOT histogram) for the
+        # same requests, whatever speed the shared machine gave the server at the time.
+        assert abs(check["client_vs_server"]["kit"]) < 0.03, (lid, check["client_vs_server"])
+        if lid != "control-r0":  # same acceptance counters, read from /metrics by both
+            assert rows["acceptance rate"]["kit"] == pytest.approx(
+                rows["acceptance rate"]["vllm_bench"], abs=0.1
+            )
+        assert (demo_run / "launches" / lid / "vllm_bench" / "vllm_bench_result.json").is_file()
+    assert "Cross-check: vllm bench serve" in (demo_run / "report.html").read_text()

@@ -553,3 +553,41 @@ def test_when_both_clients_match_the_server_the_server_differed() -> None:
     assert "server mean TPOT" in text and "the server's own" in text
     kit_wrong = [("kit", 0, 10.0, 3), ("vllm bench", 0, 10.0, 3)]
     assert compare_with_kit(bench, recs, server_tpot=kit_wrong).verdict == "disagree"
+
+
+# --------------------------------------------------------------------------- in the report
+
+
+def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from speclib.analysis import _crosscheck_summary, _crosscheck_warnings, _crosschecks
+    from speclib.reporting import _crosscheck_html
+    from speclib.rundir import RunDir
+
+    bench = parse_bench_result(RESULT)  # median TPOT 10.0 ms
+    near = compare_with_kit(bench, [record(f"p{i}", 0.03, 0.0101) for i in range(3)])
+    far = compare_with_kit(bench, [record(f"p{i}", 0.03, 0.0130) for i in range(3)])
+    rd = RunDir.at(tmp_path)
+    checks = {"control-r0": near.to_dict(), "draft-r0": far.to_dict(), "ngram-r0": None}
+    checks["ngram-r0"] = {"error": "BenchCheckError: vllm bench serve failed (exit code 1)"}
+    statuses = []
+    for lid, data in [*checks.items(), ("quiet-r0", None)]:
+        rd.launch(lid).mkdir(parents=True)
+        if data is not None:
+            (rd.launch(lid) / "crosscheck.json").write_text(json.dumps(data))
+        statuses.append({"launch_id": lid, "series": lid[:-3], "replicate": 0})
+    found = _crosschecks(rd, statuses)
+    assert [c["launch_id"] for c in found] == ["control-r0", "draft-r0", "ngram-r0"]
+    warnings = _crosscheck_warnings(found)
+    assert len(warnings) == 2
+    assert "draft-r0" in warnings[0] and "disagree" in warnings[0]
+    assert "ngram-r0" in warnings[1] and "exit code 1" in warnings[1]
+    assert "bench" not in _crosscheck_summary(found[0]) and json.dumps(
+        [_crosscheck_summary(c) for c in found]
+    )
+    page = _crosscheck_html(SimpleNamespace(crosschecks=found))
+    assert page.count("<tr>") == 4 and "±2 %" in page
+    assert "10.10 / 10.00" in page and "+1.00 %" in page and "+30.00 %" in page
+    assert "failed: BenchCheckError" in page
+    assert _crosscheck_html(SimpleNamespace(crosschecks=())) == ""

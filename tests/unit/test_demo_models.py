@@ -303,12 +303,35 @@ def test_model_configs_share_the_vocabulary() -> None:
     assert all((d_state[k] == t_state[k]).all() for k in d_state)
 
 
+@pytest.mark.unit
+def test_ballast_keeps_the_core_and_appends_fresh_blocks() -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    recipe = dm.DEFAULT_RECIPE
+    core = dm._new_model(recipe.target, 1216, recipe)
+    target = dm._with_ballast(core, 3, seed=1)
+    n_core = recipe.target.layers
+    assert target.config.num_hidden_layers == n_core + 3
+    t_state, c_state = target.state_dict(), core.state_dict()
+    assert all((t_state[k] == c_state[k]).all() for k in c_state)
+    fresh = [k for k in t_state if k not in c_state]
+    assert fresh and {int(k.split(".")[2]) for k in fresh} == {n_core, n_core + 1, n_core + 2}
+    again = dm._with_ballast(core, 3, seed=1).state_dict()
+    assert all((again[k] == t_state[k]).all() for k in fresh)  # deterministic
+    assert dm._with_ballast(core, 0, seed=1) is core
+    ids = torch.randint(0, 1216, (2, 24))
+    with torch.inference_mode():
+        core_logits, logits = core(input_ids=ids).logits, target(input_ids=ids).logits
+    assert not torch.equal(core_logits, logits)  # the blocks do compute something
+
+
 @pytest.mark.integration
 def test_tiny_build_produces_loadable_folders(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     recipe = dataclasses.replace(
         dm.DEFAULT_RECIPE, n_chats=120, target_steps=3, draft_steps=2, eval_chats=2
     )
+    shape = recipe.target
     messages: list[str] = []
     pair = dm.build_demo_pair(cache_dir=tmp_path, recipe=recipe, log=messages.append)
     assert pair.root.name == f"demo-{dm.recipe_key(recipe)}"
@@ -326,6 +349,8 @@ def test_tiny_build_produces_loadable_folders(tmp_path: Path) -> None:
         tok = transformers.AutoTokenizer.from_pretrained(folder)
         assert tok.eos_token == pair.eos_token
     assert any("built in" in m for m in messages)
+    layers = transformers.AutoConfig.from_pretrained(pair.target_dir).num_hidden_layers
+    assert layers == shape.layers + recipe.ballast_layers
 
 
 @pytest.mark.parametrize(
@@ -335,6 +360,7 @@ def test_tiny_build_produces_loadable_folders(tmp_path: Path) -> None:
         ({"batch_size": 2.0}, "`batch_size`"),
         ({"draft_layers": 4}, "`draft_layers`"),
         ({"draft_layers": 0}, "`draft_layers`"),
+        ({"ballast_layers": -1}, "`ballast_layers`"),
     ],
 )
 @pytest.mark.unit
