@@ -538,7 +538,8 @@ def _crosscheck_html(an: RunAnalysis) -> str:
         "can bias. Verdicts: <i>agree</i> (median TPOT within tolerance); <i>server "
         "differed</i> (each client matches the server's own TPOT, but the server ran at a "
         "different speed during the two runs, e.g. because one client used more CPU on a "
-        "shared machine); <i>disagree</i> otherwise.</p>"
+        "shared machine); <i>vllm bench off</i> / <i>kit off</i> (only the other client "
+        "matches the server's own TPOT); <i>disagree</i> otherwise.</p>"
         f"<table class='speclib-table'>{head}{''.join(rows)}</table>"
     )
 

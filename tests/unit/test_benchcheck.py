@@ -552,7 +552,11 @@ def test_when_both_clients_match_the_server_the_server_differed() -> None:
     text = format_crosscheck(check)
     assert "server mean TPOT" in text and "the server's own" in text
     kit_wrong = [("kit", 0, 10.0, 3), ("vllm bench", 0, 10.0, 3)]
-    assert compare_with_kit(bench, recs, server_tpot=kit_wrong).verdict == "disagree"
+    assert compare_with_kit(bench, recs, server_tpot=kit_wrong).verdict == "kit off"
+    bench_wrong = [("kit", 0, 11.0, 3), ("vllm bench", 0, 11.0, 3)]
+    assert compare_with_kit(bench, recs, server_tpot=bench_wrong).verdict == "vllm bench off"
+    both_wrong = [("kit", 0, 12.0, 3), ("vllm bench", 0, 12.0, 3)]
+    assert compare_with_kit(bench, recs, server_tpot=both_wrong).verdict == "disagree"
 
 
 # --------------------------------------------------------------------------- in the report

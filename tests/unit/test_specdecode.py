@@ -131,6 +131,18 @@ def test_reconcile_forgotten_warmup_and_missing_metrics() -> None:
     assert "1 of 4 request(s) carried no per-request spec metrics" in failed.explanation
 
 
+def test_reconcile_n_gt_1_request_absent_from_per_request_metrics() -> None:
+    # vLLM attaches no per-request summary to an n>1 request, but counts its drafts: two
+    # choices drafting on their own. The record has spec None; the counters moved.
+    two_choices = [vllm_spec([0, 2, 1, 0, 1], 16), vllm_spec([1, 1, 0, 1, 1], 16)]
+    counters = _counters([*SPECS, *two_choices])
+    r = reconcile([*SPECS, None], counters)
+    assert not r.matches and r.n_requests == 4 and r.n_with_metrics == 3
+    assert r.diff_draft_tokens == 32 and r.diff_drafts == 8
+    assert "n>1 requests" in r.explanation and "1 of 4 request(s)" in r.explanation
+    assert r.requests.acceptance_rate is not None  # the three summaries still count
+
+
 def test_reconcile_other_mismatches() -> None:
     fewer = reconcile([*SPECS, SPECS[0]], _counters(SPECS))
     assert not fewer.matches and fewer.diff_drafts < 0
