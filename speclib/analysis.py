@@ -28,7 +28,7 @@ import pandas as pd
 
 from speclib import specdecode as sd
 from speclib.decision import Decision, Verdict, apply_gates, holm_decide
-from speclib.frames import PairedFrame, load_records, pair_frame
+from speclib.frames import PairedFrame, load_records, pair_frame, ratio_by_category
 from speclib.metrics import (
     CounterResetError,
     PrefixCacheDelta,
@@ -124,6 +124,11 @@ class Comparison:
     def word(self) -> str:
         return self.verdict.word if self.verdict else "inconclusive"
 
+    @property
+    def tpot_ratio_by_category(self) -> dict[str, tuple[float, int]]:
+        """Geometric-mean TPOT ratio and pair count per prompt category (point estimates)."""
+        return ratio_by_category(self.pairs)
+
     def to_dict(self) -> dict[str, Any]:
         tpot = self.cis.get("tpot_s")
         dec = self.decision
@@ -141,6 +146,10 @@ class Comparison:
                 "median_tpot_experiment_s": self.median_tpot_experiment_s,
                 "tpot_ratio": tpot.estimate if tpot else None,
                 "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
+                "tpot_ratio_by_category": {
+                    cat: {"ratio": r, "n_pairs": n}
+                    for cat, (r, n) in self.tpot_ratio_by_category.items()
+                },
                 "confidence_level": tpot.confidence_level if tpot else None,
                 "ci_method": tpot.method if tpot else None,
                 "tpot_decision": dec.word if dec else "inconclusive",
@@ -622,6 +631,22 @@ def _memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["series", "launch_id", "t", "rss_bytes"])
 
 
+def _with_cache_hits(rows: pd.DataFrame, lms: list[LaunchMetrics]) -> pd.DataFrame:
+    """Add the prefix-cache hits and queries (tokens) of the measured windows per series.
+
+    Empty when no launch of a series has the counters (e.g. an external server without
+    ``/metrics``); 0 hits is what every arm should show.
+    """
+    if rows.empty or "series" not in rows.columns:
+        return rows
+    hits, queries = [], []
+    for name in rows["series"]:
+        deltas = [m.prefix_cache for m in lms if m.series == name and m.prefix_cache is not None]
+        hits.append(sum(d.hits for d in deltas) if deltas else None)
+        queries.append(sum(d.queries for d in deltas) if deltas else None)
+    return rows.assign(prefix_cache_hits=hits, prefix_cache_queries=queries)
+
+
 def _crosschecks(rd: RunDir, statuses: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
     """Each launch's ``crosscheck.json`` (vllm bench on the same server), labelled."""
     out = []
@@ -661,7 +686,7 @@ def analyze_run(
     df = load_records(rd.root)
     statuses = rd.statuses()
     lms = [launch_metrics(rd, s, df) for s in statuses]
-    rows = series_table(df, params, statuses)
+    rows = _with_cache_hits(series_table(df, params, statuses), lms)
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     plaus = _plausibility(rd, params)
     comps = tuple(c for lvl in levels for c in _compare_level(df, params, lms, rows, lvl, plaus))

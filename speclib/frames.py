@@ -19,7 +19,7 @@ import pandas as pd
 from speclib.records import RequestRecord, e2e_s, read_records, tpot_s, ttft_s
 from speclib.rundir import RunDir
 
-__all__ = ["PairedFrame", "load_records", "pair_frame", "records_frame"]
+__all__ = ["PairedFrame", "load_records", "pair_frame", "ratio_by_category", "records_frame"]
 
 _KEY = ["replicate", "level", "prompt_id", "repeat"]
 
@@ -143,3 +143,26 @@ def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFram
         dropped_both_failed=int((~ok_c & ~ok_e).sum()),
         unmatched=int((merged["_merge"] != "both").sum()),
     )
+
+
+def ratio_by_category(pairs: pd.DataFrame, metric: str = "tpot_s") -> dict[str, tuple[float, int]]:
+    """Geometric-mean ratio experiment/control of ``metric`` per prompt category.
+
+    ``pairs`` is :attr:`PairedFrame.pairs`; returns ``{category: (ratio, n_pairs)}`` over
+    pairs where both values are finite and positive, categories in sorted order (a prompt
+    without a category counts as ``"uncategorised"``). Point estimates only: they say where a
+    speed-up comes from, the CI of the whole comparison says whether it is real.
+    """
+    import numpy as np
+
+    if not len(pairs):
+        return {}
+    c = pd.to_numeric(pairs[f"{metric}_c"], errors="coerce").to_numpy(float)
+    e = pd.to_numeric(pairs[f"{metric}_e"], errors="coerce").to_numpy(float)
+    ok = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
+    cats = pairs["category"].fillna("uncategorised").astype(str).to_numpy()
+    out: dict[str, tuple[float, int]] = {}
+    for cat in sorted(set(cats[ok])):
+        sel = ok & (cats == cat)
+        out[cat] = (float(np.exp(np.mean(np.log(e[sel] / c[sel])))), int(sel.sum()))
+    return out

@@ -654,6 +654,7 @@ def plot_speedup_vs_load(
     ax = axes[0, 0]
     ax.axhline(1.0, color="0.2", lw=1, ls="--", label="no change")
     levels: set[int] = set()
+    lo_all, hi_all = [1.0], [1.0]
     for name in order:
         sub = frame[frame["series"] == name].sort_values("concurrency")
         x = pd.to_numeric(sub["concurrency"]).to_numpy(dtype=float)
@@ -665,9 +666,13 @@ def plot_speedup_vs_load(
             x, est, yerr=[est - lo, hi - est], color=pal[name], marker="o", capsize=3, label=name
         )
         levels.update(int(v) for v in x)
+        lo_all += [v for v in (*lo, *est) if np.isfinite(v) and v > 0]
+        hi_all += [v for v in (*hi, *est) if np.isfinite(v) and v > 0]
+    cut = False
     if levels:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(levels), [str(v) for v in sorted(levels)])
+        cut = _ratio_axis(ax, min(lo_all), max(hi_all))
         ax.legend(title="series", fontsize="small")
     else:
         _no_data(ax)
@@ -676,9 +681,34 @@ def plot_speedup_vs_load(
     ax.set_title("Speculation under load")
     caption = (
         "Paired ratio experiment / control at each concurrency level with its confidence "
-        "interval (band and bars); below the dashed line the experiment is faster."
+        "interval (band and bars), on a log scale (×2 and ÷2 are the same distance); below the "
+        "dashed line the experiment is faster."
     )
+    if cut:
+        caption += (
+            f" Intervals wider than {1 / _RATIO_SPAN:g}–{_RATIO_SPAN:g} are cut at the edge "
+            "(their bounds are in the verdict table): too few launches or prompts to bound them."
+        )
     return FigureWithCaption(fig, caption)
+
+
+_RATIO_SPAN = 4.0  # the load figure shows ratios within [1/4, 4]
+
+
+def _ratio_axis(ax: Any, low: float, high: float) -> bool:
+    """Log y axis around 1 that holds ``[low, high]`` up to ±``_RATIO_SPAN``; True if cut."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    bottom = max(low / 1.1, 1 / _RATIO_SPAN)
+    top = min(high * 1.1, _RATIO_SPAN)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom, top)
+    grid = (0.25, 0.33, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0)
+    ticks = [t for t in grid if bottom <= t <= top]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_yticklabels([f"{t:g}" for t in ticks])
+    return low < 1 / _RATIO_SPAN or high > _RATIO_SPAN
 
 
 def plot_output_logprob(

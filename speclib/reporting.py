@@ -264,8 +264,20 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
     return (
         f"**{c.experiment}** ({c.method}, k={c.k}){_at_load(c, an)} {effect} over "
-        f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}."
+        f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_by_category(c)}"
     )
+
+
+def _by_category(c: Comparison) -> str:
+    """Where the effect comes from, when the prompts come in several categories."""
+    cats = getattr(c, "tpot_ratio_by_category", None) or {}
+    if len(cats) < 2:
+        return ""
+    parts = []
+    for cat, (ratio, n) in cats.items():
+        how = "faster" if ratio < 1 else "slower"
+        parts.append(f"{cat} ×{ratio:.2f} ({abs(1 - ratio) * 100:.0f} % {how}, {n} pairs)")
+    return " TPOT ratio by prompt category (point estimates): " + "; ".join(parts) + "."
 
 
 def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
@@ -582,6 +594,8 @@ _SERIES_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("mean_acceptance_length", "mean acceptance length (tokens per step)", lambda x: f"{x:.2f}"),
     ("requests_without_drafts", "requests without drafts", _plain),
     ("peak_rss_bytes", "peak server memory (RSS)", _gib),
+    ("prefix_cache_hits", "prefix-cache hits while measured (tokens)", lambda x: f"{x:g}"),
+    ("prefix_cache_queries", "prefix-cache queries while measured (tokens)", lambda x: f"{x:g}"),
 )
 
 

@@ -608,7 +608,9 @@ def _crosscheck(
     if not params.protocol.crosscheck_vllm_bench:
         return None
     if not alive():
-        return {"error": "the server died before the vllm bench cross-check"}
+        died = {"error": "the server died before the vllm bench cross-check"}
+        write_json_atomic(ldir / "crosscheck.json", died)
+        return died
     from speclib.benchcheck import crosscheck_launch
 
     base_url, model, external = server

@@ -141,11 +141,17 @@ def test_salted_series_do_not_share_the_cache(tmp_path, caching_server):
     hits = _hits(summary)
     assert hits == {"control-r0": 0, "ngram-r0": 0}
     assert not any("prefix-cache hits" in w for w in summary["warnings"])
+    per_series = {r["series"]: r for r in summary["series"]}
+    assert all(r["prefix_cache_hits"] == 0 for r in per_series.values()), per_series
+    assert all(r["prefix_cache_queries"] > 0 for r in per_series.values())  # caching was on
+    assert "prefix-cache hits while measured" in (tmp_path / "run" / "report.html").read_text()
 
 
 def test_reused_salt_leaks_and_is_reported(tmp_path, caching_server):
     summary = _run(tmp_path, caching_server, {"cache_policy": "salt", "cache_salt": "same"})
     hits = _hits(summary)
     assert hits["ngram-r0"] > 0, hits  # the second arm found the first arm's prompts
+    per_series = {r["series"]: r["prefix_cache_hits"] for r in summary["series"]}
+    assert per_series["ngram"] == hits["ngram-r0"], per_series
     assert any("ngram-r0" in w and "prefix-cache hits" in w for w in summary["warnings"])
     assert "prefix-cache hits" in (tmp_path / "run" / "report.html").read_text()

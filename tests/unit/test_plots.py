@@ -189,7 +189,29 @@ def test_speedup_vs_load() -> None:
             "ci_high": [0.75, 0.86, 1.0, 1.03, 1.05, 1.1],
         }
     )
-    _check(plot_speedup_vs_load(frame))
+    result = plot_speedup_vs_load(frame)
+    _check(result)
+    ax = result.figure.axes[0]
+    assert ax.get_yscale() == "log" and "cut at the edge" not in result.caption
+    low, high = ax.get_ylim()
+    assert low <= 0.65 and high >= 1.1
+
+
+def test_speedup_vs_load_cuts_unbounded_intervals_and_says_so() -> None:
+    # Two launches per arm: the two-stage CI uses Student t with 1 df and can span 0.01-48.
+    frame = pd.DataFrame(
+        {
+            "series": ["draft", "draft"],
+            "concurrency": [1, 4],
+            "estimate": [0.6, 0.68],
+            "ci_low": [0.115, 0.009],
+            "ci_high": [3.3, 48.5],
+        }
+    )
+    result = plot_speedup_vs_load(frame)
+    low, high = result.figure.axes[0].get_ylim()
+    assert (low, high) == pytest.approx((0.25, 4.0))  # the estimates stay readable
+    assert "cut at the edge" in result.caption and "verdict table" in result.caption
 
 
 def test_figure_with_caption_html() -> None:

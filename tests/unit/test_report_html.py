@@ -151,3 +151,31 @@ def test_series_table_has_labels_with_units() -> None:
     assert "<th>median TPOT</th><td>12.30 ms</td><td>6.10 ms</td>" in out
     assert "<th>peak server memory (RSS)</th><td>–</td><td>512 MiB</td>" in out
     assert "<th>extra_col</th><td>1.5</td><td>–</td>" in out
+
+
+def test_ratio_by_category_is_a_geometric_mean_per_category() -> None:
+    from speclib.frames import ratio_by_category
+
+    pairs = pd.DataFrame(
+        {
+            "tpot_s_c": [0.02, 0.02, 0.02, 0.02, 0.02, float("nan")],
+            "tpot_s_e": [0.01, 0.04, 0.03, 0.03, 0.0, 0.01],
+            "category": ["known", "known", "repeat", "repeat", "repeat", None],
+        }
+    )
+    got = ratio_by_category(pairs)
+    assert set(got) == {"known", "repeat"}  # the zero and the NaN pair are left out
+    assert got["known"] == pytest.approx((1.0, 2))  # sqrt(0.5 * 2)
+    assert got["repeat"] == pytest.approx((1.5, 2))
+    assert ratio_by_category(pairs.iloc[:0]) == {}
+    nameless = pairs.assign(category=None).iloc[:2]
+    assert ratio_by_category(nameless) == {"uncategorised": pytest.approx((1.0, 2))}
+
+
+def test_conclusion_says_where_the_effect_comes_from_by_category() -> None:
+    split = _comparison("ngram-k4", _ci(0.8, 0.66, 0.98), "inconclusive", "no rule applies")
+    split.tpot_ratio_by_category = {"known": (1.24, 8), "repeat": (0.47, 8)}
+    text = conclusion(_analysis([split]))
+    assert "known ×1.24 (24 % slower, 8 pairs); repeat ×0.47 (53 % faster, 8 pairs)" in text
+    split.tpot_ratio_by_category = {"known": (1.24, 8)}  # one category: nothing to add
+    assert "by prompt category" not in conclusion(_analysis([split]))
