@@ -220,12 +220,24 @@ def run_experiment(
                 log(f"{item['launch_id']}: FAILED: {err.splitlines()[0][:300]}")
             else:
                 log(f"{item['launch_id']}: done")
+        _record_launches(rd)
         _score_outputs(params, rd, log)
         run_analysis(rd.root, params_file=pfile, log=log)
     finally:
         reap_pidfile(rd.pidfile)
         restore()
     return RunResult(rd.root, rd.report, rd.summary, tuple(failed))
+
+
+def _record_launches(rd: RunDir) -> None:
+    """Add every launch's server command line (secrets redacted) and times to the manifest."""
+    keep = ("launch_id", "series", "replicate", "ok", "command", "base_url", "started_at")
+    keep += ("ended_at", "server_ready_s")
+    manifest = rd.read_manifest()
+    if not manifest:
+        return
+    manifest["launches"] = [{k: s.get(k) for k in keep} for s in rd.statuses()]
+    write_json_atomic(rd.manifest, manifest)
 
 
 def _score_outputs(params: ExperimentParams, rd: RunDir, log: Callable[[str], None]) -> None:

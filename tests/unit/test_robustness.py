@@ -231,6 +231,11 @@ def test_api_key_never_written_and_sensitive_prompts_warned(tmp_path):
         assert "--api-key" not in line
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["sensitive_prompt_warnings"] == {"email address": ["leaky"]}
+    launches = {x["launch_id"]: x for x in manifest["launches"]}  # provenance after the run
+    assert set(launches) == {x["launch_id"] for x in manifest["order"]}
+    for x in launches.values():
+        assert x["ok"] and x["command"] and x["ended_at"] >= x["started_at"] > 0
+        assert not any(secret in arg for arg in x["command"])
     setup = (run / "notebooks" / "00_setup.ipynb").read_text()
     assert "SensitivePromptWarning" in setup and "leaky" in setup
 
