@@ -6,11 +6,11 @@ synthetic chats of :mod:`speclib.prompts_gen`, with one byte-level BPE tokenizer
 the same chats. The draft (2.2 M parameters) starts as the core's embeddings, first two
 layers and head, and is then distilled on the core's next-token distributions, so it agrees
 with the target most of the time on those tasks (draft-model speculation pays off) and
-rarely on unseen prompts (it does not). The target is the core plus
-``ballast_layers`` untrained blocks (library initialisation): they rarely change its greedy
-output but make each target forward pass cost several draft passes,
-which is the regime speculative decoding is built for (a 4-layer target on CPU costs barely
-more per step than its 2-layer draft, and no draft could pay for itself there).
+rarely on unseen prompts (it does not). The target is the core plus ``ballast_layers``
+untrained blocks (library initialisation): they rarely change its greedy output but make
+each target forward pass cost several draft passes, the regime speculative decoding is built
+for (a 4-layer target on CPU costs barely more per step than its 2-layer draft, and no draft
+could pay for itself there).
 
 Both folders are ordinary Hugging Face model folders (``config.json``, safetensors weights,
 ``generation_config.json``, a fast tokenizer with a chat template, eos = ``<|end|>``) that
@@ -679,7 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``speclib build-demo``: build (or find) the demo pair and print where it is."""
     parser = argparse.ArgumentParser(
         prog="speclib build-demo",
-        description="Build the embedded tiny demo model pair offline (about 2 min on 2 cores).",
+        description="Build the embedded tiny demo model pair offline (about 3 min on 2 cores).",
     )
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="default: $SPECLIB_CACHE or ~/.cache/speclib"
