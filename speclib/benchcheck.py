@@ -972,6 +972,20 @@ def _metrics_text(base_url: str, api_key: str | None) -> str | None:
         return None
 
 
+def _workload_sampling(wl: Any) -> dict[str, Any]:
+    """The workload's prompt repeats and sampling, as :func:`run_vllm_bench` takes them."""
+    return {
+        "repeats": wl.repeats,
+        "max_tokens": wl.max_tokens,
+        "temperature": wl.temperature,
+        "top_p": wl.top_p,
+        "top_k": wl.top_k,
+        "seed": wl.seed,
+        "ignore_eos": wl.ignore_eos,
+        "min_tokens": wl.min_tokens,
+    }
+
+
 def crosscheck_server(
     params: Any,
     *,
@@ -998,11 +1012,12 @@ def crosscheck_server(
     """
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"`rounds` must be a positive integer, got {rounds!r}")
-    from speclib.client import RequestSpec, build_request_body, run_requests_sync
+    from speclib.client import run_requests_sync
     from speclib.metrics import spec_counters_delta
     from speclib.params import ExperimentParams, load_params
     from speclib.prompts import load_prompts
     from speclib.records import append_record, tpot_s
+    from speclib.series import make_request_specs, warmup_prompts
 
     if not isinstance(params, ExperimentParams):
         params = load_params(params)
@@ -1017,27 +1032,9 @@ def crosscheck_server(
     salt = f"crosscheck-{int(time.time())}"
 
     def specs(items: Sequence[Any], repeats: int, cache_salt: str) -> list[Any]:
-        return [
-            RequestSpec(
-                prompt_id=p.id,
-                repeat=rep,
-                category=p.category,
-                body=build_request_body(
-                    model=model,
-                    messages=p.as_messages(),
-                    max_tokens=wl.max_tokens,
-                    temperature=wl.temperature,
-                    top_p=wl.top_p,
-                    top_k=wl.top_k,
-                    seed=wl.seed,
-                    ignore_eos=wl.ignore_eos,
-                    min_tokens=wl.min_tokens,
-                    cache_salt=cache_salt,
-                ),
-            )
-            for rep in range(repeats)
-            for p in items
-        ]
+        return make_request_specs(
+            list(items), params, model=model, repeats=repeats, cache_salt=cache_salt
+        )
 
     common = {
         "base_url": base_url,
@@ -1049,16 +1046,7 @@ def crosscheck_server(
         "timeout_s": wl.request_timeout_s,
     }
     if wl.warmup_requests:
-        warm = [
-            type(p)(
-                id=f"warmup-{i}",
-                category="warmup",
-                messages=(
-                    {"role": "user", "content": f"Warm-up {i}. " + p.messages[-1]["content"]},
-                ),
-            )
-            for i, p in enumerate(prompts[: wl.warmup_requests])
-        ]
+        warm = warmup_prompts(prompts, wl.warmup_requests)
         run_requests_sync(
             specs=specs(warm, 1, f"{salt}-warmup"), sink=lambda r: None, phase="warmup", **common
         )
@@ -1088,16 +1076,9 @@ def crosscheck_server(
                             model=model,
                             tokenizer_dir=tokenizer,
                             prompts=prompts,
-                            repeats=wl.repeats,
-                            max_tokens=wl.max_tokens,
                             concurrency=conc,
                             out_dir=out / "vllm_bench" / f"round-{r}",
-                            temperature=wl.temperature,
-                            top_p=wl.top_p,
-                            top_k=wl.top_k,
-                            seed=wl.seed,
-                            ignore_eos=wl.ignore_eos,
-                            min_tokens=wl.min_tokens,
+                            **_workload_sampling(wl),
                             cache_salt=f"{salt}-bench-{r}",
                             api_key=api_key,
                             timeout_s=timeout_s,
@@ -1213,16 +1194,9 @@ def _crosscheck_launch(
             model=model,
             tokenizer_dir=_tokenizer_for(params, tokenizer_dir),
             prompts=prompts,
-            repeats=wl.repeats,
-            max_tokens=wl.max_tokens,
             concurrency=wl.levels[level].concurrency,
             out_dir=out,
-            temperature=wl.temperature,
-            top_p=wl.top_p,
-            top_k=wl.top_k,
-            seed=wl.seed,
-            ignore_eos=wl.ignore_eos,
-            min_tokens=wl.min_tokens,
+            **_workload_sampling(wl),
             cache_salt=cache_salt,
             api_key=api_key,
             timeout_s=timeout_s,

@@ -40,6 +40,7 @@ __all__ = [
     "resolve_model",
     "run_series",
     "verify_mode",
+    "warmup_prompts",
 ]
 
 
@@ -114,7 +115,7 @@ def arrival_offsets(n: int, *, rate: float, seed: int, replicate: int, level: in
     return out
 
 
-def _warmup_prompts(prompts: list[Prompt], n: int) -> list[Prompt]:
+def warmup_prompts(prompts: list[Prompt], n: int) -> list[Prompt]:
     """Warm-up prompts whose first tokens differ from every measured prompt (no shared
     prefix blocks), so warming up does not warm the measured prompts' cache."""
     out = []
@@ -503,7 +504,7 @@ def _run_launch(
         with sampler:
             _snapshot(base_url, ldir / "metrics_before_warmup.prom", key)
             warm = make_request_specs(
-                _warmup_prompts(prompts, params.workload.warmup_requests),
+                warmup_prompts(prompts, params.workload.warmup_requests),
                 params,
                 model=model,
                 repeats=1,

@@ -172,29 +172,19 @@ def test_argv_is_a_closed_loop_chat_run_through_the_launcher(tmp_path: Path) -> 
         "seed": 1,
         "stream_options": {"include_usage": True},
     }
-    plain = bench_argv(
-        base_url="http://h:1",
-        model="m",
-        dataset_path="d",
-        num_prompts=1,
-        max_tokens=1,
-        concurrency=1,
-        result_dir="r",
-        tokenizer_dir=None,
-        temperature=None,
-    )
+    minimal = {
+        "base_url": "http://h:1",
+        "model": "m",
+        "dataset_path": "d",
+        "num_prompts": 1,
+        "max_tokens": 1,
+        "result_dir": "r",
+        "tokenizer_dir": None,
+    }
+    plain = bench_argv(**minimal, concurrency=1, temperature=None)
     assert "--skip-tokenizer-init" in plain and "--temperature" not in plain
     with pytest.raises(ValueError, match="concurrency"):
-        bench_argv(
-            base_url="http://h:1",
-            model="m",
-            dataset_path="d",
-            num_prompts=1,
-            max_tokens=1,
-            concurrency=0,
-            result_dir="r",
-            tokenizer_dir=None,
-        )
+        bench_argv(**minimal, concurrency=0)
 
 
 def test_dataset_keeps_the_kits_order_and_refuses_what_it_cannot_carry(tmp_path: Path) -> None:
