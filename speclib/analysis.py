@@ -276,6 +276,9 @@ def _plaus_dict(p: Any) -> dict[str, Any] | None:
         "mean_logprob_experiment",
         "n_degenerate_control",
         "n_degenerate_experiment",
+        "n_outside_control",
+        "n_outside_experiment",
+        "nucleus_p_value",
         "reason",
     )
     return {k: getattr(p, k, None) for k in keep}

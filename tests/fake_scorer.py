@@ -118,7 +118,8 @@ def make_app(
         plp: list[Any] = [None]
         for t in prompt[1:]:
             shown = t + 1 if t == MALFORMED_TOKEN else t
-            entry = {str(shown): {"logprob": logprob_of(t), "rank": 1, "decoded_token": "x"}}
+            rank_t = top.index(t) + 1 if t in top else len(DIST) + 1
+            entry = {str(shown): {"logprob": logprob_of(t), "rank": rank_t, "decoded_token": "x"}}
             for rank, u in enumerate(top, 1):
                 entry[str(u)] = {"logprob": logprob_of(u), "rank": rank, "decoded_token": "d"}
             plp.append(entry)

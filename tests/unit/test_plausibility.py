@@ -20,6 +20,7 @@ from speclib.plausibility import (
     compare_run,
     expected_logprob,
     items_from_records,
+    outside_nucleus,
     read_scores,
     score_outputs,
     score_run,
@@ -639,3 +640,89 @@ def test_unknown_metric_is_refused():
             metric="median",
             rng=rng(),
         )
+
+
+# ------------------------------------------------------------------------ top-p nucleus
+
+
+def test_outside_nucleus_follows_vllms_top_p_rule_on_a_complete_distribution():
+    lp = np.log([0.5, 0.2, 0.15, 0.1, 0.05])
+    # top_p 0.6 at T=1: 0.5 (nothing above) and 0.2 (0.5 above < 0.6) are kept, 0.15 is not
+    got = [outside_nucleus(lp, x, temperature=1.0, top_p=0.6) for x in lp]
+    assert got == [False, False, True, True, True]
+    # at top_p 1 every token is possible
+    assert not any(outside_nucleus(lp, x, temperature=1.0, top_p=1.0) for x in lp)
+    # a lower temperature sharpens q: 0.2 is now outside a 0.6 nucleus
+    assert outside_nucleus(lp, lp[1], temperature=0.3, top_p=0.6)
+    # the tolerance: 0.7 above 0.15 is within 0.6 + 0.2, so it is not called outside
+    assert not outside_nucleus(lp, lp[2], temperature=1.0, top_p=0.6, tolerance=0.2)
+
+
+def test_outside_nucleus_never_claims_a_token_the_full_distribution_keeps():
+    gen = np.random.default_rng(11)
+    claimed = 0
+    for _ in range(300):
+        p = np.sort(gen.dirichlet(np.full(50, gen.uniform(0.05, 1.0))))[::-1]
+        p = np.clip(p, 1e-300, None)
+        temperature, top_p, k = gen.uniform(0.2, 1.0), gen.uniform(0.5, 0.99), gen.integers(1, 20)
+        w = p ** (1 / temperature)
+        q = w / w.sum()
+        above = np.cumsum(q) - q  # exact tempered mass above each token
+        for j in range(p.size):
+            if outside_nucleus(np.log(p[:k]), np.log(p[j]), temperature=temperature, top_p=top_p):
+                claimed += 1
+                assert above[j] >= top_p, (temperature, top_p, k, j)
+    assert claimed > 1000  # the bound is not so loose that it never decides
+
+
+def test_outside_nucleus_refuses_temperatures_it_cannot_bound():
+    with pytest.raises(ValueError, match="temperature"):
+        outside_nucleus([-0.1], -3.0, temperature=1.5, top_p=0.9)
+
+
+def test_scores_count_tokens_outside_the_nucleus_only_when_top_p_cuts(scorer):
+    # DIST: 0.5, 0.2, 0.15, 0.1, 0.05; at T=1, top_p=0.6 the nucleus is {100, 101}
+    inside = item(prompt_id="in", ids=(100, 101, 100, 101))
+    outside = item(series="spec", prompt_id="in", ids=(100, 103, 104, 102))
+    got = score_outputs(scorer.url, [inside, outside], model="m", temperature=1.0, top_p=0.6)
+    assert [s.n_outside_nucleus for s in got] == [0, 3]
+    loose = score_outputs(scorer.url, [outside], model="m", temperature=1.0, top_p=1.0)
+    assert loose[0].n_outside_nucleus is None and loose[0].mean_residual is not None
+    hot = score_outputs(scorer.url, [outside], model="m", temperature=1.2, top_p=0.6)
+    assert hot[0].ok and hot[0].n_outside_nucleus is None  # no bound above T = 1
+    [greedy] = score_outputs(scorer.url, [outside], model="m")
+    assert greedy.n_outside_nucleus is None
+
+
+def synth_nucleus(series, outside_prompts, n=24):
+    return [
+        OutputScore(series, 0, f"p{i:02d}", 0, mean_logprob=float(BASE[i]), n_tokens=32,
+                    n_outside_nucleus=2 if i in outside_prompts else 0)
+        for i in range(n)
+    ]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore::speclib.stats.DegenerateDataWarning")
+def test_tokens_outside_the_nucleus_make_a_series_implausible_whatever_its_log_prob():
+    scores = synth_nucleus("control", set()) + synth_nucleus("spec", set(range(8)))
+    res = compare_plausibility(scores, control="control", experiment="spec", rng=rng())
+    assert res.estimate == pytest.approx(0.0)  # the mean log-prob sees nothing
+    assert res.implausible and res.shifted
+    assert (res.n_outside_control, res.n_outside_experiment) == (0, 8)
+    assert res.nucleus_p_value == pytest.approx(0.5**8)
+    assert "8 prompt(s) with tokens outside it in the experiment only" in res.reason
+    json.dumps(res.to_dict(), allow_nan=False)
+
+
+@pytest.mark.filterwarnings("ignore::speclib.stats.DegenerateDataWarning")
+def test_few_or_shared_nucleus_misses_are_not_flagged():
+    few = synth_nucleus("control", set()) + synth_nucleus("spec", {3, 4})
+    res = compare_plausibility(few, control="control", experiment="spec", rng=rng())
+    assert not res.implausible and res.nucleus_p_value == pytest.approx(0.25)
+    shared = synth_nucleus("control", set(range(8))) + synth_nucleus("spec", set(range(9)))
+    res = compare_plausibility(shared, control="control", experiment="spec", rng=rng())
+    assert not res.implausible and res.nucleus_p_value == pytest.approx(0.5)
+    plain = synth("control", BASE) + synth("spec", BASE + 0.01)
+    res = compare_plausibility(plain, control="control", experiment="spec", rng=rng())
+    assert res.n_outside_experiment is None and res.nucleus_p_value is None
+    assert "nucleus" not in res.reason
