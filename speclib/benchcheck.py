@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ADJUSTED_ROW",
     "BenchCheckError",
     "BenchRequest",
     "BenchResult",
@@ -803,6 +804,10 @@ def server_tpot_ms(before: str, after: str) -> tuple[float, int] | None:
     return 1000 * (s1 - s0) / (n1 - n0), int(n1 - n0)  # type: ignore[operator]
 
 
+ADJUSTED_ROW = "median TPOT / server mean TPOT"
+"""Cross-check row: each client's median TPOT relative to the server's own in its window."""
+
+
 def _row(
     metric: str, unit: str, kit: float | None, bench: float | None, tol: float | None
 ) -> CrossCheckRow:
@@ -829,7 +834,11 @@ def compare_with_kit(
     reports). ``tolerance`` is a fraction (0.02 = 2 %). ``round_medians`` (side, round,
     median TPOT ms) records each run's median when the sides ran in several rounds;
     ``server_tpot`` (side, round, server mean TPOT ms, requests) the server's own TPOT
-    during each run (see :func:`server_tpot_ms`), shown as the row ``server mean TPOT``.
+    during each run (see :func:`server_tpot_ms`), shown as the row ``server mean TPOT``,
+    and the row :data:`ADJUSTED_ROW`: each side's median TPOT divided by the server's own
+    mean TPOT during that side's runs, so a change of the server's speed between the two
+    windows (other load on a shared machine) cancels; it is shown beside the raw medians,
+    never instead of them, and does not change the verdict.
     """
     from speclib.records import tpot_s, ttft_s
 
@@ -850,13 +859,16 @@ def compare_with_kit(
         _row("acceptance length", "tokens", length, bench.acceptance_length, None),
     )
     if server_tpot:
+        srv_kit, srv_bench = _weighted(server_tpot, "kit"), _weighted(server_tpot, "vllm bench")
+        rows += (_row("server mean TPOT", "ms", srv_kit, srv_bench, None),)
+        med_kit, med_bench = rows[3].kit, rows[3].vllm_bench
         rows += (
             _row(
-                "server mean TPOT",
-                "ms",
-                _weighted(server_tpot, "kit"),
-                _weighted(server_tpot, "vllm bench"),
-                None,
+                ADJUSTED_ROW,
+                "×",
+                med_kit / srv_kit if med_kit is not None and srv_kit else None,
+                med_bench / srv_bench if med_bench is not None and srv_bench else None,
+                tolerance,
             ),
         )
     return CrossCheck(
@@ -912,12 +924,12 @@ def format_crosscheck(check: CrossCheck) -> str:
             return "—"
         return f"{value:.3f}" if unit != "ms" else f"{value:.2f}"
 
-    lines = [f"{'metric':<20} {'kit':>10} {'vllm bench':>11} {'diff':>8}  unit"]
+    lines = [f"{'metric':<30} {'kit':>10} {'vllm bench':>11} {'diff':>8}  unit"]
     for r in check.rows:
         diff = "—" if r.diff is None else f"{100 * r.diff:+.2f}%"
         flag = "" if r.within is None else ("  ok" if r.within else "  DISAGREE")
         lines.append(
-            f"{r.metric:<20} {cell(r.kit, r.unit):>10} {cell(r.vllm_bench, r.unit):>11} "
+            f"{r.metric:<30} {cell(r.kit, r.unit):>10} {cell(r.vllm_bench, r.unit):>11} "
             f"{diff:>8}  {r.unit}{flag}"
         )
     lines.append(

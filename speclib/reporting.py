@@ -20,6 +20,7 @@ import pandas as pd
 
 from speclib import plots
 from speclib.analysis import Comparison, RunAnalysis
+from speclib.benchcheck import ADJUSTED_ROW
 from speclib.compare import machine_label
 
 __all__ = [
@@ -523,17 +524,18 @@ def _crosscheck_html(an: RunAnalysis) -> str:
         lid = html.escape(c["launch_id"])
         if c.get("error"):
             rows.append(
-                f"<tr><td>{lid}</td><td colspan='7'>failed: "
+                f"<tr><td>{lid}</td><td colspan='8'>failed: "
                 f"{html.escape(c['error'][:300])}</td></tr>"
             )
             continue
         tpot, ttft = _xrow(c, "median TPOT"), _xrow(c, "median TTFT")
         srv_row, acc = _xrow(c, "server mean TPOT"), _xrow(c, "acceptance rate")
-        diff = tpot.get("diff")
+        diff, adjusted = tpot.get("diff"), _xrow(c, ADJUSTED_ROW).get("diff")
         rows.append(
             f"<tr><td>{lid}</td><td>{_ms2(tpot.get('kit'))} / {_ms2(tpot.get('vllm_bench'))}</td>"
             f"<td>{'–' if diff is None else f'{100 * diff:+.2f} %'}</td>"
             f"<td>{_ms2(srv_row.get('kit'))} / {_ms2(srv_row.get('vllm_bench'))}</td>"
+            f"<td>{'–' if adjusted is None else f'{100 * adjusted:+.2f} %'}</td>"
             f"<td>{_ms2(ttft.get('kit'))} / {_ms2(ttft.get('vllm_bench'))}</td>"
             f"<td>{_pct(acc.get('kit'), 1)} / {_pct(acc.get('vllm_bench'), 1)}</td>"
             f"<td>{c.get('kit_requests')} / {c.get('bench_requests')}</td>"
@@ -543,6 +545,7 @@ def _crosscheck_html(an: RunAnalysis) -> str:
     head = (
         "<tr><th>Launch</th><th>Median TPOT, ms (kit / vllm bench)</th><th>Diff</th>"
         "<th>Server's own mean TPOT, ms (during kit / bench)</th>"
+        "<th>Diff adjusted for the server's speed</th>"
         "<th>Median TTFT, ms (kit / bench)</th><th>Acceptance (kit / bench)</th>"
         "<th>Requests</th><th>Verdict</th></tr>"
     )
@@ -553,7 +556,10 @@ def _crosscheck_html(an: RunAnalysis) -> str:
         f"server. The kit's median TPOT should agree within ±{100 * tol:g} %; TTFT differs by "
         "each client's own overhead. The server's own TPOT (its "
         "<code>request_time_per_output_token</code> histogram) is a reference neither client "
-        "can bias. Verdicts: <i>agree</i> (median TPOT within tolerance); <i>server "
+        "can bias; the adjusted diff compares each client's median TPOT relative to the "
+        "server's own during that client's run, which cancels a change of the server's speed "
+        "between the two runs (information only). Verdicts: <i>agree</i> (median TPOT "
+        "within tolerance); <i>server "
         "differed</i> (each client matches the server's own TPOT, but the server ran at a "
         "different speed during the two runs, e.g. because one client used more CPU on a "
         "shared machine); <i>vllm bench off</i> / <i>kit off</i> (only the other client "

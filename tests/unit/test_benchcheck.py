@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from speclib.benchcheck import (
+    ADJUSTED_ROW,
     BenchCheckError,
     BenchResult,
     bench_argv,
@@ -541,6 +542,13 @@ def test_when_both_clients_match_the_server_the_server_differed() -> None:
     assert {r.metric: r for r in check.rows}["server mean TPOT"].kit == pytest.approx(11.02)
     text = format_crosscheck(check)
     assert "server mean TPOT" in text and "the server's own" in text
+    # the server ran 10 % slower during the kit's run: relative to it the medians agree
+    adjusted = {r.metric: r for r in check.rows}[ADJUSTED_ROW]
+    assert adjusted.kit == pytest.approx(11.0 / 11.02)
+    assert adjusted.vllm_bench == pytest.approx(bench.median_tpot_ms / 9.98)
+    assert adjusted.diff == pytest.approx(adjusted.kit / adjusted.vllm_bench - 1)
+    assert ADJUSTED_ROW in text
+    assert ADJUSTED_ROW not in {r.metric for r in compare_with_kit(bench, recs).rows}
     kit_wrong = [("kit", 0, 10.0, 3), ("vllm bench", 0, 10.0, 3)]
     assert compare_with_kit(bench, recs, server_tpot=kit_wrong).verdict == "kit off"
     bench_wrong = [("kit", 0, 11.0, 3), ("vllm bench", 0, 11.0, 3)]
@@ -561,7 +569,11 @@ def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) ->
 
     bench = parse_bench_result(RESULT)  # median TPOT 10.0 ms
     near = compare_with_kit(bench, [record(f"p{i}", 0.03, 0.0101) for i in range(3)])
-    far = compare_with_kit(bench, [record(f"p{i}", 0.03, 0.0130) for i in range(3)])
+    far = compare_with_kit(
+        bench,
+        [record(f"p{i}", 0.03, 0.0130) for i in range(3)],
+        server_tpot=[("kit", 0, 12.0, 3), ("vllm bench", 0, 9.0, 3)],
+    )
     rd = RunDir.at(tmp_path)
     checks = {"control-r0": near.to_dict(), "draft-r0": far.to_dict(), "ngram-r0": None}
     checks["ngram-r0"] = {"error": "BenchCheckError: vllm bench serve failed (exit code 1)"}
@@ -584,4 +596,6 @@ def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) ->
     assert page.count("<tr>") == 4 and "±2 %" in page
     assert "10.10 / 10.00" in page and "+1.00 %" in page and "+30.00 %" in page
     assert "failed: BenchCheckError" in page
+    adjusted = 100 * ((13.0 / 12.0) / (bench.median_tpot_ms / 9.0) - 1)
+    assert f"{adjusted:+.2f} %" in page and "12.00 / 9.00" in page
     assert _crosscheck_html(SimpleNamespace(crosschecks=())) == ""
