@@ -376,7 +376,9 @@ def outside_nucleus(
     probability; valid for ``T <= 1``), so the mass above the token is bounded below; the
     token is outside when that bound reaches ``top_p + tolerance`` (the tolerance absorbs
     float32 differences between the sampling pass and the scoring pass). ``False`` means
-    inside or undecidable, never a false alarm by construction.
+    inside or undecidable: up to the tolerance, a token the full distribution keeps is
+    never called outside (sampling options beyond temperature and top-p, e.g. penalties,
+    change the nucleus for both series alike, hence the comparison with the control).
     """
     if not (0 < temperature <= 1):
         raise ValueError(f"`temperature` must be in (0, 1] (got {temperature!r})")
@@ -773,7 +775,7 @@ def _nucleus_reason(b: int, c: int, p: float | None, level: float) -> str:
     verdict = (
         "the experiment draws tokens a correct sampler never draws"
         if p < 1 - level
-        else ("no evidence of tokens outside the nucleus beyond the control's")
+        else "no evidence of tokens outside the nucleus beyond the control's"
     )
     return (
         f"; top-p nucleus: {b} prompt(s) with tokens outside it in the experiment only, "
@@ -874,10 +876,10 @@ def compare_plausibility(
             DegenerateDataWarning,
             stacklevel=2,
         )
-    word = _word(low, high, margin)
+    mean_word = _word(low, high, margin)
     b, c_only, p_nucleus = _nucleus_test(mine, control, experiment)
-    if p_nucleus is not None and p_nucleus < 1 - level:
-        word = "implausible"
+    nucleus_flag = p_nucleus is not None and p_nucleus < 1 - level
+    word = "implausible" if nucleus_flag else mean_word
     ctrl_values = np.array(
         [v for s in mine if s.series == control and (v := _value(s, metric)) is not None],
         dtype=np.float64,
@@ -910,7 +912,7 @@ def compare_plausibility(
         degenerate_quantile=float(degenerate_quantile), degenerate_threshold=threshold,
         n_degenerate_control=counts[control], n_degenerate_experiment=counts[experiment],
         degenerate=degenerate,
-        reason=_reason(_word(low, high, margin), est, low, high, level, margin, len(paired))
+        reason=_reason(mean_word, est, low, high, level, margin, len(paired))
         + _nucleus_reason(b, c_only, p_nucleus, level),
         n_resamples=int(n_resamples), note=note,
         n_outside_control=_n_outside(mine, control),
