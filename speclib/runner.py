@@ -83,32 +83,57 @@ def series_order(params: ExperimentParams) -> list[dict[str, Any]]:
 def execute_notebook(
     name: str, out_path: Path, parameters: dict[str, Any], *, cwd: Path | None = None
 ) -> None:
-    """Execute ``notebooks/<name>.ipynb`` into ``out_path`` with papermill."""
+    """Execute ``notebooks/<name>.ipynb`` into ``out_path`` with papermill.
+
+    Ctrl-C reaches the whole foreground process group, kernel included, while nbclient's
+    own SIGINT handler keeps it from this process: the kernel reports it as a cell error.
+    That error is raised here as :class:`KeyboardInterrupt`, so an interrupted run stops
+    instead of going on with the next launch.
+    """
     import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(
-        str(NOTEBOOKS_DIR / f"{name}.ipynb"),
-        str(out_path),
-        parameters=parameters,
-        cwd=str(cwd or out_path.parent),
-        progress_bar=False,
-        log_output=False,
-        kernel_name="python3",
-    )
+    try:
+        pm.execute_notebook(
+            str(NOTEBOOKS_DIR / f"{name}.ipynb"),
+            str(out_path),
+            parameters=parameters,
+            cwd=str(cwd or out_path.parent),
+            progress_bar=False,
+            log_output=False,
+            kernel_name="python3",
+        )
+    except PapermillExecutionError as exc:
+        if exc.ename == "KeyboardInterrupt":
+            raise KeyboardInterrupt(f"{name} interrupted") from exc
+        raise
 
 
-def _raise_on_sigterm() -> Callable[[], None]:
-    """Turn SIGTERM into SystemExit so every ``finally`` (server stop) runs."""
+def _signal_guard() -> tuple[Callable[[], None], Callable[[], bool]]:
+    """Turn SIGTERM into SystemExit so every ``finally`` (server stop) runs, and remember
+    SIGINT: a Ctrl-C whose KeyboardInterrupt a library swallowed still stops the run at the
+    next launch. Returns ``(restore, interrupted)``.
+    """
+    hit: list[int] = []
 
-    def handler(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
+    def on_int(signum: int, frame: Any) -> None:
+        hit.append(signum)
+        signal.default_int_handler(signum, frame)
+
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = signal.signal(signal.SIGTERM, on_term), signal.signal(signal.SIGINT, on_int)
     except ValueError:  # not the main thread
-        return lambda: None
-    return lambda: signal.signal(signal.SIGTERM, previous)
+        return (lambda: None), (lambda: False)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+
+    return restore, lambda: bool(hit)
 
 
 def _prepare(params: ExperimentParams, rd: RunDir, *, resume: bool) -> None:
@@ -192,7 +217,7 @@ def run_experiment(
 
     params = load_params(params_file)  # raises ParamsError before anything starts
     rd = RunDir.at(out or default_run_dir(params))
-    restore = _raise_on_sigterm()
+    restore, interrupted = _signal_guard()
     try:
         reap_pidfile(rd.pidfile)
         _prepare(params, rd, resume=resume)
@@ -215,6 +240,8 @@ def run_experiment(
                 )
             log(f"{item['launch_id']}: starting server and sending requests")
             err = _run_one_launch(pfile, rd, item)
+            if interrupted():
+                raise KeyboardInterrupt(f"{item['launch_id']} interrupted")
             if err:
                 failed.append(item["launch_id"])
                 log(f"{item['launch_id']}: FAILED: {err.splitlines()[0][:300]}")

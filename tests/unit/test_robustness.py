@@ -275,3 +275,60 @@ def test_setup_failure_is_one_message_before_any_server(tmp_path):
     assert "4096" in proc.stderr and "32000" in proc.stderr
     assert "use_heterogeneous_vocab" in proc.stderr
     assert not (tmp_path / "run" / "launches").exists()
+
+
+def test_an_interrupted_kernel_stops_the_run_and_other_cell_errors_do_not(tmp_path, monkeypatch):
+    """Ctrl-C hits the kernel too: its cell error must stop the run, not count as a failure."""
+    import nbformat
+
+    from speclib import runner
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("raise KeyboardInterrupt"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "P"}
+    nbformat.write(nb, tmp_path / "stop.ipynb")
+    fails = nbformat.v4.new_notebook(metadata=nb.metadata)
+    fails.cells = [nbformat.v4.new_code_cell("raise ValueError('broken')")]
+    nbformat.write(fails, tmp_path / "fails.ipynb")
+    monkeypatch.setattr(runner, "NOTEBOOKS_DIR", tmp_path)
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="stop interrupted"):
+            runner.execute_notebook("stop", tmp_path / "out" / "stop.ipynb", {"x": 2})
+        assert signal.getsignal(signal.SIGTERM) is handler  # the kit's handler stays
+        from papermill.exceptions import PapermillExecutionError
+
+        with pytest.raises(PapermillExecutionError, match="broken"):
+            runner.execute_notebook("fails", tmp_path / "out" / "fails.ipynb", {})
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_swallowed_ctrl_c_is_still_remembered():
+    from speclib.runner import _signal_guard
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    restore, interrupted = _signal_guard()
+    try:
+        assert not interrupted()
+        try:  # a library that catches KeyboardInterrupt and carries on
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+        assert interrupted()
+        with pytest.raises(SystemExit) as exc:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        assert exc.value.code == 128 + signal.SIGTERM
+    finally:
+        restore()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
