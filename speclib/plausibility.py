@@ -738,17 +738,16 @@ def _word(low: float | None, high: float | None, margin: float) -> str:
 
 
 def _outside_per_prompt(scores: list[OutputScore], series: str) -> dict[str, bool]:
-    """Per prompt: whether any checked output of the series has a token outside the nucleus."""
-    out: dict[str, bool] = {}
-    for s in scores:
-        if s.series == series and s.ok and s.n_outside_nucleus is not None:
-            out[s.prompt_id] = out.get(s.prompt_id, False) or s.n_outside_nucleus > 0
-    return out
+    """Per prompt: whether any checked output of the series has a token outside the nucleus
+    (the counts are never negative, so their per-prompt mean is positive exactly then)."""
+    return {pid: v > 0 for pid, v in _per_prompt(scores, series, "n_outside_nucleus").items()}
 
 
 def _n_outside(scores: list[OutputScore], series: str) -> int | None:
-    checked = [s for s in scores if s.series == series and s.ok and s.n_outside_nucleus is not None]
-    return sum(s.n_outside_nucleus > 0 for s in checked) if checked else None
+    """Outputs of the series with a token outside the nucleus; None when none was checked."""
+    values = (_value(s, "n_outside_nucleus") for s in scores if s.series == series)
+    counts = [v for v in values if v is not None]
+    return sum(v > 0 for v in counts) if counts else None
 
 
 def _nucleus_test(

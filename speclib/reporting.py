@@ -89,6 +89,10 @@ def _pct(x: float | None, digits: int = 0) -> str:
     return "–" if x is None else f"{x * 100:.{digits}f} %"
 
 
+def _signed_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:+.2f} %"
+
+
 def _ms(x: float | None) -> str:
     return "–" if x is None else f"{x * 1e3:.2f} ms"
 
@@ -157,11 +161,11 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
         if p is None:
             return "sampling: no output check (scoring off or failed)"
         est = "–" if p.estimate is None else f"{p.estimate:+.2f}"
-        outside = getattr(p, "n_outside_experiment", None)
         nucleus = (
             ""
-            if outside is None
-            else f"; {outside} with tokens outside top-p (control {p.n_outside_control})"
+            if p.n_outside_experiment is None
+            else f"; {p.n_outside_experiment} with tokens outside top-p "
+            f"(control {p.n_outside_control})"
         )
         return (
             f"sampling check: <b>{html.escape(p.word)}</b><br><span class='speclib-small'>"
@@ -533,9 +537,9 @@ def _crosscheck_html(an: RunAnalysis) -> str:
         diff, adjusted = tpot.get("diff"), _xrow(c, ADJUSTED_ROW).get("diff")
         rows.append(
             f"<tr><td>{lid}</td><td>{_ms2(tpot.get('kit'))} / {_ms2(tpot.get('vllm_bench'))}</td>"
-            f"<td>{'–' if diff is None else f'{100 * diff:+.2f} %'}</td>"
+            f"<td>{_signed_pct(diff)}</td>"
             f"<td>{_ms2(srv_row.get('kit'))} / {_ms2(srv_row.get('vllm_bench'))}</td>"
-            f"<td>{'–' if adjusted is None else f'{100 * adjusted:+.2f} %'}</td>"
+            f"<td>{_signed_pct(adjusted)}</td>"
             f"<td>{_ms2(ttft.get('kit'))} / {_ms2(ttft.get('vllm_bench'))}</td>"
             f"<td>{_pct(acc.get('kit'), 1)} / {_pct(acc.get('vllm_bench'), 1)}</td>"
             f"<td>{c.get('kit_requests')} / {c.get('bench_requests')}</td>"
