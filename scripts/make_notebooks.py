@@ -58,9 +58,9 @@ run_dir: str = "../runs/interactive"  # run folder to write into
 """),
         new_code_cell(
             """
-from speclib.params import load_params
-from speclib.preflight import prepare_run
-from speclib.runner import series_order
+from speclib.core.params import load_params
+from speclib.run.preflight import prepare_run
+from speclib.app.runner import series_order
 
 params = load_params(params_file)
 setup = prepare_run(params, run_dir, order=series_order(params))
@@ -86,8 +86,8 @@ replicate: int = 0  # replicate index (one server launch per series and replicat
 """),
         new_code_cell(
             """
-from speclib.params import load_params
-from speclib.series import run_series
+from speclib.core.params import load_params
+from speclib.run.series import run_series
 
 params = load_params(params_file)
 result = run_series(params, run_dir, series, replicate)
@@ -115,8 +115,8 @@ params_file: str = ""  # optional params file whose analysis settings override t
             """
 from IPython.display import HTML, Markdown, display
 
-from speclib.analysis import analyze_run
-from speclib.reporting import conclusion_html, evidence_figures, method_html, verdict_html
+from speclib.analysis.run_analysis import analyze_run
+from speclib.report.sections import conclusion_html, evidence_figures, method_html, verdict_html
 
 analysis = analyze_run(run_dir, params_file=params_file)  # writes summary.json
 records = analysis.records  # one row per measured request: explore it with pandas

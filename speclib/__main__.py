@@ -1,8 +1,8 @@
-"""``python -m speclib``: the command-line interface (see :mod:`speclib.cli`)."""
+"""``python -m speclib``: the command-line interface (see :mod:`speclib.app.cli`)."""
 
 import sys
 
-from speclib.cli import main
+from speclib.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,9 +4,9 @@ A stand-in server (:class:`tests.benchmarks.standin.LeanStandIn`, its own proces
 ``--standin aiohttp`` for :class:`tests.fakeserver.FakeServer`) streams chat completions on
 a fixed script (time to first token, per-step delay, tokens per chunk, usage chunk with
 spec-decode metrics) and logs the true send time of every chunk. The kit's client
-(:func:`speclib.client.run_requests_sync` in this process, records appended and fsynced as
+(:func:`speclib.measure.client.run_requests_sync` in this process, records appended and fsynced as
 in a series) and, when vLLM is installed, ``vllm bench serve`` (through
-:func:`speclib.benchcheck.run_vllm_bench`, a child process) send the same load at each
+:func:`speclib.run.benchcheck.run_vllm_bench`, a child process) send the same load at each
 concurrency, back to back, in alternating order, for several repetitions. Each request's
 measured TTFT, TPOT and E2E are compared with the truth (see
 :mod:`tests.benchmarks.fidelity`); the table shows, per concurrency and client, the median
@@ -44,8 +44,8 @@ from typing import Any
 
 import psutil
 
-from speclib.client import RequestSpec, build_request_body, run_requests_sync
-from speclib.records import append_record
+from speclib.core.records import append_record
+from speclib.measure.client import RequestSpec, build_request_body, run_requests_sync
 from tests.benchmarks.fidelity import (
     ErrorStats,
     RequestError,
@@ -266,7 +266,7 @@ def run_bench(
     tokenizer: str | None,
 ) -> RunResult:
     """``vllm bench serve`` on ``keys`` (same stream options as the kit's requests)."""
-    from speclib.benchcheck import BenchCheckError, run_vllm_bench
+    from speclib.run.benchcheck import BenchCheckError, run_vllm_bench
 
     srv.reset()
     try:

@@ -134,7 +134,7 @@ def _error(
 
 def kit_errors(records: Iterable[Any], truths: Mapping[str, Truth]) -> list[RequestError]:
     """Errors of the kit's records (``prompt_id`` is the exchange key); failures skipped."""
-    from speclib.records import e2e_s, ttft_s
+    from speclib.core.records import e2e_s, ttft_s
 
     out = []
     for rec in records:

@@ -12,7 +12,7 @@ import statistics
 import psutil
 import pytest
 
-from speclib.records import read_records, tpot_s
+from speclib.core.records import read_records, tpot_s
 from tests.helpers import vllm_server_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

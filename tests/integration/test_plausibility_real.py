@@ -20,9 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.launching import server_for
-from speclib.params import ExperimentParams
-from speclib.plausibility import (
+from speclib.analysis.plausibility import (
     METRICS,
     OutputScore,
     ScoreItem,
@@ -31,9 +29,11 @@ from speclib.plausibility import (
     score_outputs,
     score_run,
 )
-from speclib.prompts import load_prompts
-from speclib.records import read_records
-from speclib.rundir import RunDir
+from speclib.core.params import ExperimentParams
+from speclib.core.prompts import load_prompts
+from speclib.core.records import read_records
+from speclib.core.rundir import RunDir
+from speclib.run.launching import server_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 

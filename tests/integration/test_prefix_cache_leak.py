@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib import server as srv
+from speclib.serve import process as srv
 from tests.conftest import run_kit
 from tests.helpers import servers_on_port
 
@@ -47,7 +47,7 @@ _WORDS = [
 
 @pytest.fixture(scope="module")
 def caching_server(tmp_path_factory):
-    from speclib.demo_models import demo_model_dir
+    from speclib.demo.models import demo_model_dir
 
     tmp = tmp_path_factory.mktemp("cache-server")
     target = demo_model_dir("target")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from speclib import server as srv
+from speclib.serve import process as srv
 from tests.helpers import servers_on_port
 
 pytestmark = pytest.mark.integration
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def target_dir() -> Path:
-    from speclib.demo_models import demo_model_dir
+    from speclib.demo.models import demo_model_dir
 
     return demo_model_dir("target")
 

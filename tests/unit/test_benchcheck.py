@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.benchcheck import (
+from speclib.core.prompts import Prompt
+from speclib.core.records import RequestRecord
+from speclib.run.benchcheck import (
     ADJUSTED_ROW,
     BenchCheckError,
     BenchResult,
@@ -32,8 +34,6 @@ from speclib.benchcheck import (
     run_vllm_bench,
     write_custom_dataset,
 )
-from speclib.prompts import Prompt
-from speclib.records import RequestRecord
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -154,7 +154,7 @@ def test_argv_is_a_closed_loop_chat_run_through_the_launcher(tmp_path: Path) -> 
         extra_body={"seed": 1, "stream_options": {"include_usage": True}},
         python="/py",
     )
-    assert argv[:3] == ["/py", "-m", "speclib.benchcheck"]
+    assert argv[:3] == ["/py", "-m", "speclib.run.benchcheck"]
 
     def value(flag: str) -> str:
         return argv[argv.index(flag) + 1]
@@ -214,7 +214,7 @@ FAKE_BENCH = textwrap.dedent(
     args = sys.argv[1:]
     def value(flag):
         return args[args.index(flag) + 1]
-    assert args[:2] == ["-m", "speclib.benchcheck"], args
+    assert args[:2] == ["-m", "speclib.run.benchcheck"], args
     if os.environ.get("FAKE_FAIL"):
         print("Initial test run failed - boom", flush=True)
         sys.exit(1)
@@ -313,7 +313,7 @@ def _dist(site: Path, name: str, version: str) -> None:
 SHIM_PROBE = textwrap.dedent(
     """\
     import importlib.metadata as md, json
-    from speclib.benchcheck import install_vllm_metadata_shim as shim
+    from speclib.run.benchcheck import install_vllm_metadata_shim as shim
     def scripts():
         return len([e for e in md.entry_points(group="console_scripts") if e.name == "vllm"])
     before = scripts()
@@ -483,8 +483,8 @@ def _params_file(tmp: Path, levels: object = 1) -> Path:
 def test_a_launch_is_cross_checked_on_its_first_closed_loop_level(
     tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from speclib.benchcheck import crosscheck_launch
-    from speclib.params import load_params
+    from speclib.core.params import load_params
+    from speclib.run.benchcheck import crosscheck_launch
 
     params = load_params(_params_file(tmp_path, [2, 4]))
     ldir = tmp_path / "launch"
@@ -524,7 +524,7 @@ def _tpot_histogram(total_s: float, count: int) -> str:
 
 
 def test_the_servers_own_tpot_between_two_snapshots() -> None:
-    from speclib.benchcheck import server_tpot_ms
+    from speclib.run.benchcheck import server_tpot_ms
 
     before, after = _tpot_histogram(0.5, 50), _tpot_histogram(0.5 + 24 * 0.0123, 74)
     assert server_tpot_ms(before, after) == pytest.approx((12.3, 24))
@@ -563,9 +563,13 @@ def test_when_both_clients_match_the_server_the_server_differed() -> None:
 def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from speclib.analysis import _crosscheck_summary, _crosscheck_warnings, _crosschecks
-    from speclib.reporting import _crosscheck_html
-    from speclib.rundir import RunDir
+    from speclib.analysis.run_analysis import (
+        _crosscheck_summary,
+        _crosscheck_warnings,
+        _crosschecks,
+    )
+    from speclib.core.rundir import RunDir
+    from speclib.report.sections import _crosscheck_html
 
     bench = parse_bench_result(RESULT)  # median TPOT 10.0 ms
     near = compare_with_kit(bench, [record(f"p{i}", 0.03, 0.0101) for i in range(3)])

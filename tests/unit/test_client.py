@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from speclib.client import (
+from speclib.core.records import RequestRecord, append_record, e2e_s, read_records, tpot_s, ttft_s
+from speclib.measure.client import (
     RequestSpec,
     RunOutcome,
     build_request_body,
@@ -20,7 +21,6 @@ from speclib.client import (
     run_requests,
     run_requests_sync,
 )
-from speclib.records import RequestRecord, append_record, e2e_s, read_records, tpot_s, ttft_s
 from tests.fakeserver import Exchange, FakeServer, Script, token_id, token_text
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]

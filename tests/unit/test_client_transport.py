@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from speclib.client import RequestSpec, RunOutcome, build_request_body, run_requests_sync
-from speclib.records import RequestRecord, tpot_s, ttft_s
+from speclib.core.records import RequestRecord, tpot_s, ttft_s
+from speclib.measure.client import RequestSpec, RunOutcome, build_request_body, run_requests_sync
 from tests.fakeserver import FakeServer, Script
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]

@@ -1,4 +1,4 @@
-"""Unit tests for speclib.compare: verdict tables of tiny hand-written run folders."""
+"""Unit tests for speclib.report.multirun: verdict tables of tiny hand-written run folders."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from speclib.compare import COMPARE_COLUMNS, compare_runs, machine_label
+from speclib.report.multirun import COMPARE_COLUMNS, compare_runs, machine_label
 
 pytestmark = pytest.mark.unit
 

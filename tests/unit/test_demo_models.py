@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from speclib import demo_models as dm
-from speclib import prompts_gen as pg
+from speclib.demo import models as dm
+from speclib.demo import prompts_gen as pg
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def test_checked_in_prompt_files_match_the_generator() -> None:
     for name, rows in pg.build_prompt_sets().items():
         path = REPO / "prompts" / f"{name}.jsonl"
         assert path.read_text(encoding="utf-8") == pg.prompt_set_lines(rows), (
-            f"{path} is stale: run `python -m speclib.prompts_gen`"
+            f"{path} is stale: run `python -m speclib.demo.prompts_gen`"
         )
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for speclib.metrics: Prometheus parsing, deltas and the typed counter views."""
+"""Unit tests for speclib.core.prometheus: Prometheus parsing, deltas and the typed counter views."""
 
 # ruff: noqa: E501  (the fixture reproduces real exposition lines verbatim)
 
@@ -12,13 +12,13 @@ from typing import ClassVar
 
 import pytest
 
-from speclib.metrics import (
+from speclib.core.httpapi import fetch_metrics
+from speclib.core.prometheus import (
     ACCEPTED_PER_POS,
     NUM_DRAFTS,
     CounterResetError,
     PrefixCacheDelta,
     SpecCounters,
-    fetch_metrics,
     metric_sum,
     metrics_delta,
     parse_prometheus,

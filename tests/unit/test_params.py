@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib.params import ParamsError, load_params
+from speclib.core.params import ParamsError, load_params
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,7 +143,7 @@ def test_duplicate_series_names(tmp_path):
 def test_empty_prompt_set(tmp_path):
     data = _base(tmp_path)
     (tmp_path / "prompts.jsonl").write_text("\n")
-    from speclib.prompts import PromptSetError, load_prompts
+    from speclib.core.prompts import PromptSetError, load_prompts
 
     params = load_params(_write(tmp_path, data))
     with pytest.raises(PromptSetError, match="empty"):

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.params import ExperimentParams
-from speclib.plausibility import (
+from speclib.analysis.plausibility import (
     OutputScore,
     ScoreItem,
     append_score,
@@ -26,9 +25,10 @@ from speclib.plausibility import (
     score_run,
     scoring_enabled,
 )
-from speclib.records import RequestRecord, append_record
-from speclib.specdecode import classify_output
-from speclib.stats import DegenerateDataWarning
+from speclib.analysis.specdecode import classify_output
+from speclib.analysis.stats import DegenerateDataWarning
+from speclib.core.params import ExperimentParams
+from speclib.core.records import RequestRecord, append_record
 from tests.fake_scorer import DIST, ScorerServer, logprob_of, tokenize_text
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
@@ -702,7 +702,7 @@ def synth_nucleus(series, outside_prompts, n=24):
     ]  # fmt: skip
 
 
-@pytest.mark.filterwarnings("ignore::speclib.stats.DegenerateDataWarning")
+@pytest.mark.filterwarnings("ignore::speclib.analysis.stats.DegenerateDataWarning")
 def test_tokens_outside_the_nucleus_make_a_series_implausible_whatever_its_log_prob():
     scores = synth_nucleus("control", set()) + synth_nucleus("spec", set(range(8)))
     res = compare_plausibility(scores, control="control", experiment="spec", rng=rng())
@@ -714,7 +714,7 @@ def test_tokens_outside_the_nucleus_make_a_series_implausible_whatever_its_log_p
     json.dumps(res.to_dict(), allow_nan=False)
 
 
-@pytest.mark.filterwarnings("ignore::speclib.stats.DegenerateDataWarning")
+@pytest.mark.filterwarnings("ignore::speclib.analysis.stats.DegenerateDataWarning")
 def test_few_or_shared_nucleus_misses_are_not_flagged():
     few = synth_nucleus("control", set()) + synth_nucleus("spec", {3, 4})
     res = compare_plausibility(few, control="control", experiment="spec", rng=rng())

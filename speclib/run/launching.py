@@ -1,7 +1,7 @@
 """From params to a running server for one series: models, command line, environment.
 
 Resolves model references (building the embedded demo pair on first use), builds the
-:class:`~speclib.server.LaunchSpec` of a series (``--speculative-config`` only on
+:class:`~speclib.serve.process.LaunchSpec` of a series (``--speculative-config`` only on
 experiments, ``--per-request-spec-decode-metrics summary`` only where vLLM accepts it,
 prefix caching per the protocol's cache policy), the server's environment (CPU KV-cache
 size, offline hub, a private temp and cache folder per launch, the API key passed through
@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from speclib import server as srv
-from speclib.params import ExperimentParams, SeriesParams, resolve_model_ref
-from speclib.rundir import RunDir, write_json_atomic
+from speclib.core.params import ExperimentParams, SeriesParams, resolve_model_ref
+from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.serve import process as srv
 
 __all__ = [
     "api_key",
@@ -41,7 +41,7 @@ def resolve_model(ref: str, params: ExperimentParams) -> str:
     """A model reference as vLLM should see it (demo models are built on first use)."""
     kind, where = resolve_model_ref(ref, params.base_dir)
     if kind == "demo":
-        from speclib.demo_models import demo_model_dir
+        from speclib.demo.models import demo_model_dir
 
         return str(demo_model_dir(where))  # type: ignore[arg-type]
     return where

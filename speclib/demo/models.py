@@ -2,7 +2,7 @@
 
 No model hub is needed for the CPU demo: :func:`build_demo_pair` trains, deterministically
 and in a few minutes on two idle cores, a 4-layer Llama core (3.8 M parameters) on the
-synthetic chats of :mod:`speclib.prompts_gen`, with one byte-level BPE tokenizer trained on
+synthetic chats of :mod:`speclib.demo.prompts_gen`, with one byte-level BPE tokenizer trained on
 the same chats. The draft (2.2 M parameters) starts as the core's embeddings, first two
 layers and head, and is then distilled on the core's next-token distributions, so it agrees
 with the target most of the time on those tasks (draft-model speculation pays off) and
@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from speclib.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, Chat, generate_chats
+from speclib.demo.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, Chat, generate_chats
 
 if TYPE_CHECKING:
     import torch
@@ -160,7 +160,7 @@ def recipe_key(recipe: DemoRecipe = DEFAULT_RECIPE) -> str:
     """Short hash (12 hex digits) of ``recipe``, :data:`BUILDER_VERSION` and the corpus text.
 
     Hashing the generated corpus too means an edit of the chat templates in
-    :mod:`speclib.prompts_gen` also gives a new key, hence a rebuild.
+    :mod:`speclib.demo.prompts_gen` also gives a new key, hence a rebuild.
     """
     corpus = _corpus_digest(recipe.n_chats, recipe.seed)
     blob = json.dumps(

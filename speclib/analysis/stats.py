@@ -3,7 +3,7 @@
 This module turns matched per-prompt latencies (TPOT, and equally TTFT or end-to-end) of a
 control series (target model, no speculation) and an experiment series (same target with a
 draft model or n-gram speculation) into one frozen :class:`RatioCI`. It only computes; the
-decision rule and the gates live in :mod:`speclib.decision`.
+decision rule and the gates live in :mod:`speclib.analysis.decision`.
 
 The effect is the geometric-mean ratio ``exp(mean(log(experiment / control)))``: below 1
 means the experiment is faster. Its confidence interval comes from a bootstrap:
@@ -38,8 +38,8 @@ would narrow the CI faster. Nothing here returns a silent NaN: undefined quantit
 Example::
 
     import numpy as np
-    from speclib.stats import paired_ratio_ci
-    from speclib.decision import decide
+    from speclib.analysis.stats import paired_ratio_ci
+    from speclib.analysis.decision import decide
 
     ci = paired_ratio_ci(control_tpot, experiment_tpot, clusters=replicate,
                          confidence_level=0.95, rng=np.random.default_rng(12345))

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from speclib.metrics import SpecCounters
+from speclib.core.prometheus import SpecCounters
 
 __all__ = [
     "OUTPUT_CLASSES",
@@ -406,7 +406,7 @@ def compare_outputs(
 
     For each side the first successful (``ok`` and ``classify_output == "ok"``) record of
     phase ``"measure"`` per prompt is used; greedy output must be the same for every repeat
-    anyway. Records may be :class:`~speclib.records.RequestRecord` or dict-likes.
+    anyway. Records may be :class:`~speclib.core.records.RequestRecord` or dict-likes.
     """
 
     def first_ok(records: Iterable[Any]) -> dict[str, Any]:

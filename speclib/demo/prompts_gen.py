@@ -5,7 +5,7 @@ machine. :func:`generate_chats` draws template chats whose assistant answers are
 65–120 tokens) and predictable from the prompt alone: counting, step lists, fact profiles
 (the "known" tasks), and repeat-this-text, periodic patterns and day/month cycles (the
 "repeat" tasks, whose answers repeat earlier text, so n-gram lookup finds matches). The tiny
-demo pair in :mod:`speclib.demo_models` is trained on these chats.
+demo pair in :mod:`speclib.demo.models` is trained on these chats.
 
 :func:`build_prompt_sets` draws the prompt files from the same generator with another seed,
 plus "unseen" prompts built from a separate vocabulary of topics the pair never saw:
@@ -16,7 +16,7 @@ plus "unseen" prompts built from a separate vocabulary of topics the pair never 
 - ``demo-mixed.jsonl``: the first eight of each, the CPU demo's default workload.
 
 Each line is ``{"id", "category", "messages": [{"role": "user", "content"}]}`` with ids unique
-across the sets (``known-003``). ``python -m speclib.prompts_gen [OUT_DIR]`` rewrites them.
+across the sets (``known-003``). ``python -m speclib.demo.prompts_gen [OUT_DIR]`` rewrites them.
 """
 
 from __future__ import annotations
@@ -316,9 +316,9 @@ def write_prompt_sets(out_dir: Path, *, seed: int = PROMPT_SEED) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m speclib.prompts_gen [OUT_DIR]``: regenerate the demo prompt files."""
+    """``python -m speclib.demo.prompts_gen [OUT_DIR]``: regenerate the demo prompt files."""
     args = list(sys.argv[1:] if argv is None else argv)
-    out_dir = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "prompts"
+    out_dir = Path(args[0]) if args else Path(__file__).resolve().parents[2] / "prompts"
     for path in write_prompt_sets(out_dir):
         print(path)
     return 0

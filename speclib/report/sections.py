@@ -1,4 +1,4 @@
-"""Presentation of a :class:`~speclib.analysis.RunAnalysis` in the analysis notebook.
+"""Presentation of a :class:`~speclib.analysis.run_analysis.RunAnalysis` in the analysis notebook.
 
 The page an operator forwards: the verdict table and a plain-words conclusion first, the
 evidence (figures, each with a caption saying what to look for) next, the method and the
@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from speclib import plots
-from speclib.analysis import Comparison, RunAnalysis
-from speclib.benchcheck import ADJUSTED_ROW
-from speclib.compare import machine_label
+from speclib.analysis.run_analysis import Comparison, RunAnalysis
+from speclib.report import figures as plots
+from speclib.report.multirun import machine_label
+from speclib.run.benchcheck import ADJUSTED_ROW
 
 __all__ = [
     "conclusion",
@@ -409,7 +409,7 @@ def _scores_frame(an: RunAnalysis) -> pd.DataFrame | None:
     path = an.run_dir / "output_scores.jsonl"
     if not path.exists():
         return None
-    from speclib.plausibility import read_scores
+    from speclib.analysis.plausibility import read_scores
 
     rows = [
         {"series": s.series, "mean_logprob": s.mean_logprob}
@@ -420,7 +420,7 @@ def _scores_frame(an: RunAnalysis) -> pd.DataFrame | None:
 
 
 def _series_counters(an: RunAnalysis) -> dict[str, Any]:
-    from speclib.analysis import _sum_counters
+    from speclib.analysis.run_analysis import _sum_counters
 
     out = {}
     for s in an.params.series:

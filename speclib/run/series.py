@@ -1,7 +1,7 @@
 """One measured series launch: start the server, warm up, send the prompts, snapshot, stop.
 
 This is what the ``10_series`` notebook calls. For one series × replicate it obtains a
-server (see :mod:`speclib.launching`), takes ``/metrics`` snapshots before warm-up and
+server (see :mod:`speclib.run.launching`), takes ``/metrics`` snapshots before warm-up and
 around the measured requests, samples the server's memory, sends the warm-up requests and
 then every prompt at each load level (closed-loop concurrency or seeded Poisson arrivals,
 the same arrival times for every series), appends every request's record to
@@ -14,23 +14,22 @@ the rest marked not attempted.
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import secrets
 import time
 import traceback
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from speclib import server as srv
-from speclib.launching import api_key, build_launch_spec, is_external, resolve_model, server_for
-from speclib.params import ExperimentParams, LoadLevel, SeriesParams
-from speclib.prompts import Prompt, load_prompts
-from speclib.records import RequestRecord, append_record
-from speclib.rundir import RunDir, launch_id, write_json_atomic
+from speclib.core.httpapi import fetch_metrics, reset_prefix_cache, served_model
+from speclib.core.params import ExperimentParams, LoadLevel, SeriesParams
+from speclib.core.prompts import Prompt, load_prompts
+from speclib.core.records import RequestRecord, append_record
+from speclib.core.rundir import RunDir, launch_id, write_json_atomic
+from speclib.run.launching import api_key, build_launch_spec, is_external, resolve_model, server_for
+from speclib.serve import process as srv
 
 __all__ = [
     "SeriesResult",
@@ -83,7 +82,7 @@ def make_request_specs(
     cache_salt: str | None = None,
 ) -> list[Any]:
     """The prepared requests (bodies encoded before any clock starts), repeats interleaved."""
-    from speclib.client import RequestSpec, build_request_body
+    from speclib.measure.client import RequestSpec, build_request_body
 
     wl = params.workload
     specs = []
@@ -174,8 +173,6 @@ def verify_mode(
 
 
 def _snapshot(base_url: str, path: Path, api_key_: str | None) -> str:
-    from speclib.metrics import fetch_metrics
-
     try:
         text = fetch_metrics(base_url, api_key=api_key_)
     except Exception as exc:  # a missing /metrics is data, not a crash
@@ -198,17 +195,6 @@ def _settled_snapshot(base_url: str, path: Path, api_key_: str | None) -> str:
 
 def _spec_lines(text: str) -> list[str]:
     return [x for x in text.splitlines() if x.startswith(("vllm:spec_decode", "vllm:prefix"))]
-
-
-def _reset_prefix_cache(base_url: str, api_key_: str | None) -> str:
-    req = urllib.request.Request(base_url + "/reset_prefix_cache", data=b"", method="POST")
-    if api_key_:
-        req.add_header("Authorization", f"Bearer {api_key_}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return f"reset: HTTP {resp.status}"
-    except Exception as exc:
-        return f"reset failed: {type(exc).__name__}: {exc}"
 
 
 def _not_attempted(
@@ -242,7 +228,7 @@ def _send(
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[RequestRecord], Any]:
     """Send ``specs``; append each record (stamped with ``base``'s level fields)."""
-    from speclib.client import run_requests_sync
+    from speclib.measure.client import run_requests_sync
 
     wl = params.workload
     got: list[RequestRecord] = []
@@ -309,7 +295,7 @@ def run_series(
 ) -> SeriesResult:
     """Run one series × replicate; request failures are records, never exceptions.
 
-    Raises :class:`speclib.server.ServerStartError` when the server fails to start (after
+    Raises :class:`speclib.serve.process.ServerStartError` when the server fails to start (after
     writing a failed ``status.json``), and re-raises interrupts after stopping the server.
     """
     rd = RunDir.at(run_dir)
@@ -399,7 +385,9 @@ def _run_levels(
             levels.append({**_level_info(i, level), "skipped": "server died"})
             continue
         reset = (
-            _reset_prefix_cache(base_url, key) if params.protocol.cache_policy == "reset" else None
+            reset_prefix_cache(base_url, api_key=key)
+            if params.protocol.cache_policy == "reset"
+            else None
         )
         offsets = (
             arrival_offsets(
@@ -480,8 +468,8 @@ def _run_launch(
     state: dict[str, Any],
     show: bool,
 ) -> SeriesResult:
-    from speclib.memory import MemorySampler
-    from speclib.metrics import CounterResetError, parse_prometheus, spec_counters_delta
+    from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
+    from speclib.serve.memory import MemorySampler
 
     ldir = rd.launch(lid)
     key = api_key(params)
@@ -492,7 +480,7 @@ def _run_launch(
             command=srv.redact_argv(spec.argv) if spec else None,
             ready_s=(handle.ready_at - handle.started_at) if handle else None,
         )
-        model = spec.served_model if spec else _external_model(base_url, key)
+        model = spec.served_model if spec else served_model(base_url, api_key=key)
         sampler: Any = (
             MemorySampler(
                 handle.pid, ldir / "memory.jsonl", label={"launch_id": lid, "series": series.name}
@@ -612,7 +600,7 @@ def _crosscheck(
         died = {"error": "the server died before the vllm bench cross-check"}
         write_json_atomic(ldir / "crosscheck.json", died)
         return died
-    from speclib.benchcheck import crosscheck_launch
+    from speclib.run.benchcheck import crosscheck_launch
 
     base_url, model, external = server
     salted = params.protocol.cache_policy != "off" or external
@@ -663,12 +651,3 @@ def _outcome_dict(outcome: Any) -> dict[str, Any]:
     data.pop("not_attempted", None)
     data.pop("not_attempted_index", None)
     return data
-
-
-def _external_model(base_url: str, api_key_: str | None) -> str:
-    req = urllib.request.Request(base_url + "/v1/models")
-    if api_key_:
-        req.add_header("Authorization", f"Bearer {api_key_}")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        data = json.loads(resp.read())
-    return str(data["data"][0]["id"])

@@ -23,12 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from speclib.core.httpapi import http_ok
 
 __all__ = [
     "LaunchSpec",
@@ -375,19 +375,6 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
-def _http_ok(url: str, *, data: bytes | None = None, api_key: str | None, timeout: float) -> bool:
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            resp.read()
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def _probe_completion(spec: LaunchSpec) -> bool:
     body = {
         "model": spec.served_model,
@@ -395,11 +382,8 @@ def _probe_completion(spec: LaunchSpec) -> bool:
         "max_tokens": 1,
         "temperature": 0.0,
     }
-    return _http_ok(
-        spec.base_url + "/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        api_key=spec.api_key,
-        timeout=60.0,
+    return http_ok(
+        spec.base_url + "/v1/chat/completions", body=body, api_key=spec.api_key, timeout=60.0
     )
 
 
@@ -427,7 +411,7 @@ def _wait_ready(handle: ServerHandle) -> None:
                 log_path=spec.log_path,
             )
         if not healthy:
-            healthy = _http_ok(spec.base_url + "/health", api_key=spec.api_key, timeout=2.0)
+            healthy = http_ok(spec.base_url + "/health", api_key=spec.api_key, timeout=2.0)
         if healthy and _probe_completion(spec):
             return
         time.sleep(0.5)

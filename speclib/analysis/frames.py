@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.records import RequestRecord, e2e_s, read_records, tpot_s, ttft_s
-from speclib.rundir import RunDir
+from speclib.core.records import RequestRecord, e2e_s, read_records, tpot_s, ttft_s
+from speclib.core.rundir import RunDir
 
 __all__ = ["PairedFrame", "load_records", "pair_frame", "ratio_by_category", "records_frame"]
 

@@ -18,7 +18,7 @@ __all__ = ["main"]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from speclib.params import load_params
+    from speclib.core.params import load_params
 
     params = load_params(args.file)
     names = ", ".join(
@@ -33,7 +33,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from speclib.runner import RunFailed, resume_params_file, run_experiment
+    from speclib.app.runner import RunFailed, resume_params_file, run_experiment
 
     if args.params is None and not args.resume:
         raise RunFailed("give a params file (speclib run PARAMS) or --resume RUN_DIR")
@@ -51,7 +51,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from speclib.runner import run_analysis
+    from speclib.app.runner import run_analysis
 
     result = run_analysis(args.run_dir, params_file=args.params)
     print(f"report:  {result.report}\nsummary: {result.summary}")
@@ -59,13 +59,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_demo(args: argparse.Namespace) -> int:
-    from speclib.demo_models import main as build_main
+    from speclib.demo.models import main as build_main
 
     return int(build_main(args.rest) or 0)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from speclib.compare import compare_runs
+    from speclib.report.multirun import compare_runs
 
     table = compare_runs(args.run_dirs)
     print(table.to_string(index=False))
@@ -78,8 +78,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_crosscheck(args: argparse.Namespace) -> int:
     import os
 
-    from speclib.benchcheck import BenchCheckError, crosscheck_server, format_crosscheck
-    from speclib.params import load_params
+    from speclib.core.params import load_params
+    from speclib.run.benchcheck import BenchCheckError, crosscheck_server, format_crosscheck
 
     params = load_params(args.params)
     key_env = params.server.api_key_env
@@ -143,8 +143,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
-    from speclib.params import ParamsError
-    from speclib.prompts import PromptSetError
+    from speclib.core.params import ParamsError
+    from speclib.core.prompts import PromptSetError
 
     args = _parser().parse_args(argv)
     try:
@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: servers stopped", file=sys.stderr)
         return 130
     except Exception as exc:  # expected failures: one message, no traceback
-        from speclib.runner import RunFailed
-        from speclib.server import PortInUseError, ServerStartError
+        from speclib.app.runner import RunFailed
+        from speclib.serve.process import PortInUseError, ServerStartError
 
         if isinstance(exc, RunFailed | ServerStartError | PortInUseError | FileNotFoundError):
             print(f"error: {exc}", file=sys.stderr)

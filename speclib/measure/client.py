@@ -4,9 +4,9 @@ This module is the kit's only measuring instrument. :func:`build_request_body` e
 streaming ``/v1/chat/completions`` request once, before any clock starts, and a
 :class:`RequestSpec` carries it. :func:`run_requests` sends specs at a fixed concurrency
 (or at scheduled arrival times, capped by that concurrency) and turns every request into
-a :class:`~speclib.records.RequestRecord` handed to ``sink`` as soon as it is complete.
+a :class:`~speclib.core.records.RequestRecord` handed to ``sink`` as soon as it is complete.
 It only stamps ``time.perf_counter()`` values and copies what the server said; TTFT, TPOT
-and E2E are derived later by :mod:`speclib.records`.
+and E2E are derived later by :mod:`speclib.core.records`.
 
 A failed request (HTTP status other than 200, connection error, timeout, an error event in
 the stream, a stream that ends without ``[DONE]``) becomes a record with ``ok=False``, a
@@ -69,7 +69,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from speclib.records import RequestRecord
+from speclib.core.httpapi import auth_headers
+from speclib.core.records import RequestRecord
 
 __all__ = [
     "RequestSpec",
@@ -424,8 +425,7 @@ class _Endpoint:
             "Accept: text/event-stream",
             "Accept-Encoding: identity",
         ]
-        if api_key:
-            lines.append(f"Authorization: Bearer {api_key}")
+        lines += [f"{k}: {v}" for k, v in auth_headers(api_key).items()]
         head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
         return cls(host=host, port=port, path=path, tls=tls, head=head)
 

@@ -26,10 +26,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclib import specdecode as sd
-from speclib.decision import Decision, Verdict, apply_gates, holm_decide
-from speclib.frames import PairedFrame, load_records, pair_frame, ratio_by_category
-from speclib.metrics import (
+from speclib.analysis import specdecode as sd
+from speclib.analysis.decision import Decision, Verdict, apply_gates, holm_decide
+from speclib.analysis.frames import PairedFrame, load_records, pair_frame, ratio_by_category
+from speclib.analysis.stats import DegenerateDataWarning, RatioCI, paired_ratio_ci
+from speclib.core.params import AnalysisParams, ExperimentParams, load_params
+from speclib.core.prometheus import (
     CounterResetError,
     PrefixCacheDelta,
     SpecCounters,
@@ -37,10 +39,8 @@ from speclib.metrics import (
     prefix_cache_delta,
     spec_counters_delta,
 )
-from speclib.params import AnalysisParams, ExperimentParams, load_params
-from speclib.records import read_records
-from speclib.rundir import RunDir, write_json_atomic
-from speclib.stats import DegenerateDataWarning, RatioCI, paired_ratio_ci
+from speclib.core.records import read_records
+from speclib.core.rundir import RunDir, write_json_atomic
 
 __all__ = [
     "Comparison",
@@ -118,7 +118,7 @@ class Comparison:
     explanation: sd.SpeedupExplanation | None
     peak_rss_bytes: int | None
     pairs: pd.DataFrame = field(repr=False)
-    plausibility: Any = None  # speclib.plausibility.PlausibilityResult (sampled runs)
+    plausibility: Any = None  # speclib.analysis.plausibility.PlausibilityResult (sampled runs)
 
     @property
     def word(self) -> str:
@@ -590,7 +590,7 @@ def _implausible_count(p: Any) -> int:
 def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
     if not (rd.root / "output_scores.jsonl").exists():
         return {}
-    from speclib.plausibility import compare_run
+    from speclib.analysis.plausibility import compare_run
 
     try:
         return dict(compare_run(rd.root, params))

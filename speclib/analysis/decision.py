@@ -1,7 +1,7 @@
 """The decision: turn a TPOT ratio CI and the gate inputs into one verdict word with reasons.
 
 :func:`decide` applies the rule declared before the run (margin δ, confidence level) to a
-:class:`~speclib.stats.RatioCI` of experiment / control TPOT:
+:class:`~speclib.analysis.stats.RatioCI` of experiment / control TPOT:
 
 * **adopt** – the CI's upper bound is below ``1 - δ`` (faster by more than the margin);
 * **equivalent** – the CI lies inside ``(1 - δ, 1 + δ)``;
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from speclib.stats import RatioCI, _jsonable
+from speclib.analysis.stats import RatioCI, _jsonable
 
 __all__ = [
     "DECISION_WORDS",
@@ -126,7 +126,7 @@ def _check_fraction(value: Any, name: str, *, low_open: bool = False) -> float:
 
 def _check_ci(ci: Any, name: str) -> RatioCI:
     if not isinstance(ci, RatioCI):
-        raise ValueError(f"`{name}` must be a speclib.stats.RatioCI (got {type(ci).__name__})")
+        raise ValueError(f"`{name}` must be a RatioCI (got {type(ci).__name__})")
     return ci
 
 
@@ -366,7 +366,7 @@ def holm_decide(
     """Decide several experiments against one control with Holm's step-down procedure.
 
     ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioCI` of experiment
-    ``name`` at that level (e.g. a closure over :func:`speclib.stats.paired_ratio_ci`).
+    ``name`` at that level (e.g. a closure over :func:`speclib.analysis.stats.paired_ratio_ci`).
     Returns ``{name: (ci, decision)}``, each CI at the level its decision was made; see the
     module docstring for the procedure.
     """

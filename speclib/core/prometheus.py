@@ -1,7 +1,7 @@
 """Server counters: read vLLM's Prometheus ``/metrics`` and turn two snapshots into deltas.
 
-A report compares what the client saw with what the server counted. This module fetches the
-Prometheus text exposition (:func:`fetch_metrics`, stdlib only), parses it into a flat
+A report compares what the client saw with what the server counted. This module parses the
+Prometheus text exposition (fetched by :func:`speclib.core.httpapi.fetch_metrics`) into a flat
 mapping ``(name, frozenset(labels)) -> value`` (:func:`parse_prometheus`), and subtracts a
 snapshot taken before a measured window from one taken after it (:func:`metrics_delta`).
 
@@ -24,7 +24,6 @@ window; that raises :class:`CounterResetError` because the window's numbers are 
 from __future__ import annotations
 
 import math
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -40,7 +39,6 @@ __all__ = [
     "PrefixCacheDelta",
     "Samples",
     "SpecCounters",
-    "fetch_metrics",
     "metric_sum",
     "metrics_delta",
     "parse_prometheus",
@@ -151,20 +149,6 @@ def parse_prometheus(text: str) -> dict[MetricKey, float]:
             raise ValueError(f"line {lineno}: sample repeated in one exposition: {line!r}")
         out[key] = value
     return out
-
-
-def fetch_metrics(base_url: str, *, api_key: str | None = None, timeout: float = 10) -> str:
-    """GET ``<base_url>/metrics`` and return the body; HTTP errors raise ``urllib.error``'s."""
-    if not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"`base_url` must start with http:// or https:// (got {base_url!r})")
-    url = base_url.rstrip("/") + "/metrics"
-    headers = {"Accept": "text/plain"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, headers=headers, method="GET")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        charset = resp.headers.get_content_charset() or "utf-8"
-        return resp.read().decode(charset, errors="replace")
 
 
 # --------------------------------------------------------------------------- deltas
