@@ -49,8 +49,9 @@ save(
     [
         new_markdown_cell(
             "# Setup\nChecks the environment, resolves (or builds) the models, "
-            "compares target and draft vocabularies, scans the prompts and writes "
-            "`manifest.json` with the launch order."
+            "compares target and draft vocabularies, scans the prompts, chooses the design "
+            "(interleaved when all arms fit in memory together) and writes `manifest.json` "
+            "with the replicate blocks to run."
         ),
         params_cell("""
 params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
@@ -60,10 +61,9 @@ run_dir: str = "../runs/interactive"  # run folder to write into
             """
 from speclib.core.params import load_params
 from speclib.run.preflight import prepare_run
-from speclib.app.runner import series_order
 
 params = load_params(params_file)
-setup = prepare_run(params, run_dir, order=series_order(params))
+setup = prepare_run(params, run_dir)
 setup
 """.strip()
         ),
@@ -74,24 +74,26 @@ save(
     "10_series",
     [
         new_markdown_cell(
-            "# One series launch\nStarts the server for one series × replicate "
-            "(or uses its external `base_url`), warms up, sends every prompt, "
-            "snapshots `/metrics`, checks the mode and stops the server."
+            "# One replicate block\nStarts the servers of the block's arms together (or "
+            "uses their external `base_url`), warms each up, sends every prompt alternating "
+            "between arms (interleaved design) or to one arm (sequential), snapshots "
+            "`/metrics`, checks each arm's mode and stops the servers."
         ),
         params_cell("""
 params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
 run_dir: str = "../runs/interactive"  # run folder (records are appended to requests.jsonl)
-series: str = "control"  # which series of the params file to run
-replicate: int = 0  # replicate index (one server launch per series and replicate)
+replicate: int = 0  # replicate index of the block (one server per arm and replicate)
+arms: str = ""  # names of the arms in this block separated by spaces (empty: every arm)
+design: str = "interleaved"  # interleaved: arms alternate per prompt; sequential: one arm
 """),
         new_code_cell(
             """
 from speclib.core.params import load_params
-from speclib.run.series import run_series
+from speclib.run.block import run_block
 
 params = load_params(params_file)
-result = run_series(params, run_dir, series, replicate)
-result.to_dict()
+results = run_block(params, run_dir, replicate, arms.split(), design=design)
+results
 """.strip()
         ),
     ],
@@ -116,8 +118,12 @@ params_file: str = ""  # optional params file whose analysis settings override t
 from IPython.display import HTML, Markdown, display
 
 from speclib.analysis.run_analysis import analyze_run
-from speclib.report.sections import conclusion_html, evidence_figures, method_html, verdict_html
+from speclib.run.scoring import ensure_scored
+from speclib.report.evidence import evidence_figures
+from speclib.report.method import method_html
+from speclib.report.sections import conclusion_html, verdict_html
 
+ensure_scored(run_dir)  # sampled runs: score outputs under the target (once)
 analysis = analyze_run(run_dir, params_file=params_file)  # writes summary.json
 records = analysis.records  # one row per measured request: explore it with pandas
 """.strip()

@@ -33,7 +33,7 @@ echo "[setup] installing speclib (editable) with test and lab tools"
 .venv/bin/pip install --quiet -e ".[test,lab]"
 .venv/bin/python - <<'PY'
 import importlib.util, sys
-missing = [m for m in ("speclib", "pandas", "scipy", "seaborn", "papermill", "aiohttp")
+missing = [m for m in ("speclib", "pandas", "scipy", "seaborn", "papermill", "rich", "aiohttp")
            if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"[setup] missing after install: {missing}")

@@ -10,4 +10,6 @@ if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" == "0" ]] && command -
     || echo "[test] could not install chromium: the browser test will fail"
 fi
 .venv/bin/ruff check speclib tests scripts
+.venv/bin/ruff format --check speclib tests scripts
+.venv/bin/lint-imports
 .venv/bin/python -m pytest "$@"

@@ -62,6 +62,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         REPO / "params" / "cpu-demo.yaml",
         tmp / "ci-demo.yaml",
         workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1},
+        protocol={"crosscheck_vllm_bench": True},  # on in the tests, off in the demo
     )
     out = tmp / "run"
     proc = run_kit(params, out)

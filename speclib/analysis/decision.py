@@ -35,6 +35,9 @@ Example::
                           max_error_rate_increase=0.02, wrong_outputs=0,
                           ttft=ttft_ci, e2e=e2e_ci)
     print(verdict.word, verdict.reasons)
+
+The module is a little over 400 lines because the rule, the planning of extra data that
+would decide, the gates and Holm's procedure are one decision and share its validation.
 """
 
 from __future__ import annotations
@@ -47,9 +50,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.stats import RatioCI, _jsonable
+from speclib.analysis.stats import RatioCI
+from speclib.core.jsonutil import jsonable
 
 __all__ = [
+    "BENCH_WORD",
     "DECISION_WORDS",
     "MAX_EXTRA_LAUNCHES",
     "MAX_EXTRA_PAIRS",
@@ -63,7 +68,8 @@ __all__ = [
 ]
 
 DECISION_WORDS = ("adopt", "equivalent", "worse", "inconclusive")
-VERDICT_WORDS = (*DECISION_WORDS, "reject")
+VERDICT_WORDS = (*DECISION_WORDS, "reject", "untrustworthy")
+BENCH_WORD = "untrustworthy"  # the verdict when the bench itself shows an effect (A/A gate)
 MAX_EXTRA_PAIRS = 100_000
 """Above this many extra pairs the planning answer is ``None`` (no practical n decides)."""
 MAX_EXTRA_LAUNCHES = 1_000
@@ -83,7 +89,7 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ class GateResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
 # ------------------------------------------------------------------------- validation
@@ -313,6 +319,9 @@ def apply_gates(
     e2e: RatioCI | None = None,
     ttft_margin: float | None = None,
     ttft_min_delta_s: float = 0.0,
+    bench_problem: str | None = None,
+    mode_problem: str | None = None,
+    correctness_unknown: str | None = None,
 ) -> Verdict:
     """Weigh the TPOT decision against the gates; any failed gate makes the verdict "reject".
 
@@ -323,7 +332,12 @@ def apply_gates(
     ``1 + ttft_margin`` — default the decision's δ — and median rise above
     ``ttft_min_delta_s``: a draft adds its own prefill, so operators usually tolerate a
     bounded TTFT rise) and ``e2e`` (ratio CI lower bound above ``1 + decision.margin``).
-    Rates are fractions in [0, 1].
+    Rates are fractions in [0, 1]. ``bench_problem`` (the A/A arm showed an effect, or idle
+    servers loaded the arms unequally) fails the ``bench`` gate; ``mode_problem`` (a launch of
+    the series did not run in the mode its params ask for; its records were left out) fails
+    the ``mode`` gate. ``correctness_unknown`` (a sampled run whose outputs could not be
+    scored) turns an "adopt" into "inconclusive". With ``bench_problem`` the verdict is then
+    "untrustworthy", whatever TPOT says, because the bench cannot tell an effect from noise.
     """
     if not isinstance(decision, Decision):
         raise ValueError(f"`decision` must be a Decision (got {type(decision).__name__})")
@@ -345,9 +359,18 @@ def apply_gates(
         gates.append(_latency_gate("ttft", _check_ci(ttft, "ttft"), margin, ttft_min_delta_s))
     if e2e is not None:
         gates.append(_latency_gate("e2e", _check_ci(e2e, "e2e"), decision.margin))
+    if mode_problem:
+        gates.insert(0, GateResult("mode", False, mode_problem))
+    if bench_problem:
+        gates.insert(0, GateResult("bench", False, bench_problem))
     failed = [g for g in gates if not g.passed]
     reasons = [decision.reason, *(f"gate {g.name!r} failed: {g.detail}" for g in failed)]
     word = "reject" if failed else decision.word
+    if correctness_unknown and word == "adopt":
+        word = "inconclusive"
+        reasons.append(f"correctness unknown ({correctness_unknown}): cannot be adopted")
+    if bench_problem:
+        word = BENCH_WORD
     if failed and decision.word == "adopt":
         reasons.append("faster on TPOT, but a failed gate rules adoption out")
     return Verdict(word, tuple(reasons), decision, tuple(gates))

@@ -4,7 +4,7 @@
 per request (raw fields, derived TTFT/TPOT/E2E recomputed from the raw ones, flattened
 per-request acceptance). :func:`pair_frame` matches control and experiment requests by
 replicate, prompt and repeat, keeping only pairs where both succeeded, and counts what was
-dropped on each side.
+dropped on each side. :func:`ratio_by_category` and :func:`finite_median` summarise columns.
 """
 
 from __future__ import annotations
@@ -19,9 +19,32 @@ import pandas as pd
 from speclib.core.records import RequestRecord, e2e_s, read_records, tpot_s, ttft_s
 from speclib.core.rundir import RunDir
 
-__all__ = ["PairedFrame", "load_records", "pair_frame", "ratio_by_category", "records_frame"]
+__all__ = [
+    "PairedFrame",
+    "finite_median",
+    "load_records",
+    "pair_frame",
+    "ratio_by_category",
+    "records_frame",
+]
 
 _KEY = ["replicate", "level", "prompt_id", "repeat"]
+_CARRIED = (
+    "ok",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "output_tokens",
+    "text",
+    "token_ids",
+    "category",
+    "spec_rate",
+    "spec_mean_len",
+    "spec_steps",
+    "chunk_tokens",
+    "t_start",
+)
+"""Columns :func:`pair_frame` carries into the pairs (when the frame has them)."""
 
 
 def _spec_fields(spec: dict[str, Any] | None) -> dict[str, Any]:
@@ -107,22 +130,18 @@ class PairedFrame:
 
 
 def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFrame:
-    """Match ``experiment`` rows to ``control`` rows by replicate, load level, prompt, repeat."""
-    cols = [
-        *_KEY,
-        "ok",
-        "ttft_s",
-        "tpot_s",
-        "e2e_s",
-        "output_tokens",
-        "text",
-        "token_ids",
-        "category",
-        "spec_rate",
-        "spec_mean_len",
-        "spec_steps",
-        "chunk_tokens",
-    ]
+    """Match ``experiment`` rows to ``control`` rows by replicate, load level, prompt, repeat.
+
+    ``df`` needs ``series``, ``ok`` and the key columns (a missing ``level`` counts as level
+    0, as in :func:`records_frame`); latencies, output tokens and text, category, acceptance
+    and chunk sizes come along, suffixed ``_c`` and ``_e``, when ``df`` has them.
+    """
+    if "level" not in df.columns:
+        df = df.assign(level=0)
+    missing = [c for c in ("series", *_KEY, "ok") if c not in df.columns]
+    if missing:
+        raise ValueError(f"pair_frame: DataFrame lacks column(s) {missing}")
+    cols = [*_KEY, *(c for c in _CARRIED if c in df.columns)]
     c = df[df["series"] == control][cols]
     e = df[df["series"] == experiment][cols]
     merged = c.merge(e, on=_KEY, how="outer", suffixes=("_c", "_e"), indicator=True)
@@ -131,9 +150,11 @@ def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFram
     ok_e = both["ok_e"].astype(bool)
     valid = both[ok_c & ok_e].copy()
     for m in ("tpot_s", "ttft_s", "e2e_s"):
-        valid[f"{m}_c"] = pd.to_numeric(valid[f"{m}_c"], errors="coerce")
-        valid[f"{m}_e"] = pd.to_numeric(valid[f"{m}_e"], errors="coerce")
-    valid["category"] = valid["category_c"].fillna(valid["category_e"])
+        if m in cols:
+            valid[f"{m}_c"] = pd.to_numeric(valid[f"{m}_c"], errors="coerce")
+            valid[f"{m}_e"] = pd.to_numeric(valid[f"{m}_e"], errors="coerce")
+    if "category" in cols:
+        valid["category"] = valid["category_c"].fillna(valid["category_e"])
     return PairedFrame(
         pairs=valid.drop(columns=["_merge"]).reset_index(drop=True),
         n_control=len(c),
@@ -166,3 +187,9 @@ def ratio_by_category(pairs: pd.DataFrame, metric: str = "tpot_s") -> dict[str, 
         sel = ok & (cats == cat)
         out[cat] = (float(np.exp(np.mean(np.log(e[sel] / c[sel])))), int(sel.sum()))
     return out
+
+
+def finite_median(values: pd.Series) -> float | None:
+    """Median of the numeric values of a column (non-numbers and NaN skipped); ``None`` if none."""
+    vals = pd.to_numeric(values, errors="coerce").dropna()
+    return float(vals.median()) if len(vals) else None

@@ -14,19 +14,10 @@ means the experiment is faster. Its confidence interval comes from a bootstrap:
   back to an *expanded* percentile interval (Hesterberg 2015: the distances from the
   estimate are scaled by ``sqrt(n / (n - 1)) * t[n-1] / z`` to undo the small-sample
   narrowness of the percentile interval) and says why in ``RatioCI.note``;
-* with two or more launches: a two-stage bootstrap that resamples launches with
-  replacement, then pairs with replacement within each resampled launch. Resampling at
-  both stages counts the within-launch variance twice and resampling L launches shrinks
-  the between part by (L - 1) / L (Davison & Hinkley 1997, §3.8), so before resampling
-  the launch means are shrunk and the within-launch residuals inflated so that the
-  bootstrap variance of the mean matches the one-way random-effects ANOVA estimate. The
-  percentile interval of that distribution is then widened by ``t[L-1] / z``, because the
-  launch-to-launch variance is estimated from only L launches. Without that widening the
-  interval under-covers badly with 3-8 launches. In simulations (30 pairs per launch,
-  log-normal TPOT) the 95 % interval covered the true ratio in 94-96 % of experiments when
-  launch noise dominates, and is conservative (97-100 %) when it is small or when there
-  are only 2-3 launches: two launches cannot measure launch-to-launch variation, so their
-  interval is very wide, and the decision then asks for more launches.
+* with two or more launches: a two-stage bootstrap that resamples launches, then pairs
+  within each launch, corrected to match the random-effects ANOVA variance and widened by
+  ``t[L-1] / z`` (:mod:`speclib.analysis.stats_clustered` says how and why, with its
+  simulated coverage).
 
 Beside the CI the result carries the median paired difference (in the input's unit), the
 Wilcoxon signed-rank p-value on the log-ratios, the share of the per-pair variance that
@@ -59,11 +50,21 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
+from speclib.analysis.stats_clustered import (
+    cluster_codes,
+    padded_by_launch,
+    two_stage_interval,
+    widen,
+)
+from speclib.core.jsonutil import jsonable
+
 __all__ = [
     "MIN_PAIRS_BCA",
     "DegenerateDataWarning",
     "RatioCI",
+    "finite_1d",
     "holm_adjust",
+    "paired_mean_interval",
     "paired_ratio_ci",
     "wilcoxon_logratio",
 ]
@@ -73,7 +74,6 @@ MIN_PAIRS_BCA = 10
 
 _HEAVY_TIE_SHARE = 0.5  # BCa is skipped when one log-ratio value holds at least this share
 _METHODS = ("BCa", "percentile")
-_MAX_BLOCK_ELEMENTS = 2_000_000  # bound on memory per resampling block (floats)
 
 
 class DegenerateDataWarning(stats.DegenerateDataWarning):
@@ -114,30 +114,15 @@ class RatioCI:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping: plain Python numbers, non-finite floats become ``None``."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
-
-
-def _jsonable(value: Any) -> Any:
-    """Convert numpy scalars and containers to JSON-safe Python values (NaN/inf → None)."""
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
+        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _positive_1d(values: ArrayLike, name: str) -> NDArray[np.float64]:
+def finite_1d(values: ArrayLike, name: str) -> NDArray[np.float64]:
+    """``values`` as a one-dimensional float array of finite numbers; ValueError naming
+    the argument ``name`` otherwise (shared input validation of the statistics modules)."""
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -146,6 +131,11 @@ def _positive_1d(values: ArrayLike, name: str) -> NDArray[np.float64]:
         raise ValueError(f"`{name}` must be one-dimensional (got shape {arr.shape})")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"`{name}` must hold finite numbers (found NaN or inf)")
+    return arr
+
+
+def _positive_1d(values: ArrayLike, name: str) -> NDArray[np.float64]:
+    arr = finite_1d(values, name)
     if np.any(arr <= 0):
         bad = arr[arr <= 0][0]
         raise ValueError(f"`{name}` must hold positive values (found {bad!r})")
@@ -166,24 +156,6 @@ def _validate_pairs(
     return c, e
 
 
-def _cluster_codes(clusters: ArrayLike | None, n: int) -> NDArray[np.intp]:
-    """Integer launch codes 0..L-1, one per pair (all zero when ``clusters`` is None)."""
-    if clusters is None:
-        return np.zeros(n, dtype=np.intp)
-    labels = np.asarray(clusters)
-    if labels.ndim != 1 or labels.size != n:
-        raise ValueError(f"`clusters` must hold one label per pair ({n}); got shape {labels.shape}")
-    if labels.dtype.kind == "f" and np.any(np.isnan(labels)):
-        raise ValueError("`clusters` must not hold missing (NaN) labels")
-    if labels.dtype == object and any(v is None for v in labels):
-        raise ValueError("`clusters` must not hold missing (None) labels")
-    try:
-        _, codes = np.unique(labels, return_inverse=True)
-    except TypeError as exc:
-        raise ValueError(f"`clusters` labels must be comparable ({exc})") from None
-    return codes.astype(np.intp)
-
-
 def _validate_options(confidence_level: float, n_resamples: int, method: str, rng: Any) -> None:
     if not (isinstance(confidence_level, (float, int)) and 0 < confidence_level < 1):
         raise ValueError(f"`confidence_level` must be in (0, 1) (got {confidence_level!r})")
@@ -200,121 +172,7 @@ def _validate_options(confidence_level: float, n_resamples: int, method: str, rn
         )
 
 
-# ------------------------------------------------------------------ variance components
-
-
-def _padded(values: NDArray[np.float64], codes: NDArray[np.intp]) -> tuple[NDArray, NDArray]:
-    """Arrange values by launch: ``(L, M)`` array padded with NaN, and launch sizes ``(L,)``."""
-    sizes = np.bincount(codes)
-    order = np.argsort(codes, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    col = np.arange(codes.size) - np.repeat(starts, sizes)
-    y = np.full((sizes.size, sizes.max()), np.nan)
-    y[codes[order], col] = values[order]
-    return y, sizes
-
-
-def _anova(y: NDArray, sizes: NDArray) -> dict[str, NDArray]:
-    """One-way random-effects ANOVA over padded launches; works on leading batch axes.
-
-    Returns the pair-weighted grand mean, launch means, mean squares between (``msb``) and
-    within (``msw``), the effective launch size ``n0`` and the variance components
-    ``var_between = max(0, (msb - msw) / n0)`` and ``var_within = msw``.
-    """
-    n_launch = sizes.shape[-1]
-    n_total = sizes.sum(axis=-1)
-    mask = np.arange(y.shape[-1]) < sizes[..., None]
-    sums = np.where(mask, y, 0.0).sum(axis=-1)
-    means = sums / sizes
-    grand = sums.sum(axis=-1) / n_total
-    resid = np.where(mask, y - means[..., None], 0.0)
-    ss_within = (resid**2).sum(axis=(-1, -2))
-    ss_between = (sizes * (means - grand[..., None]) ** 2).sum(axis=-1)
-    df_within = n_total - n_launch
-    msw = np.divide(ss_within, df_within, out=np.zeros_like(ss_within), where=df_within > 0)
-    msb = ss_between / max(n_launch - 1, 1)
-    n0 = (n_total - (sizes**2).sum(axis=-1) / n_total) / max(n_launch - 1, 1)
-    var_between = np.maximum(0.0, (msb - msw) / n0)
-    return {
-        "grand": grand, "means": means, "resid": resid, "msb": msb, "msw": msw,
-        "var_between": var_between, "var_within": msw, "mask": mask,
-    }  # fmt: skip
-
-
-def _shrunk(y: NDArray, sizes: NDArray, a: dict[str, NDArray]) -> NDArray:
-    """Shrink launch means and inflate residuals so two-stage resampling is unbiased.
-
-    Values become ``grand + c * (mean_k - grand) + d_k * (y - mean_k)`` with
-    ``d_k = sqrt(n_k / (n_k - 1))`` and ``c**2 = L / (L - 1) * max(0, 1 - msw / msb)``:
-    then the two-stage bootstrap variance of the mean is ``msb / N`` (balanced launches),
-    the unbiased ANOVA estimate, instead of roughly ``(L - 1) / L * msb / N + msw / N``.
-    """
-    n_launch = sizes.shape[-1]
-    ratio = np.divide(a["msw"], a["msb"], out=np.ones_like(a["msb"]), where=a["msb"] > 0)
-    c = np.sqrt(n_launch / (n_launch - 1) * np.maximum(0.0, 1.0 - ratio))
-    d = np.sqrt(np.divide(sizes, sizes - 1, out=np.ones(sizes.shape), where=sizes > 1))
-    centre = a["grand"][..., None] + c[..., None] * (a["means"] - a["grand"][..., None])
-    out = centre[..., None] + d[..., None] * a["resid"]
-    return np.where(a["mask"], out, np.nan)
-
-
-# ------------------------------------------------------------------------ resampling
-
-
-def _two_stage_means(y: NDArray, sizes: NDArray, n_resamples: int, rng) -> NDArray:
-    """Bootstrap means of padded launches ``y (..., L, M)``; returns ``(..., n_resamples)``.
-
-    Each resample draws L launches with replacement, then, inside each drawn launch of size
-    n_k, n_k pairs with replacement; the statistic is the pair-weighted mean. Resamples are
-    drawn in blocks of bounded memory.
-    """
-    n_launch, width = y.shape[-2:]
-    batch = y.shape[:-2]
-    n_batch = int(np.prod(batch, dtype=np.int64))
-    block = max(1, _MAX_BLOCK_ELEMENTS // max(1, n_batch * n_launch * width))
-    offset = (np.arange(n_batch) * (n_launch * width)).reshape((*batch, 1, 1, 1))
-    values = y.ravel()
-    balanced = bool(np.all(sizes == width))
-    out = []
-    for start in range(0, n_resamples, block):
-        b = min(block, n_resamples - start)
-        pick = rng.integers(0, n_launch, size=(*batch, b, n_launch))
-        n_k = np.take_along_axis(sizes[..., None, :], pick, axis=-1)[..., None]
-        if balanced:
-            inner = rng.integers(0, width, size=(*batch, b, n_launch, width))
-        else:
-            inner = (rng.random((*batch, b, n_launch, width)) * n_k).astype(np.intp)
-        drawn = values[offset + pick[..., None] * width + inner]
-        if not balanced:
-            drawn = np.where(np.arange(width) < n_k, drawn, 0.0)
-        out.append(drawn.sum(axis=(-1, -2)) / n_k.sum(axis=(-1, -2)))
-    return np.concatenate(out, axis=-1)
-
-
-def _widen(est: NDArray, low: NDArray, high: NDArray, factor: NDArray | float):
-    """Scale both distances from the estimate by ``factor`` (Student-t expansion)."""
-    return est - factor * (est - low), est + factor * (high - est)
-
-
-def _two_stage_interval(
-    y: NDArray, sizes: NDArray, *, confidence_level: float, n_resamples: int, rng
-) -> tuple[NDArray, NDArray, NDArray, dict[str, NDArray]]:
-    """Two-stage cluster bootstrap CI of the mean over padded launches (batch-capable).
-
-    Returns ``(estimate, low, high, anova)`` on the input (log) scale. The public function
-    uses exactly this routine for clustered data; tests call it on batches of simulated
-    experiments.
-    """
-    n_launch = sizes.shape[-1]
-    if n_launch < 2:
-        raise ValueError("`clusters` must name at least two launches for the two-stage bootstrap")
-    a = _anova(y, sizes)
-    boot = _two_stage_means(_shrunk(y, sizes, a), sizes, n_resamples, rng)
-    alpha = 1.0 - confidence_level
-    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2], axis=-1)
-    factor = stats.t.ppf(1 - alpha / 2, n_launch - 1) / stats.norm.ppf(1 - alpha / 2)
-    low, high = _widen(a["grand"], low, high, factor)
-    return a["grand"], low, high, a
+# ------------------------------------------------------------------------ one-stage interval
 
 
 def _rounded(log_ratio: NDArray) -> NDArray:
@@ -335,21 +193,37 @@ def _bca_obstacle(log_ratio: NDArray) -> str | None:
     return None
 
 
-def _mean_log_ratio(log_c: NDArray, log_e: NDArray, axis: int = -1) -> NDArray:
-    return np.mean(log_e - log_c, axis=axis)
+def _mean_difference(c: NDArray, e: NDArray, axis: int = -1) -> NDArray:
+    return np.mean(e - c, axis=axis)
 
 
-def _one_stage_interval(
-    c: NDArray, e: NDArray, *, confidence_level: float, n_resamples: int, method: str, rng
+def paired_mean_interval(
+    control: NDArray,
+    experiment: NDArray,
+    *,
+    confidence_level: float,
+    n_resamples: int,
+    method: str = "BCa",
+    obstacle: str | None = None,
+    rng: np.random.Generator,
 ) -> tuple[float, float, str, str | None]:
-    """Pair bootstrap CI of the mean log-ratio: ``(low, high, method_used, note)``."""
-    log_c, log_e = np.log(c), np.log(e)
-    obstacle = _bca_obstacle(log_e - log_c) if method == "BCa" else None
+    """Pair bootstrap CI of ``mean(experiment - control)``: ``(low, high, method_used, note)``.
+
+    The one-stage interval of :func:`paired_ratio_ci` (which passes log latencies), shared
+    by other paired comparisons on an additive scale (the per-prompt log-prob differences
+    of :mod:`speclib.analysis.sampling`). ``control`` and ``experiment`` are 1-D float
+    arrays of equal length, at least two pairs, already validated by the caller.
+    :func:`scipy.stats.bootstrap` (``paired=True``) runs with ``method`` (``"BCa"`` or
+    ``"percentile"``); ``obstacle``, the caller's reason why BCa cannot work on its data,
+    selects the percentile method instead. A percentile interval, or BCa with non-finite
+    bounds, becomes the expanded percentile interval (Hesterberg 2015), and ``note`` says
+    so and why; the bootstrap's own warnings go into that note, never to the caller.
+    """
     use = "percentile" if obstacle else method
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = stats.bootstrap(
-            (log_c, log_e), _mean_log_ratio, paired=True, vectorized=True,
+            (control, experiment), _mean_difference, paired=True, vectorized=True,
             confidence_level=confidence_level, n_resamples=n_resamples, method=use, rng=rng,
         )  # fmt: skip
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -359,13 +233,30 @@ def _one_stage_interval(
         use = "percentile"
     note = None
     if use == "percentile":
+        est = float(np.mean(experiment - control))
         low, high, factor = _expanded_percentile(
-            float(np.mean(log_e - log_c)), res.bootstrap_distribution, confidence_level, c.size
+            est, res.bootstrap_distribution, confidence_level, control.size
         )
         note = f"percentile interval expanded by {factor:.3f} (Hesterberg 2015)"
         if obstacle:
             note = f"BCa not used: {obstacle}; {note}"
     return low, high, use, note
+
+
+def _one_stage_interval(
+    c: NDArray, e: NDArray, *, confidence_level: float, n_resamples: int, method: str, rng
+) -> tuple[float, float, str, str | None]:
+    """Pair bootstrap CI of the mean log-ratio: ``(low, high, method_used, note)``."""
+    log_c, log_e = np.log(c), np.log(e)
+    return paired_mean_interval(
+        log_c,
+        log_e,
+        confidence_level=confidence_level,
+        n_resamples=n_resamples,
+        method=method,
+        obstacle=_bca_obstacle(log_e - log_c) if method == "BCa" else None,
+        rng=rng,
+    )
 
 
 def _expanded_percentile(
@@ -379,7 +270,7 @@ def _expanded_percentile(
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     q = 1 - alpha / 2
     factor = math.sqrt(n_pairs / (n_pairs - 1)) * stats.t.ppf(q, n_pairs - 1) / stats.norm.ppf(q)
-    low, high = _widen(est, low, high, factor)
+    low, high = widen(est, low, high, factor)
     return float(low), float(high), float(factor)
 
 
@@ -443,7 +334,7 @@ def paired_ratio_ci(
     """
     _validate_options(confidence_level, n_resamples, method, rng)
     c, e = _validate_pairs(control, experiment)
-    codes = _cluster_codes(clusters, c.size)
+    codes = cluster_codes(clusters, c.size)
     log_ratio = np.log(e) - np.log(c)
     common = {
         "estimate": float(np.exp(log_ratio.mean())),
@@ -485,8 +376,8 @@ def paired_ratio_ci(
 
 def _clustered(log_ratio, codes, common, confidence_level, n_resamples, rng) -> RatioCI:
     """The two-stage branch of :func:`paired_ratio_ci`, with the launch variance summary."""
-    y, sizes = _padded(log_ratio, codes)
-    _, low, high, a = _two_stage_interval(
+    y, sizes = padded_by_launch(log_ratio, codes)
+    _, low, high, a = two_stage_interval(
         y, sizes, confidence_level=confidence_level, n_resamples=n_resamples, rng=rng
     )
     var_b, var_w = float(a["var_between"]), float(a["var_within"])

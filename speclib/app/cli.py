@@ -1,9 +1,13 @@
 """Command-line interface: a thin wrapper over the Python API.
 
 ``speclib validate FILE`` · ``speclib run PARAMS [--out DIR] [--resume RUN_DIR]`` ·
-``speclib analyze RUN_DIR [--params FILE]`` · ``speclib build-demo`` ·
-``speclib compare RUN_A RUN_B ...`` · ``speclib crosscheck PARAMS --base-url URL``.
-Errors are one clear message and a non-zero exit code
+``speclib analyze RUN_DIR [--params FILE]`` · ``speclib doctor [PARAMS]`` ·
+``speclib build-demo`` · ``speclib compare RUN_A RUN_B ...`` ·
+``speclib crosscheck PARAMS --base-url URL``.
+Path arguments are resolved against the caller's folder first (the notebooks run
+elsewhere). ``run`` and ``analyze`` show what is happening (:mod:`speclib.app.terminal`)
+and end with the verdict table; ``--quiet`` prints only errors and the report path,
+``--json`` one JSON object on stdout. Errors are one clear message and a non-zero exit code
 (2 for bad input, 1 for a failed run, 130 for an interruption); no traceback for expected
 failures.
 """
@@ -12,35 +16,101 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
+_PATH_ARGS = ("params", "out", "resume", "run_dir")
+
+
+def _absolute_paths(args: argparse.Namespace) -> None:
+    """Resolve path arguments against the caller's working directory, before anything else."""
+    for name in _PATH_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            setattr(args, name, str(Path(value).expanduser().resolve()))
+    if getattr(args, "run_dirs", None):
+        args.run_dirs = [str(Path(d).expanduser().resolve()) for d in args.run_dirs]
+
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from speclib.core.params import load_params
+    from speclib.core.validation import validate_params
+    from speclib.demo.models import default_cache_dir, recipe_key
 
-    params = load_params(args.file)
+    def built_demo(name: str) -> Path | None:  # the demo pair's folder, never a build here
+        folder = default_cache_dir() / f"demo-{recipe_key()}" / name
+        return folder if (folder / "config.json").is_file() else None
+
+    result = validate_params(args.file, resolve_demo=built_demo)
+    params = result.params
     names = ", ".join(
         f"{s.name} ({'control' if s.is_control else s.speculative_config.get('method')})"
         for s in params.series
     )
     print(
         f"{args.file}: OK — {params.name}: series {names}; "
-        f"{params.workload.replicates} replicate(s), concurrency {params.workload.concurrency}"
+        f"{params.workload.replicates} replicate(s), concurrency {params.workload.concurrency}; "
+        f"{len(result.prompts)} prompt(s)"
     )
+    for note in result.notes:
+        print(f"note: {note}")
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from speclib.app.runner import RunFailed, resume_params_file, run_experiment
+    from speclib.app.runner import RunFailed, default_run_dir, resume_params_file, run_experiment
+    from speclib.core.params import load_params
 
     if args.params is None and not args.resume:
         raise RunFailed("give a params file (speclib run PARAMS) or --resume RUN_DIR")
     params = args.params or resume_params_file(args.resume)
     out = args.resume or args.out
-    result = run_experiment(params, out=out, resume=bool(args.resume))
-    print(f"report:  {result.report}\nsummary: {result.summary}")
+    if out is None:  # named here, so that the display watches the folder the run writes
+        out = str(default_run_dir(load_params(params, check_files=False, check_vllm=False)))
+
+    def run(log: Callable[[str], None]) -> Any:
+        return run_experiment(params, out=out, resume=bool(args.resume), log=log)
+
+    return _shown(args, out, run)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from speclib.app.runner import run_analysis
+
+    def analyze(log: Callable[[str], None]) -> Any:
+        return run_analysis(args.run_dir, params_file=args.params, log=log)
+
+    return _shown(args, args.run_dir, analyze, analysis=True)
+
+
+def _shown(
+    args: argparse.Namespace,
+    run_dir: str,
+    call: Callable[[Callable[[str], None]], Any],
+    *,
+    analysis: bool = False,
+) -> int:
+    """Run ``call(log)`` under the terminal display; end with the verdicts or one line."""
+    from speclib.app.terminal import interrupted_line, open_display, outcome_json, print_verdicts
+
+    try:
+        with open_display(run_dir, quiet=args.quiet) as display:
+            result = call(display.log)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        code = exc.code if isinstance(exc, SystemExit) else 130
+        if not isinstance(code, int) or code < 128:
+            raise
+        print(interrupted_line(run_dir, analysis=analysis), file=sys.stderr)
+        return code
+    if args.json:
+        print(outcome_json(result))
+    elif args.quiet:
+        print(f"report: {result.report}")
+    else:
+        print_verdicts(result.summary)
+        print(f"report:  {result.report}\nsummary: {result.summary}")
     if result.failed_launches:
         print(
             f"failed launches: {', '.join(result.failed_launches)} (see the report)",
@@ -50,12 +120,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    from speclib.app.runner import run_analysis
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from speclib.app.doctor import run_doctor
 
-    result = run_analysis(args.run_dir, params_file=args.params)
-    print(f"report:  {result.report}\nsummary: {result.summary}")
-    return 0
+    return run_doctor(args.params)
 
 
 def _cmd_build_demo(args: argparse.Namespace) -> int:
@@ -78,8 +146,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_crosscheck(args: argparse.Namespace) -> int:
     import os
 
+    from speclib.analysis.crosscheck import format_crosscheck
     from speclib.core.params import load_params
-    from speclib.run.benchcheck import BenchCheckError, crosscheck_server, format_crosscheck
+    from speclib.run.crosscheck import BenchCheckError, crosscheck_server
 
     params = load_params(args.params)
     key_env = params.server.api_key_env
@@ -115,11 +184,20 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("params", nargs="?", help="params YAML file (optional with --resume)")
     r.add_argument("--out", help="run folder (default: output_dir or runs/<name>-<time>)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
+    _output_options(r)
     r.set_defaults(func=_cmd_run)
     a = sub.add_parser("analyze", help="re-run the analysis on a run folder (no server)")
     a.add_argument("run_dir")
-    a.add_argument("--params", help="params file whose analysis section overrides the run's")
+    a.add_argument(
+        "--params",
+        help="params file whose analysis section overrides the run's (describes the records "
+        "when the folder holds only requests.jsonl)",
+    )
+    _output_options(a)
     a.set_defaults(func=_cmd_analyze)
+    d = sub.add_parser("doctor", help="is this machine ready to run (these params)?")
+    d.add_argument("params", nargs="?", help="params YAML file to check the machine against")
+    d.set_defaults(func=_cmd_doctor)
     b = sub.add_parser("build-demo", help="build (or locate) the embedded tiny model pair")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(func=_cmd_build_demo)
@@ -141,12 +219,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="print only errors and the report path")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object (verdicts, paths) on stdout"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
     from speclib.core.params import ParamsError
     from speclib.core.prompts import PromptSetError
 
     args = _parser().parse_args(argv)
+    _absolute_paths(args)
     try:
         return int(args.func(args))
     except (ParamsError, PromptSetError) as exc:

@@ -36,6 +36,24 @@ class Prompt:
         return [dict(m) for m in self.messages]
 
 
+def _check_message(m: Any, where: str, pid: str) -> None:
+    if not isinstance(m, dict):
+        raise PromptSetError(f"{where}: must be an object with role and content (id {pid!r})")
+    unknown = set(m) - {"role", "content"}
+    if unknown:
+        raise PromptSetError(f"{where}: unknown key(s) {sorted(unknown)} (id {pid!r})")
+    if m.get("role") not in _ROLES:
+        raise PromptSetError(
+            f"{where}: role must be one of {', '.join(_ROLES)} (value: {m.get('role')!r}, "
+            f"id {pid!r})"
+        )
+    content = m.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise PromptSetError(
+            f"{where}: content must be a non-empty string (value: {content!r}, id {pid!r})"
+        )
+
+
 def _parse_line(data: Any, where: str) -> Prompt:
     if not isinstance(data, dict):
         raise PromptSetError(f"{where}: each line must be a JSON object")
@@ -48,11 +66,8 @@ def _parse_line(data: Any, where: str) -> Prompt:
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise PromptSetError(f"{where}: 'messages' must be a non-empty list (id {pid!r})")
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
-            raise PromptSetError(f"{where}: bad message {m!r} (id {pid!r})")
-        if not isinstance(m.get("content"), str):
-            raise PromptSetError(f"{where}: message content must be a string (id {pid!r})")
+    for i, m in enumerate(messages):
+        _check_message(m, f"{where}: messages[{i}]", pid)
     category = data.get("category", "default")
     if not isinstance(category, str):
         raise PromptSetError(f"{where}: 'category' must be a string (id {pid!r})")
@@ -68,7 +83,7 @@ def load_prompts(path: str | Path, *, limit: int | None = None) -> list[Prompt]:
     except OSError as exc:
         raise PromptSetError(f"{path}: cannot read prompt file: {exc.strerror}") from exc
     prompts: list[Prompt] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # id -> line number
     for no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -79,8 +94,10 @@ def load_prompts(path: str | Path, *, limit: int | None = None) -> list[Prompt]:
             raise PromptSetError(f"{where}: not valid JSON ({exc.msg})") from None
         prompt = _parse_line(data, where)
         if prompt.id in seen:
-            raise PromptSetError(f"{where}: duplicate id {prompt.id!r}")
-        seen.add(prompt.id)
+            raise PromptSetError(
+                f"{where}: duplicate id {prompt.id!r} (first on line {seen[prompt.id]})"
+            )
+        seen[prompt.id] = no
         prompts.append(prompt)
     if not prompts:
         raise PromptSetError(f"{path}: the prompt set is empty")

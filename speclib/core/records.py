@@ -10,11 +10,10 @@ flushes one line as each request finishes, so a crash loses nothing already fini
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,7 +23,6 @@ __all__ = [
     "RequestRecord",
     "append_record",
     "e2e_s",
-    "itl_s",
     "read_records",
     "record_to_json",
     "tpot_s",
@@ -55,6 +53,9 @@ class RequestRecord:
     concurrency: int = 1
     level: int = 0  # index of the load level (params.workload.levels)
     request_rate: float | None = None  # Poisson rate of the level; None = closed loop
+    block: str | None = None  # the replicate block whose servers were up together
+    slot: int | None = None  # interleaved design: index of the alternation slot in the level
+    slot_pos: int | None = None  # this arm's position in the slot's random arm order
     status: int | None = None
     t_start: float = 0.0
     t_send_mono: float = 0.0
@@ -119,12 +120,6 @@ def tpot_s(rec: RequestRecord) -> float | None:
     return (total - first) / (n - 1)
 
 
-def itl_s(rec: RequestRecord) -> list[float]:
-    """Inter-chunk gaps. Not comparable under speculation: one chunk may carry many tokens."""
-    offs = rec.chunk_offsets_s
-    return [b - a for a, b in itertools.pairwise(offs)]
-
-
 def record_to_json(rec: RequestRecord) -> str:
     """One JSON line: the raw record plus the derived ``ttft_s``, ``tpot_s``, ``e2e_s``."""
     data = asdict(rec)
@@ -164,11 +159,3 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
                 continue
             raise
         yield RequestRecord.from_json(data)
-
-
-def records_of(paths: Iterable[str | os.PathLike[str]]) -> list[RequestRecord]:
-    """All records of several JSONL files, in file order."""
-    out: list[RequestRecord] = []
-    for p in paths:
-        out.extend(read_records(p))
-    return out

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunDir", "launch_id", "write_json_atomic"]
+__all__ = ["OUTPUT_SCORES_FILE", "LaunchDir", "RunDir", "launch_id", "write_json_atomic"]
+
+OUTPUT_SCORES_FILE = "output_scores.jsonl"
+"""Sampled runs: the target's log-probability of every output (one JSON line each)."""
 
 
 def launch_id(series: str, replicate: int, level: int | None = None) -> str:
@@ -38,6 +41,65 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", "utf-8")
     os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class LaunchDir:
+    """Paths inside one launch's folder (``launches/<launch_id>/``)."""
+
+    root: Path
+
+    @property
+    def server_log(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def command(self) -> Path:
+        return self.root / "command.json"
+
+    @property
+    def status(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def memory(self) -> Path:
+        return self.root / "memory.jsonl"
+
+    @property
+    def pidfile(self) -> Path:
+        """Present only while this launch's kit-started server runs."""
+        return self.root / "server.pid"
+
+    @property
+    def cpu(self) -> Path:
+        """CPU samples of the server tree, tagged with which arm was serving (interleaved)."""
+        return self.root / "cpu.jsonl"
+
+    @property
+    def crosscheck(self) -> Path:
+        return self.root / "crosscheck.json"
+
+    @property
+    def vllm_bench(self) -> Path:
+        return self.root / "vllm_bench"
+
+    @property
+    def metrics_before_warmup(self) -> Path:
+        return self.root / "metrics_before_warmup.prom"
+
+    @property
+    def metrics_before(self) -> Path:
+        return self.root / "metrics_before.prom"
+
+    @property
+    def metrics_after(self) -> Path:
+        return self.root / "metrics_after.prom"
+
+    def metrics_level(self, level: int, when: str) -> Path:
+        """``/metrics`` around one load level; ``when`` is ``before`` or ``after``."""
+        if when not in ("before", "after"):
+            raise ValueError(f"`when` must be 'before' or 'after' (got {when!r})")
+        return self.root / f"metrics_l{level}_{when}.prom"
 
 
 @dataclass(frozen=True)
@@ -80,10 +142,39 @@ class RunDir:
 
     @property
     def pidfile(self) -> Path:
+        """A server pidfile at the run's top level (written by older versions of the kit)."""
         return self.root / "server.pid"
+
+    def pidfiles(self) -> list[Path]:
+        """Every server pidfile of the run: one per launch whose server may still run."""
+        return [*sorted((self.root / "launches").glob("*/server.pid")), self.pidfile]
+
+    @property
+    def scoring_error(self) -> Path:
+        """Why the sampling check could not score the outputs (absent when it could)."""
+        return self.root / "output_scores.error.txt"
+
+    @property
+    def superseded(self) -> Path:
+        """Records of unfinished launches moved aside by ``--resume``."""
+        return self.root / "requests.superseded.jsonl"
+
+    @property
+    def blocks(self) -> Path:
+        """One JSON line per replicate block: design, arms, start/end, why the run stopped."""
+        return self.root / "blocks.jsonl"
+
+    @property
+    def output_scores(self) -> Path:
+        """Scores of the outputs by the target without speculation (sampled runs only)."""
+        return self.root / OUTPUT_SCORES_FILE
 
     def launch(self, lid: str) -> Path:
         return self.root / "launches" / lid
+
+    def launch_files(self, lid: str) -> LaunchDir:
+        """The file names of one launch's folder."""
+        return LaunchDir(self.launch(lid))
 
     def status_path(self, lid: str) -> Path:
         return self.launch(lid) / "status.json"

@@ -151,20 +151,21 @@ def server_for(
     if base_url:
         yield base_url.rstrip("/"), None, None
         return
-    srv.reap_pidfile(rd.pidfile)
-    ldir = rd.launch(lid)
+    files = rd.launch_files(lid)
+    srv.reap_pidfile(files.pidfile)
+    ldir = files.root
     tmpdir = Path(tempfile.mkdtemp(prefix="speclib-"))  # short: vLLM puts IPC sockets here
     try:
         spec = build_launch_spec(
             params,
             series,
-            log_path=ldir / "server.log",
-            pidfile=rd.pidfile,
+            log_path=files.server_log,
+            pidfile=files.pidfile,
             tmpdir=tmpdir,
             cache_root=ldir / "vllm-cache",
         )
         write_json_atomic(
-            ldir / "command.json",
+            files.command,
             {
                 "argv": srv.redact_argv(spec.argv),
                 "env": safe_env(dict(spec.env)),

@@ -153,7 +153,11 @@ def model_identity(ref: str, resolved: str, base_dir: Path) -> dict[str, Any]:
 
 
 def build_manifest(
-    params: ExperimentParams, *, models: dict[str, str], order: list[dict[str, Any]]
+    params: ExperimentParams,
+    *,
+    models: dict[str, str],
+    order: list[dict[str, Any]],
+    hardware_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a run, before any series starts (``models``: ref → resolved path)."""
     prompts = params.resolve_path(params.workload.prompts)
@@ -163,13 +167,13 @@ def build_manifest(
         "params_file": params.source,
         "experiment": params.name,
         "versions": package_versions(),
-        "hardware": hardware(),
+        "hardware": hardware_info or hardware(),
         "models": {ref: model_identity(ref, path, params.base_dir) for ref, path in models.items()},
         "prompts": {"path": str(prompts), "sha256": prompts_sha256(prompts)},
         "sampling": params.workload.model_dump(),
         "server": {k: v for k, v in params.server.model_dump().items() if k not in ("env",)}
         | {"env_keys": sorted(params.server.env)},
-        "series": [s.model_dump() for s in params.series],
+        "series": [s.model_dump() for s in params.arms],
         "order": order,
         "analysis": params.analysis.model_dump(),
     }

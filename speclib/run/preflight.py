@@ -19,7 +19,8 @@ from typing import Any
 from speclib.core.params import ExperimentParams
 from speclib.core.prompts import load_prompts, scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
-from speclib.run.manifest import build_manifest
+from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
+from speclib.run.manifest import build_manifest, hardware
 
 __all__ = [
     "SensitivePromptWarning",
@@ -49,6 +50,8 @@ class SetupReport:
     sensitive: dict[str, list[str]]
     n_prompts: int
     order: list[dict[str, Any]]
+    design: dict[str, Any] | None = None
+    blocks: list[dict[str, Any]] | None = None
 
 
 def vllm_available() -> str | None:
@@ -130,11 +133,19 @@ def _advisories(version: str | None) -> list[dict[str, str]]:
     ]
 
 
-def prepare_run(
-    params: ExperimentParams, run_dir: str | Path, *, order: list[dict[str, Any]]
-) -> SetupReport:
-    """Resolve models, preflight vocabularies, scan prompts, write ``manifest.json``."""
-    from speclib.run.series import resolve_model
+def _design(params: ExperimentParams, hw: dict[str, Any]) -> tuple[DesignChoice, list[Block]]:
+    """Interleaved or sequential (memory checked before any launch), and the blocks."""
+    import psutil
+
+    available = psutil.virtual_memory().available / 2**30
+    choice = choose_design(params, available_gib=available, gpus=len(hw.get("gpus") or []))
+    return choice, plan_blocks(params, choice.design)
+
+
+def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
+    """Resolve models, preflight vocabularies, scan prompts, choose the design (memory
+    checked before any launch) and write ``manifest.json`` with the blocks to run."""
+    from speclib.run.launching import resolve_model
 
     rd = RunDir.at(run_dir)
     external = params.server.base_url is not None
@@ -148,7 +159,7 @@ def prepare_run(
     if not external:
         models[params.server.model] = resolve_model(params.server.model, params)
     checks = []
-    for s in params.series:
+    for s in params.arms:
         spec = s.speculative_config or {}
         if isinstance(spec.get("model"), str) and not s.base_url:
             models[spec["model"]] = resolve_model(spec["model"], params)
@@ -169,10 +180,32 @@ def prepare_run(
             SensitivePromptWarning,
             stacklevel=2,
         )
-    manifest = build_manifest(params, models=models, order=order)
+    hw = hardware()
+    choice, blocks = _design(params, hw)
+    kept = rd.read_manifest()  # a resumed run keeps the design it started with
+    if kept.get("design") and kept.get("blocks"):
+        choice = DesignChoice(**kept["design"])
+        blocks = [Block(b["block"], b["replicate"], tuple(b["arms"])) for b in kept["blocks"]]
+    order = [
+        {"series": arm, "replicate": b.replicate, "launch_id": lid, "block": b.block}
+        for b in blocks
+        for arm, lid in zip(b.arms, b.launch_ids, strict=True)
+    ]
+    manifest = build_manifest(params, models=models, order=order, hardware_info=hw)
+    manifest["design"] = choice.to_dict()
+    manifest["blocks"] = [b.to_dict() for b in blocks]
     manifest["vllm"] = version
     manifest["security_advisories"] = _advisories(version)
     manifest["vocab_checks"] = checks
     manifest["sensitive_prompt_warnings"] = sensitive
     write_json_atomic(rd.manifest, manifest)
-    return SetupReport(version, models, checks, sensitive, len(prompts), order)
+    return SetupReport(
+        version,
+        models,
+        checks,
+        sensitive,
+        len(prompts),
+        order,
+        choice.to_dict(),
+        [b.to_dict() for b in blocks],
+    )

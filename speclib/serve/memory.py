@@ -14,15 +14,17 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-__all__ = ["MemorySampler", "MemorySummary", "gpu_memory_used", "tree_rss_bytes"]
+__all__ = ["MemorySampler", "MemorySummary", "gpu_memory_used", "tree_rss_bytes", "tree_sum"]
 
 
-def tree_rss_bytes(pid: int) -> int | None:
-    """RSS of ``pid`` plus all its descendants, in bytes (None when the process is gone)."""
+def tree_sum(pid: int, measure: Callable[[Any], float]) -> float | None:
+    """``measure(process)`` summed over ``pid`` and all its descendants (None when gone);
+    a descendant that exits meanwhile counts 0."""
     import psutil
 
     try:
@@ -30,11 +32,17 @@ def tree_rss_bytes(pid: int) -> int | None:
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         return None
-    total = 0
+    total = 0.0
     for proc in procs:
         with contextlib.suppress(psutil.Error):
-            total += proc.memory_info().rss
+            total += measure(proc)
     return total
+
+
+def tree_rss_bytes(pid: int) -> int | None:
+    """RSS of ``pid`` plus all its descendants, in bytes (None when the process is gone)."""
+    total = tree_sum(pid, lambda proc: proc.memory_info().rss)
+    return None if total is None else int(total)
 
 
 def gpu_memory_used() -> list[int] | None:

@@ -1,12 +1,15 @@
 """vLLM server lifecycle: build the command line, launch, wait for readiness, stop the group.
 
-The server runs as a child in its own session (process group), writing to one log file per
-launch. It counts as ready only when ``/health`` answers 200 *and* a one-token chat
-completion succeeds. If the process dies first, :class:`ServerStartError` is raised at once
-with the exit code and the tail of its log. Stopping kills the whole process group (and any
-descendant that left it); a pidfile lets the next run reap a server orphaned by a SIGKILL of
-the kit. The module never runs the ``vllm`` console script (broken in the CPU wheel): it
-runs ``python -m vllm.entrypoints.openai.api_server``. API keys go to vLLM through its
+The server runs under a supervisor (:mod:`speclib.serve.supervisor`), a small child of the
+kit that starts it in its own session (process group), writing to one log file per launch,
+and kills its whole tree when the kit stops it *or dies*, even by SIGKILL: no engine
+process outlives the kit. It counts as ready only when ``/health`` answers 200 *and* a
+one-token chat completion succeeds. If the process dies first, :class:`ServerStartError` is
+raised at once with the exit code and the tail of its log. Stopping kills the whole process
+group (and any descendant that left it); a pidfile (:mod:`speclib.serve.pidfile`) lets the
+next run reap a server left behind should the supervisor itself be SIGKILLed. The module
+never runs the ``vllm`` console script (broken in the CPU wheel): it runs
+``python -m vllm.entrypoints.openai.api_server``. API keys go to vLLM through its
 environment (``VLLM_API_KEY``), never on the command line.
 """
 
@@ -14,10 +17,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.httpapi import http_ok
+from speclib.serve.pidfile import reap_pidfile, write_pidfile
+from speclib.serve.supervisor import (
+    Supervised,
+    SupervisorError,
+    start_supervised,
+    stop_supervised,
+)
 
 __all__ = [
     "LaunchSpec",
@@ -39,8 +47,9 @@ __all__ = [
     "free_port",
     "launch",
     "port_is_free",
-    "reap_pidfile",
+    "reap_pidfile",  # defined in speclib.serve.pidfile
     "redact_argv",
+    "running",
     "stop_all",
     "tail",
 ]
@@ -168,12 +177,26 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+_HANDED_OUT: set[int] = set()
+_PORT_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """An ephemeral port that was free a moment ago on ``host``."""
+    """An ephemeral port that was free a moment ago on ``host``.
+
+    Never the same port twice in one process: servers started in parallel each ask for a
+    port before any of them binds, and the kernel may hand a just-released port out again.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    with _PORT_LOCK:
+        for _ in range(100):
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise OSError(f"no fresh ephemeral port on {host} after 100 tries")
 
 
 def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
@@ -189,25 +212,28 @@ def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class ServerHandle:
-    """A running server; use as a context manager or call :meth:`stop`."""
+    """A running server; use as a context manager or call :meth:`stop`.
+
+    ``pid`` is the server's own (the leader of its process group; memory sampling walks
+    its tree). ``process`` is its supervisor, the kit's direct child, whose ``poll()`` and
+    ``returncode`` give the server's exit code once the server is gone.
+    """
 
     spec: LaunchSpec
-    process: subprocess.Popen[bytes]
+    supervised: Supervised
     started_at: float
     ready_at: float | None = None
     _stopped: bool = False
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.supervised.pid
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.supervised.process
 
     @property
     def base_url(self) -> str:
@@ -227,140 +253,13 @@ class ServerHandle:
         if self._stopped:
             return self.process.returncode
         self._stopped = True
-        _kill_tree(self.process, grace_s=grace_s)
+        stop_supervised(self.supervised, grace_s=grace_s)
         with _LIVE_LOCK:
             _LIVE.pop(self.pid, None)
         if self.spec.pidfile is not None:
             with contextlib.suppress(OSError):
                 self.spec.pidfile.unlink()
         return self.process.returncode
-
-
-def _descendants(pid: int) -> list[Any]:
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return []
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-
-
-def _kill_tree(proc: subprocess.Popen[bytes], *, grace_s: float) -> None:
-    kids = _descendants(proc.pid)
-    pgid = proc.pid  # start_new_session=True: the child leads its own group
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-        for kid in kids:
-            with contextlib.suppress(Exception):
-                kid.send_signal(sig)
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        if not any(_still_running(k) for k in kids):
-            break
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    for kid in kids:
-        with contextlib.suppress(Exception):
-            kid.kill()
-            kid.wait(timeout=5)
-
-
-def _still_running(proc: Any) -> bool:
-    try:
-        return bool(proc.is_running()) and proc.status() != "zombie"
-    except Exception:
-        return False
-
-
-def _write_pidfile(spec: LaunchSpec, proc: subprocess.Popen[bytes]) -> None:
-    if spec.pidfile is None:
-        return
-    spec.pidfile.parent.mkdir(parents=True, exist_ok=True)
-    info = {
-        "pid": proc.pid,
-        "pgid": proc.pid,
-        "started": time.time(),
-        "log": str(spec.log_path),
-        "argv": redact_argv(spec.argv),
-    }
-    tmp = spec.pidfile.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info), encoding="utf-8")
-    tmp.replace(spec.pidfile)
-
-
-def reap_pidfile(pidfile: Path) -> list[int]:
-    """Stop a server left by an earlier, killed run (recorded in ``pidfile``); return pids.
-
-    Only a process whose command line is still the one recorded is killed, so a pid reused
-    by an unrelated program is left alone. When the recorded leader is already gone, the
-    survivors of its process group (e.g. engine processes) are killed: Linux does not reuse
-    a pid as long as a process group of that id exists, so they can only be ours.
-    """
-    try:
-        info = json.loads(pidfile.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    pid = int(info.get("pid", 0))
-    pgid = int(info.get("pgid", pid))
-    killed: list[int] = []
-    if pid > 0 and _cmdline_matches(pid, info.get("argv") or []):
-        kids = _descendants(pid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        for kid in kids:
-            with contextlib.suppress(Exception):
-                kid.kill()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-    elif pgid > 0 and not _pid_alive(pid):
-        survivors = _group_members(pgid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        killed += survivors
-    with contextlib.suppress(OSError):
-        pidfile.unlink()
-    return killed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}/stat").exists() and _state(pid) != "Z"
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
-
-
-def _group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(entry.name)) == pgid:
-                    out.append(int(entry.name))
-    return out
-
-
-def _cmdline_matches(pid: int, argv: list[str]) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return False
-    return bool(argv) and raw.rstrip("\0").split("\0") == list(argv)
 
 
 def stop_all() -> None:
@@ -421,7 +320,8 @@ def launch(spec: LaunchSpec) -> ServerHandle:
     """Start the server described by ``spec`` and return once it served a completion.
 
     Raises :class:`PortInUseError` before launching if the port is taken, and
-    :class:`ServerStartError` (exit code + log tail) as soon as the process dies.
+    :class:`ServerStartError` (exit code + log tail) as soon as the process dies; an
+    :class:`OSError` when the command cannot be executed at all.
     """
     if not port_is_free(spec.host if spec.host != "0.0.0.0" else "", spec.port):
         raise PortInUseError(
@@ -434,19 +334,27 @@ def launch(spec: LaunchSpec) -> ServerHandle:
         log.write(f"# speclib launch {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
         log.write(("# argv: " + json.dumps(redact_argv(spec.argv)) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(
-            list(spec.argv),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
-        )
-    handle = ServerHandle(spec=spec, process=proc, started_at=time.time())
+        try:
+            sup = start_supervised(spec.argv, env=env, log=log)
+        except SupervisorError as exc:
+            raise ServerStartError(
+                f"{exc} (log: {spec.log_path})\n--- last lines of the log ---\n"
+                f"{tail(spec.log_path)}",
+                returncode=exc.returncode,
+                log_tail=tail(spec.log_path),
+                log_path=spec.log_path,
+            ) from exc
+    handle = ServerHandle(spec=spec, supervised=sup, started_at=time.time())
     with _LIVE_LOCK:
-        _LIVE[proc.pid] = handle
-    _write_pidfile(spec, proc)
+        _LIVE[sup.pid] = handle
+    if spec.pidfile is not None:
+        write_pidfile(
+            spec.pidfile,
+            pid=sup.pid,
+            supervisor_pid=sup.process.pid,
+            log_path=spec.log_path,
+            argv=redact_argv(spec.argv),
+        )
     try:
         _wait_ready(handle)
     except BaseException:

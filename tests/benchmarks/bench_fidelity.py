@@ -4,10 +4,13 @@ A stand-in server (:class:`tests.benchmarks.standin.LeanStandIn`, its own proces
 ``--standin aiohttp`` for :class:`tests.fakeserver.FakeServer`) streams chat completions on
 a fixed script (time to first token, per-step delay, tokens per chunk, usage chunk with
 spec-decode metrics) and logs the true send time of every chunk. The kit's client
-(:func:`speclib.measure.client.run_requests_sync` in this process, records appended and fsynced as
+(:func:`speclib.measure.run_requests_sync` in this process, records appended and fsynced as
 in a series) and, when vLLM is installed, ``vllm bench serve`` (through
-:func:`speclib.run.benchcheck.run_vllm_bench`, a child process) send the same load at each
-concurrency, back to back, in alternating order, for several repetitions. Each request's
+:func:`speclib.run.vllm_bench.run_vllm_bench`, a child process) send the same load at each
+concurrency, back to back, in alternating order, for several repetitions. With
+``--aiohttp`` the kit also runs on
+:class:`tests.benchmarks.aiohttp_transport.AiohttpTransport` (row ``kit/aiohttp``): same
+client code, aiohttp instead of its own HTTP/1.1 transport. Each request's
 measured TTFT, TPOT and E2E are compared with the truth (see
 :mod:`tests.benchmarks.fidelity`); the table shows, per concurrency and client, the median
 over repetitions of each run's median and p99 error, where the TTFT error arises (send lag:
@@ -20,6 +23,7 @@ Run from the repository root::
     .venv/bin/python -m tests.benchmarks.bench_fidelity            # full: ~25 min
     .venv/bin/python -m tests.benchmarks.bench_fidelity --quick    # smoke: ~3 min
     .venv/bin/python -m tests.benchmarks.bench_fidelity --no-vllm  # the kit alone
+    .venv/bin/python -m tests.benchmarks.bench_fidelity --no-vllm --aiohttp  # own vs aiohttp
 
 It is a benchmark, not a test: pytest does not collect it, and it exits 0 whatever the
 numbers (``--check`` makes it exit 1 when one of issue 7's acceptance criteria fails).
@@ -45,7 +49,7 @@ from typing import Any
 import psutil
 
 from speclib.core.records import append_record
-from speclib.measure.client import RequestSpec, build_request_body, run_requests_sync
+from speclib.measure import RequestSpec, build_request_body, run_requests_sync
 from tests.benchmarks.fidelity import (
     ErrorStats,
     RequestError,
@@ -66,7 +70,8 @@ SPEC_METRICS = {
     "num_draft_tokens": 0,
     "num_spec_tokens": 0,
 }
-TOOLS = ("kit", "vllm bench")
+TOOLS = ("kit", "kit/aiohttp", "vllm bench")
+AIOHTTP = "kit/aiohttp"  # the kit with tests.benchmarks.aiohttp_transport instead of its own
 
 
 # --------------------------------------------------------------------------- machine load
@@ -198,9 +203,17 @@ def _stats(errors: list[RequestError]) -> ErrorStats | None:
     return summarize(errors) if errors else None
 
 
-def run_kit(srv: Any, keys: list[str], concurrency: int, rep: int, work: Path) -> RunResult:
+def run_kit(
+    srv: Any, keys: list[str], concurrency: int, rep: int, work: Path, tool: str = "kit"
+) -> RunResult:
     """The kit's client, exactly as a series runs it (records appended and fsynced to a
-    ``requests.jsonl`` as each finishes), on ``keys``."""
+    ``requests.jsonl`` as each finishes), on ``keys``; ``tool`` ``kit/aiohttp`` swaps its
+    HTTP transport for :class:`tests.benchmarks.aiohttp_transport.AiohttpTransport`."""
+    extra: dict[str, Any] = {}
+    if tool == AIOHTTP:
+        from tests.benchmarks.aiohttp_transport import AiohttpTransport
+
+        extra["transport"] = AiohttpTransport.of
     specs = [
         RequestSpec(
             prompt_id=k,
@@ -217,7 +230,7 @@ def run_kit(srv: Any, keys: list[str], concurrency: int, rep: int, work: Path) -
     ]
     records: list[Any] = []
     srv.reset()
-    path = work / f"kit-c{concurrency}-r{rep}.jsonl"
+    path = work / f"{tool.replace('/', '-')}-c{concurrency}-r{rep}.jsonl"
     with path.open("a", encoding="utf-8") as fh, _Load(_server_pid(srv)) as load:
 
         def sink(rec: Any) -> None:
@@ -232,6 +245,7 @@ def run_kit(srv: Any, keys: list[str], concurrency: int, rep: int, work: Path) -
             series="fidelity",
             replicate=rep,
             launch_id=f"fidelity-c{concurrency}-r{rep}",
+            **extra,
         )
     exchanges = srv.exchanges()
     truths = {t.key: t for ex in exchanges if (t := truth_of(ex)) is not None}
@@ -242,7 +256,7 @@ def run_kit(srv: Any, keys: list[str], concurrency: int, rep: int, work: Path) -
     if outcome.saturated:
         note = (note + " client saturated").strip()
     return RunResult(
-        tool="kit",
+        tool=tool,
         concurrency=concurrency,
         rep=rep,
         stats=stats,
@@ -266,7 +280,8 @@ def run_bench(
     tokenizer: str | None,
 ) -> RunResult:
     """``vllm bench serve`` on ``keys`` (same stream options as the kit's requests)."""
-    from speclib.run.benchcheck import BenchCheckError, run_vllm_bench
+    from speclib.analysis.crosscheck import BenchCheckError
+    from speclib.run.vllm_bench import run_vllm_bench
 
     srv.reset()
     try:
@@ -364,16 +379,16 @@ def aggregate(results: Sequence[RunResult]) -> dict[tuple[int, str], dict[str, f
 
 
 def format_table(agg: dict[tuple[int, str], dict[str, float | None]]) -> str:
-    head1 = f"{'conc':>4} {'client':<10} {'reps':>4} " + " ".join(
+    head1 = f"{'conc':>4} {'client':<11} {'reps':>4} " + " ".join(
         f"{h:>9}" for h, _, _, _ in COLUMNS
     )
-    head2 = f"{'':>4} {'':<10} {'':>4} " + " ".join(f"{u:>9}" for _, u, _, _ in COLUMNS)
+    head2 = f"{'':>4} {'':<11} {'':>4} " + " ".join(f"{u:>9}" for _, u, _, _ in COLUMNS)
     lines = [head1, head2, "-" * len(head2)]
     for (c, tool), row in agg.items():
         cells = " ".join(
             f"{_fmt(row[f'c{i}'], spec):>9}" for i, (_, _, _, spec) in enumerate(COLUMNS)
         )
-        lines.append(f"{c:>4} {tool:<10} {int(row['reps'] or 0):>4} {cells}")
+        lines.append(f"{c:>4} {tool:<11} {int(row['reps'] or 0):>4} {cells}")
     return "\n".join(lines)
 
 
@@ -452,7 +467,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="reference server: the lean protocol stand-in (default) or "
         "tests.fakeserver's aiohttp app",
     )
-    ap.add_argument("--no-vllm", action="store_true", help="measure the kit only")
+    ap.add_argument("--no-vllm", action="store_true", help="leave vllm bench serve out")
+    ap.add_argument(
+        "--aiohttp",
+        action="store_true",
+        help="also run the kit on an aiohttp transport (kit/aiohttp) to weigh its own",
+    )
     ap.add_argument(
         "--tokenizer",
         default=None,
@@ -496,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.requests_c1 or args.requests} at c=1), true TTFT {args.ttft_ms:g} ms, "
         f"step {args.step_ms:g} ms, {args.tokens_per_chunk} token(s)/chunk; "
         f"stand-in: {args.standin}; "
-        f"{args.reps} rep(s); clients: kit{' + vllm bench serve' if with_vllm else ''}"
+        f"{args.reps} rep(s); clients: kit{' + kit/aiohttp' if args.aiohttp else ''}"
+        f"{' + vllm bench serve' if with_vllm else ''}"
     )
     results: list[RunResult] = []
     server = (
@@ -506,16 +527,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="speclib-fidelity-") as tmp, server as srv:
         run_kit(srv, [f"warmup-{i}" for i in range(8)], 8, -1, Path(tmp))  # warm imports
+        if args.aiohttp:
+            run_kit(srv, [f"warmup-a{i}" for i in range(8)], 8, -1, Path(tmp), AIOHTTP)
         for rep in range(args.reps):
             for j, c in enumerate(levels):
                 n = (args.requests_c1 or args.requests) if c == 1 else args.requests
-                tools = ["kit", "vllm bench"] if with_vllm else ["kit"]
+                tools = ["kit"] + ([AIOHTTP] if args.aiohttp else [])
+                tools += ["vllm bench"] if with_vllm else []
                 if (rep + j) % 2:
                     tools.reverse()
                 for tool in tools:
                     keys = [f"{tool}-r{rep}-c{c}-{i:04d} say something" for i in range(n)]
-                    if tool == "kit":
-                        res = run_kit(srv, keys, c, rep, Path(tmp))
+                    if tool != "vllm bench":
+                        res = run_kit(srv, keys, c, rep, Path(tmp), tool)
                     else:
                         res = run_bench(srv, keys, c, rep, Path(tmp), args.tokenizer)
                     results.append(res)

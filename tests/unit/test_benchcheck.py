@@ -18,22 +18,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.core.prompts import Prompt
-from speclib.core.records import RequestRecord
-from speclib.run.benchcheck import (
+from speclib.analysis.crosscheck import (
     ADJUSTED_ROW,
     BenchCheckError,
     BenchResult,
-    bench_argv,
     compare_with_kit,
     crosscheck_frame,
     format_crosscheck,
     load_bench_result,
     merge_bench_results,
     parse_bench_result,
-    run_vllm_bench,
-    write_custom_dataset,
 )
+from speclib.core.prompts import Prompt
+from speclib.core.records import RequestRecord
+from speclib.run.vllm_bench import bench_argv, run_vllm_bench, write_custom_dataset
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -154,7 +152,7 @@ def test_argv_is_a_closed_loop_chat_run_through_the_launcher(tmp_path: Path) -> 
         extra_body={"seed": 1, "stream_options": {"include_usage": True}},
         python="/py",
     )
-    assert argv[:3] == ["/py", "-m", "speclib.run.benchcheck"]
+    assert argv[:3] == ["/py", "-m", "speclib.run.vllm_bench"]
 
     def value(flag: str) -> str:
         return argv[argv.index(flag) + 1]
@@ -214,7 +212,7 @@ FAKE_BENCH = textwrap.dedent(
     args = sys.argv[1:]
     def value(flag):
         return args[args.index(flag) + 1]
-    assert args[:2] == ["-m", "speclib.run.benchcheck"], args
+    assert args[:2] == ["-m", "speclib.run.vllm_bench"], args
     if os.environ.get("FAKE_FAIL"):
         print("Initial test run failed - boom", flush=True)
         sys.exit(1)
@@ -313,7 +311,7 @@ def _dist(site: Path, name: str, version: str) -> None:
 SHIM_PROBE = textwrap.dedent(
     """\
     import importlib.metadata as md, json
-    from speclib.run.benchcheck import install_vllm_metadata_shim as shim
+    from speclib.run.vllm_bench import install_vllm_metadata_shim as shim
     def scripts():
         return len([e for e in md.entry_points(group="console_scripts") if e.name == "vllm"])
     before = scripts()
@@ -484,7 +482,7 @@ def test_a_launch_is_cross_checked_on_its_first_closed_loop_level(
     tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from speclib.core.params import load_params
-    from speclib.run.benchcheck import crosscheck_launch
+    from speclib.run.crosscheck import crosscheck_launch
 
     params = load_params(_params_file(tmp_path, [2, 4]))
     ldir = tmp_path / "launch"
@@ -524,7 +522,7 @@ def _tpot_histogram(total_s: float, count: int) -> str:
 
 
 def test_the_servers_own_tpot_between_two_snapshots() -> None:
-    from speclib.run.benchcheck import server_tpot_ms
+    from speclib.analysis.crosscheck import server_tpot_ms
 
     before, after = _tpot_histogram(0.5, 50), _tpot_histogram(0.5 + 24 * 0.0123, 74)
     assert server_tpot_ms(before, after) == pytest.approx((12.3, 24))
@@ -563,13 +561,13 @@ def test_when_both_clients_match_the_server_the_server_differed() -> None:
 def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from speclib.analysis.run_analysis import (
-        _crosscheck_summary,
-        _crosscheck_warnings,
-        _crosschecks,
+    from speclib.analysis.launches import (
+        crosscheck_summary,
+        crosscheck_warnings,
+        read_crosschecks,
     )
     from speclib.core.rundir import RunDir
-    from speclib.report.sections import _crosscheck_html
+    from speclib.report.method import crosscheck_html
 
     bench = parse_bench_result(RESULT)  # median TPOT 10.0 ms
     near = compare_with_kit(bench, [record(f"p{i}", 0.03, 0.0101) for i in range(3)])
@@ -587,19 +585,19 @@ def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) ->
         if data is not None:
             (rd.launch(lid) / "crosscheck.json").write_text(json.dumps(data))
         statuses.append({"launch_id": lid, "series": lid[:-3], "replicate": 0})
-    found = _crosschecks(rd, statuses)
+    found = read_crosschecks(rd, statuses)
     assert [c["launch_id"] for c in found] == ["control-r0", "draft-r0", "ngram-r0"]
-    warnings = _crosscheck_warnings(found)
+    warnings = crosscheck_warnings(found)
     assert len(warnings) == 2
     assert "draft-r0" in warnings[0] and "disagree" in warnings[0]
     assert "ngram-r0" in warnings[1] and "exit code 1" in warnings[1]
-    assert "bench" not in _crosscheck_summary(found[0]) and json.dumps(
-        [_crosscheck_summary(c) for c in found]
+    assert "bench" not in crosscheck_summary(found[0]) and json.dumps(
+        [crosscheck_summary(c) for c in found]
     )
-    page = _crosscheck_html(SimpleNamespace(crosschecks=found))
+    page = crosscheck_html(SimpleNamespace(crosschecks=found))
     assert page.count("<tr>") == 4 and "±2 %" in page
     assert "10.10 / 10.00" in page and "+1.00 %" in page and "+30.00 %" in page
     assert "failed: BenchCheckError" in page
     adjusted = 100 * ((13.0 / 12.0) / (bench.median_tpot_ms / 9.0) - 1)
     assert f"{adjusted:+.2f} %" in page and "12.00 / 9.00" in page
-    assert _crosscheck_html(SimpleNamespace(crosschecks=())) == ""
+    assert crosscheck_html(SimpleNamespace(crosschecks=())) == ""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from speclib.core.records import RequestRecord, append_record, e2e_s, read_records, tpot_s, ttft_s
-from speclib.measure.client import (
+from speclib.measure import (
     RequestSpec,
     RunOutcome,
     build_request_body,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from speclib.core.records import RequestRecord, tpot_s, ttft_s
-from speclib.measure.client import RequestSpec, RunOutcome, build_request_body, run_requests_sync
+from speclib.measure import RequestSpec, RunOutcome, build_request_body, run_requests_sync
 from tests.fakeserver import FakeServer, Script
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -252,3 +252,12 @@ def test_https_with_a_trusted_certificate(tmp_path: Path, monkeypatch: pytest.Mo
     with raw_server(handler, tls) as port:
         records, outcome = send(f"https://127.0.0.1:{port}", 2)
     assert all(r.ok for r in records) and outcome.connections == 1
+
+
+def test_another_transport_plugs_in_behind_the_same_interface() -> None:
+    from tests.benchmarks.aiohttp_transport import AiohttpTransport
+
+    with FakeServer(default=Script(n_tokens=4, ttft_s=0.01, step_s=0.002)) as srv:
+        records, outcome = send(srv.base_url, 6, concurrency=2, transport=AiohttpTransport.of)
+    assert all(r.ok and r.chunk_tokens == (1, 1, 1, 1) for r in records)
+    assert outcome.stamp_source == "reader" and outcome.connections == 2

@@ -16,6 +16,9 @@ import pytest
 
 from speclib.demo import models as dm
 from speclib.demo import prompts_gen as pg
+from speclib.demo import recipe as dr
+from speclib.demo import tokenizer as dtok
+from speclib.demo import training as dtr
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,8 +116,8 @@ def test_recipe_key_changes_with_the_recipe_and_builder_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     key = dm.recipe_key()
-    assert len(key) == 12 and key == dm.recipe_key(dm.DemoRecipe())
-    assert dm.recipe_key(dataclasses.replace(dm.DEFAULT_RECIPE, target_steps=1)) != key
+    assert len(key) == 12 and key == dm.recipe_key(dr.DemoRecipe())
+    assert dm.recipe_key(dataclasses.replace(dr.DEFAULT_RECIPE, target_steps=1)) != key
     monkeypatch.setattr(dm, "BUILDER_VERSION", dm.BUILDER_VERSION + 1)
     assert dm.recipe_key() != key
 
@@ -133,7 +136,7 @@ def test_demo_model_dir_rejects_unknown_names(tmp_path: Path) -> None:
         dm.demo_model_dir("teacher", cache_dir=tmp_path)  # type: ignore[arg-type]
 
 
-def _fake_build(out: Path, *, recipe: dm.DemoRecipe, key: str, log: object) -> None:
+def _fake_build(out: Path, *, recipe: dr.DemoRecipe, key: str, log: object) -> None:
     for name in ("target", "draft"):
         (out / name).mkdir()
         (out / name / "config.json").write_text("{}")
@@ -141,10 +144,10 @@ def _fake_build(out: Path, *, recipe: dm.DemoRecipe, key: str, log: object) -> N
         "key": key,
         "tokenizer": {
             "vocab_size": 7,
-            "bos_token": dm.BOS_TOKEN,
-            "eos_token": dm.EOS_TOKEN,
+            "bos_token": dtok.BOS_TOKEN,
+            "eos_token": dtok.EOS_TOKEN,
             "eos_token_id": 1,
-            "chat_template": dm.CHAT_TEMPLATE,
+            "chat_template": dtok.CHAT_TEMPLATE,
         },
     }
     (out / "build-info.json").write_text(json.dumps(info))
@@ -160,11 +163,11 @@ def test_build_is_cached_and_published_atomically(
         calls.append(str(out))
         _fake_build(out, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(dm, "_build_into", fake)
+    monkeypatch.setattr(dm, "build_into", fake)
     pair = dm.build_demo_pair(cache_dir=tmp_path, log=lambda _m: None)
     assert pair.root == tmp_path / f"demo-{dm.recipe_key()}"
     assert pair.target_dir == pair.root / "target" and pair.draft_dir == pair.root / "draft"
-    assert pair.eos_token == dm.EOS_TOKEN and pair.vocab_size == 7
+    assert pair.eos_token == dtok.EOS_TOKEN and pair.vocab_size == 7
     assert Path(calls[0]).parent == tmp_path and Path(calls[0]) != pair.root
     assert dm.build_demo_pair(cache_dir=tmp_path, log=lambda _m: None) == pair
     assert len(calls) == 1
@@ -183,7 +186,7 @@ def test_failed_build_leaves_nothing_behind(
         (out / "target").mkdir()
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(dm, "_build_into", boom)
+    monkeypatch.setattr(dm, "build_into", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         dm.build_demo_pair(cache_dir=tmp_path, log=lambda _m: None)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"demo-{dm.recipe_key()}.lock"]
@@ -198,7 +201,7 @@ def _locked_builder(cache_dir: str, marker: str) -> None:
         time.sleep(0.5)
         _fake_build(out, **kw)  # type: ignore[arg-type]
 
-    dm._build_into = slow  # type: ignore[assignment]  # child process only
+    dm.build_into = slow  # type: ignore[assignment]  # child process only
     dm.build_demo_pair(cache_dir=Path(cache_dir), log=lambda _m: None)
 
 
@@ -219,7 +222,7 @@ def test_concurrent_builders_build_once(tmp_path: Path) -> None:
 def test_main_prints_the_folders(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(dm, "_build_into", _fake_build)
+    monkeypatch.setattr(dm, "build_into", _fake_build)
     assert dm.main(["--cache-dir", str(tmp_path), "--quiet"]) == 0
     out = capsys.readouterr().out.splitlines()
     key = dm.recipe_key()
@@ -234,67 +237,67 @@ def test_main_prints_the_folders(
 def tokenizer():  # type: ignore[no-untyped-def]
     pytest.importorskip("tokenizers")
     chats = pg.generate_chats(300, seed=0)
-    return dm._train_tokenizer(chats, dm.DEFAULT_RECIPE)
+    return dtok.train_tokenizer(chats, dr.DEFAULT_RECIPE)
 
 
 @pytest.mark.unit
 def test_tokenizer_is_deterministic(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    again = dm._train_tokenizer(pg.generate_chats(300, seed=0), dm.DEFAULT_RECIPE)
+    again = dtok.train_tokenizer(pg.generate_chats(300, seed=0), dr.DEFAULT_RECIPE)
     assert again.to_str() == tokenizer.to_str()
 
 
 @pytest.mark.unit
 def test_tokenizer_round_trip_and_special_tokens(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    for i, token in enumerate(dm.SPECIAL_TOKENS):
+    for i, token in enumerate(dtok.SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == i
     text = "Count from 7 to 40.\nÜber naïve café — 東京 🚀"
     assert tokenizer.decode(tokenizer.encode(text).ids) == text
-    rendered = dm.render_chat("hi", "there")
+    rendered = dtok.render_chat("hi", "there")
     ids = tokenizer.encode(rendered).ids
-    assert ids[0] == 0 and ids.count(dm.SPECIAL_TOKENS.index(dm.EOS_TOKEN)) == 2
+    assert ids[0] == 0 and ids.count(dtok.SPECIAL_TOKENS.index(dtok.EOS_TOKEN)) == 2
     assert tokenizer.decode(ids, skip_special_tokens=False) == rendered
 
 
 @pytest.mark.unit
 def test_chat_template_matches_render_chat(tokenizer) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("transformers")
-    hf = dm._hf_tokenizer(tokenizer)
+    hf = dtok.hf_tokenizer(tokenizer)
     messages = [{"role": "user", "content": "Count from 3 to 40."}]
     text = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == dm.render_chat("Count from 3 to 40.")
+    assert text == dtok.render_chat("Count from 3 to 40.")
     convo = [*messages, {"role": "assistant", "content": "3, 4"}]
     text = hf.apply_chat_template(convo, tokenize=False)
-    assert text == dm.render_chat("Count from 3 to 40.", "3, 4")
-    assert hf.eos_token == dm.EOS_TOKEN and hf.bos_token == dm.BOS_TOKEN
+    assert text == dtok.render_chat("Count from 3 to 40.", "3, 4")
+    assert hf.eos_token == dtok.EOS_TOKEN and hf.bos_token == dtok.BOS_TOKEN
 
 
 @pytest.mark.unit
 def test_saved_tokenizer_loads_with_autotokenizer(tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     transformers = pytest.importorskip("transformers")
-    dm._save_tokenizer(dm._hf_tokenizer(tokenizer), tmp_path)
+    dtok.save_tokenizer(dtok.hf_tokenizer(tokenizer), tmp_path)
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
-    assert config["chat_template"] == dm.CHAT_TEMPLATE
+    assert config["chat_template"] == dtok.CHAT_TEMPLATE
     loaded = transformers.AutoTokenizer.from_pretrained(tmp_path)
     assert isinstance(loaded, transformers.PreTrainedTokenizerFast)
-    assert loaded.eos_token == dm.EOS_TOKEN
+    assert loaded.eos_token == dtok.EOS_TOKEN
     messages = [{"role": "user", "content": "hello"}]
     assert loaded.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True
-    ) == dm.render_chat("hello")
+    ) == dtok.render_chat("hello")
 
 
 @pytest.mark.unit
 def test_model_configs_share_the_vocabulary() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    recipe = dm.DEFAULT_RECIPE
-    target = dm._new_model(recipe.target, 1216, recipe)
-    draft = dm._truncated_copy(target, recipe.draft_layers)
+    recipe = dr.DEFAULT_RECIPE
+    target = dtr.new_model(recipe.target, 1216, recipe)
+    draft = dtr.truncated_copy(target, recipe.draft_layers)
     for model in (target, draft):
         cfg = model.config
         assert cfg.vocab_size == 1216
         assert cfg.max_position_embeddings >= 1024
-        assert cfg.eos_token_id == dm.SPECIAL_TOKENS.index(dm.EOS_TOKEN)
+        assert cfg.eos_token_id == dtok.SPECIAL_TOKENS.index(dtok.EOS_TOKEN)
         assert cfg.hidden_size // cfg.num_attention_heads == 64
     assert target.config.num_hidden_layers == recipe.target.layers
     assert draft.config.num_hidden_layers == recipe.draft_layers
@@ -307,18 +310,18 @@ def test_model_configs_share_the_vocabulary() -> None:
 def test_ballast_keeps_the_core_and_appends_fresh_blocks() -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    recipe = dm.DEFAULT_RECIPE
-    core = dm._new_model(recipe.target, 1216, recipe)
-    target = dm._with_ballast(core, 3, seed=1)
+    recipe = dr.DEFAULT_RECIPE
+    core = dtr.new_model(recipe.target, 1216, recipe)
+    target = dtr.with_ballast(core, 3, seed=1)
     n_core = recipe.target.layers
     assert target.config.num_hidden_layers == n_core + 3
     t_state, c_state = target.state_dict(), core.state_dict()
     assert all((t_state[k] == c_state[k]).all() for k in c_state)
     fresh = [k for k in t_state if k not in c_state]
     assert fresh and {int(k.split(".")[2]) for k in fresh} == {n_core, n_core + 1, n_core + 2}
-    again = dm._with_ballast(core, 3, seed=1).state_dict()
+    again = dtr.with_ballast(core, 3, seed=1).state_dict()
     assert all((again[k] == t_state[k]).all() for k in fresh)  # deterministic
-    assert dm._with_ballast(core, 0, seed=1) is core
+    assert dtr.with_ballast(core, 0, seed=1) is core
     ids = torch.randint(0, 1216, (2, 24))
     with torch.inference_mode():
         core_logits, logits = core(input_ids=ids).logits, target(input_ids=ids).logits
@@ -329,7 +332,7 @@ def test_ballast_keeps_the_core_and_appends_fresh_blocks() -> None:
 def test_tiny_build_produces_loadable_folders(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     recipe = dataclasses.replace(
-        dm.DEFAULT_RECIPE, n_chats=120, target_steps=3, draft_steps=2, eval_chats=2
+        dr.DEFAULT_RECIPE, n_chats=120, target_steps=3, draft_steps=2, eval_chats=2
     )
     shape = recipe.target
     messages: list[str] = []
@@ -366,7 +369,7 @@ def test_tiny_build_produces_loadable_folders(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_recipe_validation_names_the_field(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        dataclasses.replace(dm.DEFAULT_RECIPE, **change)
+        dataclasses.replace(dr.DEFAULT_RECIPE, **change)
 
 
 @pytest.mark.unit
@@ -375,7 +378,7 @@ def test_build_removes_leftovers_of_a_killed_build(
 ) -> None:
     stale = tmp_path / f".demo-{dm.recipe_key()}.tmp-killed"
     (stale / "target").mkdir(parents=True)
-    monkeypatch.setattr(dm, "_build_into", _fake_build)
+    monkeypatch.setattr(dm, "build_into", _fake_build)
     pair = dm.build_demo_pair(cache_dir=tmp_path, log=lambda _m: None)
     assert not stale.exists()
     assert oct(pair.root.stat().st_mode & 0o777) == oct(0o755)

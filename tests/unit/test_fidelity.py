@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from speclib.analysis.crosscheck import BenchRequest
 from speclib.core.records import RequestRecord
-from speclib.run.benchcheck import BenchRequest
 from tests.benchmarks.fidelity import bench_errors, kit_errors, summarize, truth_of
 from tests.fakeserver import Exchange, SentEvent
 

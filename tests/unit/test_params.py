@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -224,3 +225,26 @@ def test_load_levels_and_rates(tmp_path):
     assert [(lv.concurrency, lv.request_rate) for lv in levels] == [(1, None), (4, None), (4, 2.5)]
     data["workload"]["concurrency"] = [2, 2]
     assert "distinct" in _error(tmp_path, data)
+
+
+@pytest.mark.parametrize(
+    ("workload", "needle"),
+    [
+        ({"max_tokens": 1}, "max_tokens must be >= 2: TPOT"),
+        ({"max_tokens": 8, "min_tokens": 9}, "min_tokens (9) must be <= max_tokens (8)"),
+    ],
+)
+def test_token_counts_that_measure_nothing(tmp_path, workload, needle):
+    data = _base(tmp_path)
+    data["workload"].update(workload)
+    assert needle in _error(tmp_path, data)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_speculative_keys_checked_against_installed_vllm(tmp_path):
+    data = _base(tmp_path)
+    data["series"][1]["speculative_config"]["num_speculative_token"] = 3
+    msg = _error(tmp_path, data)
+    assert "series[1] (name='exp').speculative_config.num_speculative_token: unknown key" in msg
+    assert "did you mean 'num_speculative_tokens'" in msg
+    load_params(_write(tmp_path, data), check_vllm=False)  # the kit's own rules only

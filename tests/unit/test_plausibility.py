@@ -11,24 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.analysis.plausibility import (
-    OutputScore,
-    ScoreItem,
-    append_score,
+from speclib.analysis.agreement import classify_output
+from speclib.analysis.sampling import (
     compare_plausibility,
     compare_run,
     expected_logprob,
-    items_from_records,
     outside_nucleus,
-    read_scores,
-    score_outputs,
-    score_run,
-    scoring_enabled,
 )
-from speclib.analysis.specdecode import classify_output
 from speclib.analysis.stats import DegenerateDataWarning
 from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, append_record
+from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
+from speclib.run.scoring import items_from_records, score_outputs, score_run, scoring_enabled
 from tests.fake_scorer import DIST, ScorerServer, logprob_of, tokenize_text
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]

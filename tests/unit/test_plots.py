@@ -1,4 +1,7 @@
-"""Unit tests for speclib.report.figures: each figure renders from a small synthetic frame."""
+"""Unit tests of the report figures: each figure renders from a small synthetic frame.
+
+Covers speclib.report.figure_base, .request_figures and .spec_figures.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +13,19 @@ import pytest
 from matplotlib.figure import Figure
 
 from speclib.core.prometheus import SpecCounters
-from speclib.report.figures import (
-    RECORD_COLUMNS,
-    FigureWithCaption,
+from speclib.report.figure_base import RECORD_COLUMNS, FigureWithCaption, series_palette
+from speclib.report.request_figures import (
     paired_prompt_ratios,
-    plot_acceptance,
-    plot_acceptance_vs_speedup,
     plot_latency_ecdf,
-    plot_memory,
     plot_paired_ratio,
-    plot_speedup_vs_load,
     plot_timeline,
     plot_tokens_per_chunk,
-    series_palette,
+)
+from speclib.report.spec_figures import (
+    plot_acceptance,
+    plot_acceptance_vs_speedup,
+    plot_memory,
+    plot_speedup_vs_load,
 )
 
 pytestmark = pytest.mark.unit

@@ -56,6 +56,11 @@ def _analysis(comparisons: list[SimpleNamespace], warnings: tuple[str, ...] = ()
     return SimpleNamespace(
         params=params,
         comparisons=comparisons,
+        experiments=tuple(comparisons),
+        noise_floor=(),
+        design={"design": "interleaved", "reason": "2 servers fit"},
+        bench_problem=None,
+        records=pd.DataFrame({"replicate": [0, 1]}),
         warnings=warnings,
         manifest=manifest,
         control="control",
@@ -140,7 +145,7 @@ def test_export_hides_code_and_notebook_only_cells(tmp_path: Path) -> None:
 
 
 def test_series_table_has_labels_with_units() -> None:
-    from speclib.report.sections import _series_html
+    from speclib.report.method import series_html
 
     series = pd.DataFrame(
         [{"series": "control", "role": "control", "median_tpot_s": 0.0123, "peak_rss_bytes": None,
@@ -148,7 +153,7 @@ def test_series_table_has_labels_with_units() -> None:
          {"series": "draft", "role": "experiment", "median_tpot_s": 0.0061,
           "peak_rss_bytes": 2**29, "extra_col": None}]
     )  # fmt: skip
-    out = _series_html(SimpleNamespace(series=series))
+    out = series_html(SimpleNamespace(series=series))
     assert "<th>control</th><th>draft</th>" in out
     assert "<th>median TPOT</th><td>12.30 ms</td><td>6.10 ms</td>" in out
     assert "<th>peak server memory (RSS)</th><td>–</td><td>512 MiB</td>" in out

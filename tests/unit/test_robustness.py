@@ -172,12 +172,15 @@ def test_interrupt_stops_servers_and_keeps_records(tmp_path, sig):
     assert _wait_gone() == [], "a server survived the interruption"
     assert not (run / "server.pid").exists()
     lines = _lines(run)  # every line parses: nothing torn, nothing lost
-    assert all(line["launch_id"] == "control-r0" for line in lines)
+    assert {line["launch_id"] for line in lines} <= {"control-r0", "spec-r0"}  # block r0
     assert "Traceback" not in err.splitlines()[-1] if err else True
 
 
 def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
     params = _params(tmp_path, n_prompts=30)
+    data = yaml.safe_load(params.read_text())
+    data["protocol"] = {"design": "sequential"}  # one launch per block
+    params.write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
     slow = {**os.environ, "FAKE_VLLM_STEP_S": "0.05"}
     proc = subprocess.Popen(
@@ -199,7 +202,7 @@ def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
     first = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
     done = _run(["run", "--resume", str(run)])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "control-r0: done before, kept (resume)" in done.stderr
+    assert "block control-r0: done before, kept (resume)" in done.stderr
     again = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
     assert again["started_at"] == first["started_at"]
     lines = [x for x in _lines(run) if x["phase"] == "measure"]
@@ -281,7 +284,7 @@ def test_an_interrupted_kernel_stops_the_run_and_other_cell_errors_do_not(tmp_pa
     """Ctrl-C hits the kernel too: its cell error must stop the run, not count as a failure."""
     import nbformat
 
-    from speclib.app import runner
+    from speclib.app import kernel
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -293,7 +296,7 @@ def test_an_interrupted_kernel_stops_the_run_and_other_cell_errors_do_not(tmp_pa
     fails = nbformat.v4.new_notebook(metadata=nb.metadata)
     fails.cells = [nbformat.v4.new_code_cell("raise ValueError('broken')")]
     nbformat.write(fails, tmp_path / "fails.ipynb")
-    monkeypatch.setattr(runner, "NOTEBOOKS_DIR", tmp_path)
+    monkeypatch.setattr(kernel, "NOTEBOOKS_DIR", tmp_path)
 
     def handler(signum, frame):
         raise SystemExit(128 + signum)
@@ -301,22 +304,22 @@ def test_an_interrupted_kernel_stops_the_run_and_other_cell_errors_do_not(tmp_pa
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         with pytest.raises(KeyboardInterrupt, match="stop interrupted"):
-            runner.execute_notebook("stop", tmp_path / "out" / "stop.ipynb", {"x": 2})
+            kernel.execute_notebook("stop", tmp_path / "out" / "stop.ipynb", {"x": 2})
         assert signal.getsignal(signal.SIGTERM) is handler  # the kit's handler stays
         from papermill.exceptions import PapermillExecutionError
 
         with pytest.raises(PapermillExecutionError, match="broken"):
-            runner.execute_notebook("fails", tmp_path / "out" / "fails.ipynb", {})
+            kernel.execute_notebook("fails", tmp_path / "out" / "fails.ipynb", {})
         assert signal.getsignal(signal.SIGTERM) is handler
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 def test_a_swallowed_ctrl_c_is_still_remembered():
-    from speclib.app.runner import _signal_guard
+    from speclib.app.kernel import signal_guard
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    restore, interrupted = _signal_guard()
+    restore, interrupted = signal_guard()
     try:
         assert not interrupted()
         try:  # a library that catches KeyboardInterrupt and carries on

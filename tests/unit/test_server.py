@@ -7,12 +7,9 @@ completions like vLLM. Failures are small ``python -c`` children that exit or ha
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -140,34 +137,30 @@ def test_ready_then_stop_kills_whole_group(tmp_path):
     assert not spec.pidfile.exists()
 
 
-def test_reap_pidfile_after_kit_was_sigkilled(tmp_path):
+def test_reap_pidfile_kills_a_server_left_behind(tmp_path):
+    # The supervisor stops the server when the kit dies (tests/unit/test_supervisor.py); the
+    # pidfile is the last resort should the supervisor die too. Stand-in: a server group
+    # started with no supervisor at all, recorded the way launch() records it.
     port = srv.free_port()
-    # A "kit" process that launches a server whose child ignores the parent's death, then
-    # is SIGKILLed: the next run must find the server through the pidfile and stop it.
-    kit = textwrap.dedent(f"""
-        import sys, time
-        from pathlib import Path
-        from speclib.serve import process as srv
-        srv._set_pdeathsig = lambda: None  # simulate a platform without PDEATHSIG
-        spec = srv.LaunchSpec(argv=({sys.executable!r}, {str(FAKE)!r}, "--port", "{port}"),
-            host="127.0.0.1", port={port}, served_model="fake-model",
-            log_path=Path({str(tmp_path / "server.log")!r}),
-            pidfile=Path({str(tmp_path / "server.pid")!r}), start_timeout_s=60)
-        h = srv.launch(spec)
-        print("READY", h.pid, flush=True)
-        time.sleep(600)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", kit], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("READY"), line
-    server_pid = int(line.split()[1])
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
-    assert psutil.pid_exists(server_pid) and not _gone(server_pid, timeout=0.5)
-    killed = srv.reap_pidfile(tmp_path / "server.pid")
-    assert killed == [server_pid]
-    assert _gone(server_pid)
-    assert not (tmp_path / "server.pid").exists()
+    argv = ["bash", "-c", f"sleep 600 & exec {sys.executable} {FAKE} --port {port}"]
+    server = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while srv.port_is_free("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kids = psutil.Process(server.pid).children(recursive=True)
+        assert any("sleep" in " ".join(k.cmdline()) for k in kids)
+        info = {"pid": server.pid, "pgid": server.pid, "argv": [sys.executable, str(FAKE)]}
+        info["argv"] += ["--port", str(port)]
+        (tmp_path / "server.pid").write_text(json.dumps(info))
+        killed = srv.reap_pidfile(tmp_path / "server.pid")
+        assert killed == [server.pid]
+        server.wait(timeout=10)
+        assert all(_gone(k.pid) for k in kids)
+        assert not (tmp_path / "server.pid").exists()
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_reap_leaves_unrelated_process_alone(tmp_path):

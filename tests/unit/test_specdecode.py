@@ -1,6 +1,6 @@
-"""Unit tests for speclib.analysis.specdecode.
+"""Unit tests of speculative decoding's analysis: acceptance, reconciliation, agreement, model.
 
-Acceptance, reconciliation, agreement, the speed-up model.
+Covers speclib.analysis.acceptance, .agreement, .speedup and .chunks.
 """
 
 from __future__ import annotations
@@ -10,24 +10,27 @@ import math
 import pandas as pd
 import pytest
 
-from speclib.analysis.specdecode import (
-    OUTPUT_CLASSES,
+from speclib.analysis.acceptance import (
     accepted_per_pos_from_histogram,
-    alpha_from_mean_length,
+    reconcile,
+    request_acceptance,
+    sum_counters,
+)
+from speclib.analysis.agreement import (
+    OUTPUT_CLASSES,
     classify_output,
     compare_outputs,
-    decode_steps,
+    count_bad_outputs,
+    greedy_agreement,
+    summarize_agreement,
+)
+from speclib.analysis.chunks import tokens_per_chunk_distribution
+from speclib.analysis.speedup import (
+    alpha_from_mean_length,
     estimate_draft_cost,
     expected_tokens_per_step,
     explain_speedup,
-    greedy_agreement,
-    itl_summary,
     leviathan_speedup,
-    reconcile,
-    request_acceptance,
-    spec_step_time,
-    summarize_agreement,
-    tokens_per_chunk_distribution,
 )
 from speclib.core.prometheus import SpecCounters
 from speclib.core.records import RequestRecord
@@ -264,6 +267,16 @@ def test_classify_output() -> None:
     )
     assert classify_output(row) == "empty_output"
     assert set(OUTPUT_CLASSES) >= {"ok", "http_error", "empty_output", "truncated_by_error"}
+    assert count_bad_outputs([*cases.values(), row, aborted]) == 4  # 2 truncated, 2 empty
+
+
+def test_sum_counters_adds_launches_position_by_position() -> None:
+    a = SpecCounters(10, 40, 20, (8, 6, 4, 2))
+    b = SpecCounters(5, 10, 4, (3, 1), present=False)
+    total = sum_counters([a, b])
+    assert (total.num_drafts, total.num_draft_tokens, total.num_accepted_tokens) == (15, 50, 24)
+    assert total.accepted_per_pos == (11, 7, 4, 2) and total.present
+    assert sum_counters([]) is None
 
 
 # --------------------------------------------------------------------------- Leviathan
@@ -317,7 +330,7 @@ def test_alpha_from_mean_length_inverts_the_model() -> None:
         alpha_from_mean_length(6.0, 4)
 
 
-def test_draft_cost_and_step_time() -> None:
+def test_draft_cost() -> None:
     assert estimate_draft_cost(control_tpot=0.01, spec_step_time=0.014, k=4) == pytest.approx(0.1)
     via_tpot = estimate_draft_cost(
         control_tpot=0.01, spec_tpot=0.005, mean_acceptance_length=2.8, k=4
@@ -327,15 +340,6 @@ def test_draft_cost_and_step_time() -> None:
         estimate_draft_cost(control_tpot=0.01, k=4)
     with pytest.raises(ValueError, match="control_tpot"):
         estimate_draft_cost(control_tpot=0.0, spec_step_time=0.01, k=4)
-    # 8 verify steps × (1 + 3 accepted) = 32 tokens after the first
-    assert spec_step_time(
-        e2e_s=1.0, ttft_s=0.1, output_tokens=33, num_spec_steps=8, num_accepted=24
-    ) == pytest.approx(0.9 / 8)
-    # 4 verify steps give 16 tokens; the other 16 came from plain steps
-    assert decode_steps(output_tokens=33, num_spec_steps=4, num_accepted=12) == 20
-    assert (
-        spec_step_time(e2e_s=1, ttft_s=1, output_tokens=1, num_spec_steps=0, num_accepted=0) is None
-    )
 
 
 def test_explain_speedup_levers() -> None:
@@ -363,7 +367,7 @@ def test_explain_speedup_levers() -> None:
         explain_speedup(alpha=0.5, k=2, c=0.1, k_range=[])
 
 
-# --------------------------------------------------------------------------- chunks, ITL
+# --------------------------------------------------------------------------- chunks
 
 
 def test_tokens_per_chunk_distribution() -> None:
@@ -373,13 +377,3 @@ def test_tokens_per_chunk_distribution() -> None:
     assert d.share_multi_token == pytest.approx(2 / 6)
     empty = tokens_per_chunk_distribution([])
     assert empty.n_chunks == 0 and empty.mean is None
-
-
-def test_itl_summary() -> None:
-    s = itl_summary([0.1, 0.2, 0.4, 0.5], [1, 1, 4, 2])
-    assert s.n_gaps == 3
-    assert s.median_gap_s == pytest.approx(0.1)
-    assert s.median_gap_per_token_s == pytest.approx(0.05)
-    assert itl_summary([0.1], [1]).median_gap_s is None
-    with pytest.raises(ValueError, match="same length"):
-        itl_summary([0.1, 0.2], [1])

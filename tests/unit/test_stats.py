@@ -23,11 +23,11 @@ from speclib.analysis.decision import (
 from speclib.analysis.stats import (
     DegenerateDataWarning,
     RatioCI,
-    _two_stage_interval,
     holm_adjust,
     paired_ratio_ci,
     wilcoxon_logratio,
 )
+from speclib.analysis.stats_clustered import two_stage_interval
 
 pytestmark = pytest.mark.unit
 
@@ -103,7 +103,7 @@ def test_internal_routine_matches_public_and_covers_in_batch():
     launch = rng.normal(0, LAUNCH_SD * math.sqrt(2), (*shape[:2], 1))
     y = math.log(0.85) + launch + rng.normal(0, NOISE_SD * math.sqrt(2), shape)
     sizes = np.full(shape[:2], PER_LAUNCH)
-    est, low, high, _ = _two_stage_interval(
+    est, low, high, _ = two_stage_interval(
         y, sizes, confidence_level=0.95, n_resamples=N_RESAMPLES, rng=rng
     )
     assert np.allclose(est, y.mean(axis=(1, 2)))
@@ -124,7 +124,7 @@ def test_unequal_launch_sizes_still_cover():
     y = math.log(0.85) + launch + rng.normal(0, NOISE_SD * math.sqrt(2), shape)
     y = np.where(np.arange(shape[2]) < sizes[:, None], y, np.nan)
     batch_sizes = np.broadcast_to(sizes, shape[:2])
-    est, low, high, _ = _two_stage_interval(
+    est, low, high, _ = two_stage_interval(
         y, batch_sizes, confidence_level=0.95, n_resamples=N_RESAMPLES, rng=rng
     )
     assert np.allclose(est, np.nanmean(y, axis=(1, 2)))

@@ -1,0 +1,256 @@
+"""Output checks of a comparison: greedy agreement, and the failure class of each output.
+
+* **Greedy output agreement** (:func:`greedy_agreement`, :func:`compare_outputs`,
+  :func:`summarize_agreement`): speculation must not change greedy output; where it does,
+  the first divergence and a short excerpt go into the report.
+* **Output classes** (:func:`classify_output`, :func:`count_bad_outputs`) beside HTTP
+  errors: empty outputs and streams cut by an error are failures even when the client saw
+  status 200.
+
+Records may be :class:`~speclib.core.records.RequestRecord` objects or dict-likes (rows of
+a records DataFrame); pure functions, nothing talks to a server.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "OUTPUT_CLASSES",
+    "Agreement",
+    "AgreementSummary",
+    "classify_output",
+    "compare_outputs",
+    "count_bad_outputs",
+    "greedy_agreement",
+    "summarize_agreement",
+]
+
+OUTPUT_CLASSES = ("ok", "http_error", "empty_output", "truncated_by_error", "implausible")
+"""Every value :func:`classify_output` can return (``implausible`` is set by a later check)."""
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    """Field of a record-like: attribute (RequestRecord, namedtuple) or key (dict, Series).
+
+    Missing values (``None``, NaN, ``pd.NA``) come back as ``default``.
+    """
+    if isinstance(obj, Mapping) or callable(getattr(obj, "get", None)):
+        value = obj.get(name, default)
+    else:
+        value = getattr(obj, name, default)
+    return default if _missing(value) else value
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, str | bytes | list | tuple | dict):
+        return False
+    try:
+        return bool(value != value)  # NaN
+    except (TypeError, ValueError):  # pd.NA, arrays
+        return value.__class__.__name__ == "NAType"
+
+
+# --------------------------------------------------------------------------- agreement
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Whether one prompt's greedy output is the same with and without speculation.
+
+    ``unit`` says what ``first_divergence`` and the lengths count: ``"tokens"`` when both
+    sides had token ids, else ``"chars"``. When one output is a prefix of the other the
+    divergence is at the shorter length. ``char_divergence`` locates the difference in the
+    text (for the excerpts): ``context_before`` is the shared text just before it,
+    ``control_after``/``experiment_after`` what each side says from there.
+    """
+
+    exact_match: bool
+    unit: Literal["tokens", "chars"]
+    first_divergence: int | None
+    control_length: int
+    experiment_length: int
+    char_divergence: int | None = None
+    context_before: str = ""
+    control_after: str = ""
+    experiment_after: str = ""
+
+
+def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def greedy_agreement(
+    control_text: str,
+    experiment_text: str,
+    *,
+    control_tokens: Sequence[int] | None = None,
+    experiment_tokens: Sequence[int] | None = None,
+    excerpt_chars: int = 40,
+) -> Agreement:
+    """Compare one prompt's control and experiment outputs (greedy sampling).
+
+    Token ids are compared when both are given, else characters. Excerpts hold up to
+    ``excerpt_chars`` characters each side of the first differing character.
+    """
+    if excerpt_chars < 0:
+        raise ValueError(f"`excerpt_chars` must be >= 0 (got {excerpt_chars!r})")
+    ctext, etext = control_text or "", experiment_text or ""
+    if control_tokens is not None and experiment_tokens is not None:
+        unit: Literal["tokens", "chars"] = "tokens"
+        a, b = list(control_tokens), list(experiment_tokens)
+    else:
+        unit = "chars"
+        a, b = ctext, etext  # type: ignore[assignment]
+    same = a == b
+    pos = None if same else _common_prefix(a, b)
+    cpos = None if ctext == etext else _common_prefix(ctext, etext)
+
+    def after(s: str, start: int) -> str:
+        stop = start + excerpt_chars
+        return s[start:stop] + ("…" if stop < len(s) else "")
+
+    before = ctrl_after = exp_after = ""
+    if cpos is not None:
+        start = cpos - excerpt_chars
+        before = ("…" if start > 0 else "") + ctext[max(start, 0) : cpos]
+        ctrl_after, exp_after = after(ctext, cpos), after(etext, cpos)
+    return Agreement(
+        exact_match=same,
+        unit=unit,
+        first_divergence=pos,
+        control_length=len(a),
+        experiment_length=len(b),
+        char_divergence=cpos,
+        context_before=before,
+        control_after=ctrl_after,
+        experiment_after=exp_after,
+    )
+
+
+def compare_outputs(
+    control_records: Iterable[Any],
+    experiment_records: Iterable[Any],
+    *,
+    excerpt_chars: int = 40,
+) -> dict[str, Agreement]:
+    """Agreement per ``prompt_id`` present in both series.
+
+    For each side the first successful (``ok`` and ``classify_output == "ok"``) record of
+    phase ``"measure"`` per prompt is used; greedy output must be the same for every repeat
+    anyway. Records may be :class:`~speclib.core.records.RequestRecord` or dict-likes.
+    """
+
+    def first_ok(records: Iterable[Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for rec in records:
+            if _get(rec, "phase", "measure") != "measure" or classify_output(rec) != "ok":
+                continue
+            out.setdefault(str(_get(rec, "prompt_id")), rec)
+        return out
+
+    ctrl, exp = first_ok(control_records), first_ok(experiment_records)
+    result: dict[str, Agreement] = {}
+    for pid in ctrl:
+        if pid not in exp:
+            continue
+        c, e = ctrl[pid], exp[pid]
+        result[pid] = greedy_agreement(
+            _text(c),
+            _text(e),
+            control_tokens=_get(c, "token_ids"),
+            experiment_tokens=_get(e, "token_ids"),
+            excerpt_chars=excerpt_chars,
+        )
+    return result
+
+
+def _text(rec: Any) -> str:
+    text = _get(rec, "text", "")
+    return text if isinstance(text, str) else ""
+
+
+@dataclass(frozen=True)
+class AgreementSummary:
+    """Agreement over prompts. ``unit`` is ``"mixed"`` if some were compared by tokens."""
+
+    n_compared: int
+    n_exact: int
+    n_diverged: int
+    exact_match_rate: float | None
+    median_first_divergence: float | None
+    unit: str
+
+
+def summarize_agreement(
+    agreements: Iterable[Agreement] | Mapping[str, Agreement],
+) -> AgreementSummary:
+    """Exact-match rate and median first-divergence position over prompts."""
+    items = list(agreements.values() if isinstance(agreements, Mapping) else agreements)
+    n = len(items)
+    exact = sum(a.exact_match for a in items)
+    positions = [a.first_divergence for a in items if a.first_divergence is not None]
+    units = {a.unit for a in items}
+    return AgreementSummary(
+        n_compared=n,
+        n_exact=exact,
+        n_diverged=n - exact,
+        exact_match_rate=exact / n if n else None,
+        median_first_divergence=float(statistics.median(positions)) if positions else None,
+        unit=units.pop() if len(units) == 1 else ("mixed" if units else "tokens"),
+    )
+
+
+# --------------------------------------------------------------------------- output class
+
+
+def _tokens_out(rec: Any) -> int | None:
+    n = _get(rec, "output_tokens")
+    if n is not None:
+        return int(n)
+    chunks = _get(rec, "chunk_tokens")
+    if chunks is not None and len(chunks) > 0:
+        return int(sum(chunks))
+    return None
+
+
+def classify_output(rec: Any, *, implausible: bool = False) -> str:
+    """Failure class of one record-like (one of :data:`OUTPUT_CLASSES`).
+
+    * ``"http_error"``: the request failed before any output: an error status, or no
+      response at all (connection refused, timeout);
+    * ``"truncated_by_error"``: the response started (status 200 or tokens arrived) and
+      then failed, or it finished with ``finish_reason`` ``"error"``/``"abort"``;
+    * ``"empty_output"``: succeeded but produced no token and no text;
+    * ``"implausible"``: succeeded but a later check (e.g. log-probs) flagged the text,
+      passed in as ``implausible=True``;
+    * ``"ok"`` otherwise.
+    """
+    ok = bool(_get(rec, "ok", False))
+    status = _get(rec, "status")
+    n_tokens = _tokens_out(rec)
+    text = _get(rec, "text", "")
+    text = text if isinstance(text, str) else ""
+    got_output = bool(text) or bool(n_tokens)
+    if not ok:
+        started = status is not None and 200 <= int(status) < 300
+        return "truncated_by_error" if (started or got_output) else "http_error"
+    if _get(rec, "finish_reason") in ("error", "abort"):
+        return "truncated_by_error"
+    if not got_output:
+        return "empty_output"
+    return "implausible" if implausible else "ok"
+
+
+def count_bad_outputs(records: Iterable[Any]) -> int:
+    """How many records are ``"empty_output"`` or ``"truncated_by_error"`` outputs."""
+    return sum(classify_output(rec) in ("empty_output", "truncated_by_error") for rec in records)

@@ -1,0 +1,458 @@
+"""One experiment series against the control: pairs, ratio CIs, decision, gates, acceptance.
+
+:func:`compare_level` builds the :class:`Comparison` of every experiment at one load level:
+it pairs requests by replicate, prompt and repeat; decides TPOT with Holm's step-down across
+the experiments; computes TTFT and E2E ratio CIs for the gates (two-stage when there are
+several launches); weighs the gates (errors, outputs, memory, TTFT/E2E); sums acceptance per
+request and from the launches' ``/metrics`` deltas; compares greedy outputs; and explains
+the speed-up with the standard model of speculative decoding.
+
+The module is over 400 lines because a comparison's record (:class:`Comparison` and its
+``summary.json`` entry) and its assembly from pairs, intervals and gates change together.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from speclib.analysis.acceptance import request_acceptance, sum_counters
+from speclib.analysis.agreement import (
+    Agreement,
+    AgreementSummary,
+    compare_outputs,
+    count_bad_outputs,
+    summarize_agreement,
+)
+from speclib.analysis.decision import Decision, Verdict, apply_gates
+from speclib.analysis.frames import PairedFrame, finite_median, pair_frame, ratio_by_category
+from speclib.analysis.launches import LaunchMetrics
+from speclib.analysis.speedup import (
+    SpeedupExplanation,
+    alpha_from_mean_length,
+    estimate_draft_cost,
+    explain_speedup,
+)
+from speclib.analysis.stats import DegenerateDataWarning, RatioCI, paired_ratio_ci
+from speclib.analysis.tpot_verdict import LevelDecision, decide_level
+from speclib.core.jsonutil import jsonable
+from speclib.core.params import AA_ARM, AnalysisParams, ExperimentParams
+
+__all__ = ["Comparison", "compare_level"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One experiment series against the control."""
+
+    experiment: str
+    control: str
+    level: int
+    load: str
+    method: str | None
+    k: int | None
+    pairing: dict[str, int]
+    n_launches: int
+    cis: dict[str, RatioCI | None]
+    decision: Decision | None
+    verdict: Verdict | None
+    error_rate_control: float
+    error_rate_experiment: float
+    bad_outputs_control: int
+    bad_outputs_experiment: int
+    median_tpot_control_s: float | None
+    median_tpot_experiment_s: float | None
+    agreement: AgreementSummary | None
+    agreements: dict[str, Agreement]
+    acceptance: dict[str, Any]
+    explanation: SpeedupExplanation | None
+    peak_rss_bytes: int | None
+    pairs: pd.DataFrame = field(repr=False)
+    plausibility: Any = None  # speclib.analysis.sampling.PlausibilityResult (sampled runs)
+
+    @property
+    def word(self) -> str:
+        """The verdict word (``"inconclusive"`` without valid pairs)."""
+        return self.verdict.word if self.verdict else "inconclusive"
+
+    @property
+    def tpot_ratio_by_category(self) -> dict[str, tuple[float, int]]:
+        """Geometric-mean TPOT ratio and pair count per prompt category (point estimates)."""
+        return ratio_by_category(self.pairs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison's entry in ``summary.json`` (JSON-safe)."""
+        tpot = self.cis.get("tpot_s")
+        dec = self.decision
+        return jsonable(
+            {
+                "experiment": self.experiment,
+                "role": "aa" if self.experiment == AA_ARM else "experiment",
+                "control": self.control,
+                "level": self.level,
+                "load": self.load,
+                "method": self.method,
+                "num_speculative_tokens": self.k,
+                "n_pairs": self.pairing.get("n_pairs", 0),
+                "n_launches": self.n_launches,
+                "median_tpot_control_s": self.median_tpot_control_s,
+                "median_tpot_experiment_s": self.median_tpot_experiment_s,
+                "tpot_ratio": tpot.estimate if tpot else None,
+                "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
+                "tpot_ratio_by_category": {
+                    cat: {"ratio": r, "n_pairs": n}
+                    for cat, (r, n) in self.tpot_ratio_by_category.items()
+                },
+                "confidence_level": tpot.confidence_level if tpot else None,
+                "ci_method": tpot.method if tpot else None,
+                "tpot_decision": dec.word if dec else "inconclusive",
+                "decision": self.word,
+                "reasons": list(self.verdict.reasons) if self.verdict else ["no valid pairs"],
+                "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
+                "extra_launches_needed": dec.extra_launches_needed if dec else None,
+                "metrics": {
+                    m.removesuffix("_s"): (ci.to_dict() if ci else None)
+                    for m, ci in self.cis.items()
+                },
+                "gates": [vars(g) for g in self.verdict.gates] if self.verdict else [],
+                "pairing": self.pairing,
+                "error_rate_control": self.error_rate_control,
+                "error_rate_experiment": self.error_rate_experiment,
+                "bad_outputs_control": self.bad_outputs_control,
+                "bad_outputs_experiment": self.bad_outputs_experiment,
+                "agreement": vars(self.agreement) if self.agreement else None,
+                "acceptance": self.acceptance,
+                "explanation": _explanation_dict(self.explanation),
+                "peak_rss_bytes": self.peak_rss_bytes,
+                "plausibility": _plaus_dict(self.plausibility),
+            }
+        )
+
+
+def _plaus_dict(p: Any) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    keep = (
+        "word",
+        "implausible",
+        "estimate",
+        "ci_low",
+        "ci_high",
+        "confidence_level",
+        "margin_nats",
+        "n_prompts",
+        "mean_logprob_control",
+        "mean_logprob_experiment",
+        "n_degenerate_control",
+        "n_degenerate_experiment",
+        "n_outside_control",
+        "n_outside_experiment",
+        "nucleus_p_value",
+        "reason",
+    )
+    return {k: getattr(p, k, None) for k in keep}
+
+
+def _explanation_dict(e: SpeedupExplanation | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    out = dict(vars(e))
+    out["k_curve"] = [list(kv) for kv in e.k_curve]
+    return out
+
+
+def _error_rate(records: pd.DataFrame) -> float:
+    """Share of the records that failed (0 for none)."""
+    return float(1 - records["ok"].astype(bool).mean()) if len(records) else 0.0
+
+
+def _bad_outputs(records: pd.DataFrame) -> int:
+    return count_bad_outputs(records.to_dict(orient="records"))
+
+
+def _ci(
+    pairs: pd.DataFrame,
+    metric: str,
+    level: float,
+    a: AnalysisParams,
+    salt: int,
+    *,
+    clustered: bool = True,
+) -> RatioCI | None:
+    c = pairs[f"{metric}_c"].to_numpy(float)
+    e = pairs[f"{metric}_e"].to_numpy(float)
+    keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
+    if keep.sum() == 0:
+        return None
+    clusters = pairs["replicate"].to_numpy()[keep]
+    rng = np.random.default_rng([a.seed, salt])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        return paired_ratio_ci(
+            c[keep],
+            e[keep],
+            clusters=clusters if clustered and len(set(clusters)) > 1 else None,
+            confidence_level=level,
+            n_resamples=a.n_resamples,
+            rng=rng,
+        )
+
+
+def _acceptance(exp_df: pd.DataFrame, lms: list[LaunchMetrics]) -> dict[str, Any]:
+    ok = exp_df[exp_df["ok"].astype(bool)]
+    per_req = [request_acceptance(s) for s in ok["spec"] if isinstance(s, dict)]
+    with_drafts = [r for r in per_req if r.rate is not None]
+    counters = [m.spec for m in lms if m.spec is not None]
+    total = sum_counters(counters)
+    recs = [m.reconciliation for m in lms if m.reconciliation is not None]
+    return {
+        "requests_with_metrics": len(per_req),
+        "requests_without_drafts": sum(r.no_drafts for r in per_req),
+        "per_request_median_rate": statistics.median([r.rate for r in with_drafts])
+        if with_drafts
+        else None,
+        "per_request_median_mean_length": statistics.median(
+            [r.mean_length for r in with_drafts if r.mean_length is not None]
+        )
+        if with_drafts
+        else None,
+        "metrics_acceptance_rate": total.acceptance_rate if total else None,
+        "metrics_mean_acceptance_length": total.mean_acceptance_length if total else None,
+        "metrics_per_position_rate": list(total.per_position_rate or []) if total else None,
+        "metrics_counters": total.to_dict() if total else None,
+        "reconciled": all(r.matches for r in recs) if recs else None,
+        "reconciliation_notes": sorted({r.explanation for r in recs if r.explanation}),
+    }
+
+
+def _explain(
+    k: int | None,
+    acc: dict[str, Any],
+    tpot: RatioCI | None,
+    med_c: float | None,
+    med_e: float | None,
+) -> SpeedupExplanation | None:
+    mean_len = acc.get("metrics_mean_acceptance_length") or acc.get(
+        "per_request_median_mean_length"
+    )
+    if not k or not mean_len or not med_c or not med_e or tpot is None:
+        return None
+    try:
+        alpha = alpha_from_mean_length(mean_len, k)
+        c = estimate_draft_cost(
+            control_tpot=med_c, k=k, spec_tpot=med_e, mean_acceptance_length=mean_len
+        )
+        return explain_speedup(alpha=alpha, k=k, c=c, measured_speedup=1 / tpot.estimate)
+    except ValueError:
+        return None
+
+
+def _unscored(params: ExperimentParams, plaus: Any) -> str | None:
+    """Why a sampled run's outputs are of unknown correctness (None: scored, or greedy)."""
+    if params.workload.temperature == 0.0 or params.analysis.score_outputs == "off":
+        return None
+    if plaus is None:
+        return "the sampling check did not score this series' outputs"
+    return None
+
+
+def _implausible_count(p: Any) -> int:
+    """Outputs the sampling check flags: degenerate ones, at least one if the series is."""
+    if p is None:
+        return 0
+    n = int(getattr(p, "n_degenerate_experiment", 0) or 0)
+    return max(n, 1) if getattr(p, "implausible", False) else n
+
+
+def _peak_rss(series_rows: pd.DataFrame, name: str) -> int | None:
+    peak = series_rows.set_index("series").loc[name].get("peak_rss_bytes")
+    return None if peak is None or (isinstance(peak, float) and math.isnan(peak)) else int(peak)
+
+
+def _compare(
+    name: str,
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    ci_tpot: RatioCI | None,
+    decision: Decision | None,
+    lms: list[LaunchMetrics],
+    series_rows: pd.DataFrame,
+    salt: int,
+    level: int = 0,
+    plaus: Any = None,
+    bench_problem: str | None = None,
+    mode_problem: str | None = None,
+) -> Comparison:
+    a = params.analysis
+    control = params.control_name
+    paired: PairedFrame = pair_frame(df, control=control, experiment=name)
+    pairs = paired.pairs
+    cis: dict[str, RatioCI | None] = {"tpot_s": ci_tpot}
+    for j, m in enumerate(("ttft_s", "e2e_s")):
+        cis[m] = _ci(pairs, m, a.confidence, a, salt * 10 + j + 1) if len(pairs) else None
+    # what a launch-blind prompt-level bootstrap would say (information, never the verdict)
+    cis["tpot_prompt_level"] = (
+        _ci(pairs, "tpot_s", a.confidence, a, salt * 10 + 3, clustered=False)
+        if len(pairs)
+        else None
+    )
+    d_c, d_e = df[df["series"] == control], df[df["series"] == name]
+    err_c = _error_rate(d_c)
+    err_e = _error_rate(d_e)
+    bad_c = _bad_outputs(d_c[d_c["ok"].astype(bool)])
+    bad_e = _bad_outputs(d_e[d_e["ok"].astype(bool)])
+    agreements = (
+        compare_outputs(d_c.to_dict(orient="records"), d_e.to_dict(orient="records"))
+        if params.workload.temperature == 0.0
+        else {}
+    )
+    agreement = summarize_agreement(list(agreements.values())) if agreements else None
+    peak = _peak_rss(series_rows, name)
+    verdict = None
+    if decision is not None:
+        verdict = apply_gates(
+            decision,
+            control_error_rate=err_c,
+            experiment_error_rate=err_e,
+            max_error_rate_increase=a.max_error_rate_increase,
+            wrong_outputs=max(0, bad_e - bad_c) + _implausible_count(plaus),
+            agreement_rate=agreement.exact_match_rate if agreement else None,
+            min_agreement_rate=a.min_greedy_agreement if agreement else None,
+            peak_memory_gib=peak / 1024**3 if peak else None,
+            memory_limit_gib=a.memory_limit_gib if peak else None,
+            ttft=cis.get("ttft_s"),
+            e2e=cis.get("e2e_s"),
+            ttft_margin=a.ttft_margin,
+            ttft_min_delta_s=a.ttft_max_increase_ms / 1e3,
+            bench_problem=bench_problem,
+            mode_problem=mode_problem,
+            correctness_unknown=_unscored(params, plaus),
+        )
+    spec_cfg = params.series_by_name(name).speculative_config or {}
+    k = spec_cfg.get("num_speculative_tokens")
+    acc = _acceptance(d_e, [m for m in lms if m.series == name])
+    med_c = finite_median(pairs["tpot_s_c"]) if len(pairs) else None
+    med_e = finite_median(pairs["tpot_s_e"]) if len(pairs) else None
+    levels = params.workload.levels
+    load = levels[level].label if level < len(levels) else f"level {level}"
+    return Comparison(
+        experiment=name,
+        control=control,
+        level=level,
+        load=load,
+        method=spec_cfg.get("method"),
+        k=k,
+        pairing=paired.to_dict(),
+        n_launches=int(pairs["replicate"].nunique()) if len(pairs) else 0,
+        cis=cis,
+        decision=decision,
+        verdict=verdict,
+        error_rate_control=err_c,
+        error_rate_experiment=err_e,
+        bad_outputs_control=bad_c,
+        bad_outputs_experiment=bad_e,
+        median_tpot_control_s=med_c,
+        median_tpot_experiment_s=med_e,
+        agreement=agreement,
+        agreements=agreements,
+        acceptance=acc,
+        explanation=_explain(k, acc, ci_tpot, med_c, med_e),
+        peak_rss_bytes=peak,
+        pairs=pairs,
+        plausibility=plaus,
+    )
+
+
+def _usable(pairs: pd.DataFrame) -> bool:
+    c, e = pairs.get("tpot_s_c"), pairs.get("tpot_s_e")
+    if c is None or e is None or not len(pairs):
+        return False
+    c, e = c.to_numpy(float), e.to_numpy(float)
+    return bool((np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)).any())
+
+
+def _finite(pairs: pd.DataFrame) -> pd.DataFrame:
+    c, e = pairs["tpot_s_c"].to_numpy(float), pairs["tpot_s_e"].to_numpy(float)
+    return pairs[np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)]
+
+
+def compare_level(
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    lms: list[LaunchMetrics],
+    rows: pd.DataFrame,
+    level: int,
+    plaus: dict[str, Any],
+    *,
+    bench_problem: str | None = None,
+    confidence: float | None = None,
+    mode_problems: dict[str, str] | None = None,
+) -> tuple[list[Comparison], LevelDecision | None]:
+    """Every arm against the control at one load level: the experiments decided with
+    block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
+    own as the bench's noise floor.
+
+    ``df`` holds the measured records, ``lms`` every launch's counters, ``rows`` the series
+    table (for peak memory), ``plaus`` the sampling check per experiment (sampled runs),
+    ``bench_problem`` a reason the bench cannot be trusted (e.g. unequal idle load),
+    ``confidence`` the family confidence of this look (default ``analysis.confidence``;
+    lower at an early look of a run-until-decided plan), ``mode_problems`` per arm the
+    launches whose mode check failed (their records must already be left out of ``df``;
+    the arm's verdict is then "reject", gate ``mode``). When
+    the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is
+    "untrustworthy". Returns the comparisons (experiments first, the A/A arm last) and the
+    level's block analysis.
+    """
+    a = params.analysis
+    d = df[df["level"] == level]
+    arms = params.experiments
+    aa = AA_ARM if params.protocol.aa else None
+    experiments = [n for n in arms if n != aa]
+    pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs for n in arms}
+    salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(arms)}
+    usable = {n: _finite(pairs[n]) for n in arms if _usable(pairs[n])}
+    decided = None
+    if usable:
+        decided = decide_level(
+            usable,
+            experiments=[n for n in experiments if n in usable],
+            aa_arm=aa if aa in usable else None,
+            confidence=confidence or a.confidence,
+            margin=a.margin,
+        )
+    problem = (decided.bench_effect if decided else None) or bench_problem
+    out = []
+    for n in arms:
+        if decided is None:
+            ci, dec = None, None
+        elif n == aa:
+            ci, dec = decided.aa or (None, None)
+        else:
+            ci, dec = decided.experiments.get(n, (None, None))
+        why = None if n == aa else problem
+        mode = (mode_problems or {}).get(n) or (mode_problems or {}).get(params.control_name)
+        if dec is None and mode:
+            dec = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
+        out.append(
+            _compare(
+                n,
+                d,
+                params,
+                ci,
+                dec,
+                lms,
+                rows,
+                salts[n],
+                level,
+                plaus.get(n),
+                bench_problem=why,
+                mode_problem=mode,
+            )
+        )
+    return out, decided

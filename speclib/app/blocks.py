@@ -1,0 +1,169 @@
+"""Running the replicate blocks of a run: one notebook per block, resume, run until decided.
+
+Each block of the manifest (see :mod:`speclib.run.design`) is executed by the ``10_series``
+notebook (:func:`one_block`); a resumed run keeps the blocks whose launches all finished and
+moves the records of an unfinished block aside before running it again whole. With
+``protocol.max_replicates``, :func:`until_decided` analyses the records after each block and
+adds blocks while a verdict is inconclusive; the analysis spends α over the looks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from speclib.app.kernel import execute_notebook
+from speclib.core.params import ExperimentParams
+from speclib.core.rundir import RunDir, write_json_atomic
+
+__all__ = ["one_block", "reap_all", "until_decided"]
+
+
+def reap_all(rd: RunDir) -> None:
+    """Stop every server of this run that a killed kernel or kit left behind."""
+    from speclib.serve.process import reap_pidfile
+
+    for pidfile in rd.pidfiles():
+        reap_pidfile(pidfile)
+
+
+def _run_block(params_file: str, rd: RunDir, block: dict[str, Any], design: str) -> list[str]:
+    """Execute the series notebook for one block; return ``launch_id: error`` of failures."""
+    from papermill.exceptions import PapermillExecutionError
+
+    out = rd.notebooks / f"10_series-{block['block']}.ipynb"
+    error = None
+    try:
+        execute_notebook(
+            "10_series",
+            out,
+            {
+                "params_file": params_file,
+                "run_dir": str(rd.root),
+                "replicate": block["replicate"],
+                "arms": " ".join(block["arms"]),
+                "design": design,
+            },
+        )
+    except PapermillExecutionError as exc:
+        error = f"{exc.ename}: {exc.evalue}"
+    finally:
+        reap_all(rd)
+    failed = []
+    for lid in block["launch_ids"]:
+        status = rd.read_status(lid) or {}
+        if not status.get("ok"):
+            failed.append(f"{lid}: {status.get('error') or error or 'launch failed'}")
+    return failed
+
+
+def _block_done(rd: RunDir, block: dict[str, Any]) -> bool:
+    return all((rd.read_status(lid) or {}).get("ok") for lid in block["launch_ids"])
+
+
+def _look(rd: RunDir) -> tuple[bool, str]:
+    """Analyse the blocks so far (at this look's spending level): decided, and why."""
+    from speclib.analysis.run_analysis import analyze_run
+
+    an = analyze_run(rd.root, write=False)
+    words = {c.experiment: c.word for c in an.experiments or an.noise_floor}
+    if any(w == "untrustworthy" for w in words.values()):
+        return True, "stopped: the bench is untrustworthy (see the noise floor)"
+    if words and all(w != "inconclusive" for w in words.values()):
+        return True, "stopped: every experiment decided (" + ", ".join(
+            f"{n} {w}" for n, w in words.items()
+        ) + f"; {an.sequential_look})"
+    open_ = [n for n, w in words.items() if w == "inconclusive"]
+    return False, f"inconclusive: {', '.join(open_) or 'no experiment'}"
+
+
+def until_decided(
+    params: ExperimentParams,
+    pfile: str,
+    rd: RunDir,
+    design: str,
+    *,
+    resume: bool,
+    log: Callable[[str], None],
+) -> list[str]:
+    """Run until decided: add replicate blocks while a verdict is inconclusive, up to
+    ``protocol.max_replicates``; the analysis spends α over the looks (O'Brien-Fleming)."""
+    from speclib.run.design import plan_blocks
+
+    most, failed = params.protocol.max_replicates, []
+    first = params.workload.replicates
+    if not most or most <= first:
+        return []
+    manifest = rd.read_manifest()
+    done = {b["block"] for b in manifest["blocks"]}
+    reason = f"stopped: reached protocol.max_replicates = {most}"
+    for rep in range(first, most + 1):
+        decided, why = _look(rd)
+        log(f"look after {rep} block(s): {why}")
+        if decided:
+            reason = why
+            break
+        if rep == most:
+            break
+        for block in plan_blocks(params, design, range(rep, rep + 1)):
+            entry = block.to_dict()
+            if entry["block"] not in done:
+                manifest["blocks"].append(entry)
+                write_json_atomic(rd.manifest, manifest)
+            failed += one_block(pfile, rd, entry, design, resume=resume, log=log)
+    blocks = len({b["replicate"] for b in manifest["blocks"]})
+    manifest["stopping"] = {"blocks": blocks, "max_replicates": most, "reason": reason}
+    write_json_atomic(rd.manifest, manifest)
+    log(f"run until decided: {blocks} block(s); {reason}")
+    return failed
+
+
+def one_block(
+    pfile: str,
+    rd: RunDir,
+    block: dict[str, Any],
+    design: str,
+    *,
+    resume: bool,
+    log: Callable[[str], None],
+) -> list[str]:
+    name = block["block"]
+    if resume and _block_done(rd, block):
+        log(f"block {name}: done before, kept (resume)")
+        return []
+    moved = sum(_supersede(rd, lid) for lid in block["launch_ids"]) if resume else 0
+    if moved:
+        log(f"block {name}: {moved} records of the unfinished block moved to {rd.superseded}")
+    arms = ", ".join(block["arms"])
+    log(f"block {name}: starting {len(block['arms'])} server(s) ({arms}) and sending requests")
+    errors = _run_block(pfile, rd, block, design)
+    for err in errors:
+        log(f"FAILED {err.splitlines()[0][:300]}")
+    if not errors:
+        log(f"block {name}: done")
+    return [e.split(":", 1)[0] for e in errors]
+
+
+def _supersede(rd: RunDir, lid: str) -> int:
+    """Move the records of an unfinished launch out of ``requests.jsonl`` before re-running
+    it (kept in ``requests.superseded.jsonl``, so nothing is lost and nothing counts twice).
+    """
+    if not rd.requests.exists():
+        return 0
+    keep, moved = [], []
+    for line in rd.requests.read_text("utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            is_mine = json.loads(line).get("launch_id") == lid
+        except ValueError:  # a torn last line from a crash: drop it with the launch
+            is_mine = True
+        (moved if is_mine else keep).append(line)
+    if moved:
+        with (rd.superseded).open("a", encoding="utf-8") as fh:
+            fh.write("\n".join(moved) + "\n")
+        tmp = rd.requests.with_suffix(".tmp")
+        tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+        tmp.replace(rd.requests)
+    return len(moved)

@@ -1,0 +1,61 @@
+"""JSON-safe values: the one conversion every ``to_dict`` and ``summary.json`` goes through.
+
+Result objects hold numpy scalars, tuples, NaN and pandas' missing markers; ``json.dumps``
+accepts none of them (or writes ``NaN``, which is not JSON). :func:`jsonable` turns such a
+value, recursively, into plain Python: numbers stay numbers, a non-finite float or a missing
+marker becomes ``None``, tuples become lists, mapping keys become strings, and an object
+with a ``to_dict()`` method is replaced by what that returns.
+
+numpy and pandas are not imported here (the core layer needs neither): their types are
+looked up in ``sys.modules``, since a value of theirs can only exist once they are loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+__all__ = ["jsonable"]
+
+
+def _is_numpy_scalar(value: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.generic)
+
+
+def _is_numpy_array(value: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.ndarray)
+
+
+def _is_pandas_missing(value: Any) -> bool:
+    pd = sys.modules.get("pandas")
+    return pd is not None and (value is pd.NA or value is pd.NaT)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON-safe Python: numpy scalars → Python, NaN/inf/NA/NaT → ``None``.
+
+    Containers are converted recursively (tuples, lists and numpy arrays → lists, dict keys
+    → ``str``);
+    an object with ``to_dict()`` (e.g. :class:`~speclib.analysis.stats.RatioCI`) is
+    replaced by its mapping; anything else (``str``, ``None``) is returned as is.
+    """
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) or _is_numpy_array(value):
+        return [jsonable(v) for v in value]
+    if _is_numpy_scalar(value):
+        value = value.item()
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if _is_pandas_missing(value):
+        return None
+    return value

@@ -1,0 +1,236 @@
+"""The ``server`` and ``series`` sections of a params file, and how a model is referenced.
+
+:class:`ServerParams` says how to start (or reach) the vLLM server; :class:`SeriesParams` is
+one arm of the comparison: the control (no ``speculative_config``) or an experiment. The
+kit's own rules for a ``speculative_config`` (a method, a positive
+``num_speculative_tokens``, a draft ``model`` where the method needs one, plain JSON) are
+checked here; its keys against the installed vLLM are checked when the file is loaded
+(:func:`speclib.core.params.load_params`). Also here: :class:`StrictModel`, the base of
+every params section (unknown keys refused, frozen), and the two helpers that classify a
+host (:func:`is_loopback`) and a model reference (:func:`resolve_model_ref`).
+
+Import these names from :mod:`speclib.core.params`, the public face of the params file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "DEMO_PREFIX",
+    "SPEC_METHODS",
+    "SeriesParams",
+    "ServerParams",
+    "StrictModel",
+    "is_loopback",
+    "resolve_model_ref",
+]
+
+DEMO_PREFIX = "demo:"
+SPEC_METHODS = (
+    "draft_model",
+    "ngram",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "medusa",
+    "mlp_speculator",
+    "suffix",
+)
+_METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
+_DEPRECATED_FLAGS = (
+    "--speculative-model",
+    "--speculative_model",
+    "--num-speculative-tokens",
+    "--num_speculative_tokens",
+    "--speculative-draft-tensor-parallel-size",
+    "--ngram-prompt-lookup-max",
+    "--ngram-prompt-lookup-min",
+)
+_FLAGS_OWNED_BY_KIT = ("--speculative-config", "--host", "--port", "--model", "--api-key")
+
+
+class StrictModel(BaseModel):
+    """Base of every params section: unknown keys are refused and instances are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` names only this machine (127.0.0.0/8, ::1 or localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_model_ref(ref: str, base_dir: Path | None = None) -> tuple[str, str]:
+    """Classify a model reference as ``("demo", name)``, ``("local", abs_path)`` or ``("hub", id)``.
+
+    ``demo:target`` / ``demo:draft`` name the tiny pair the kit builds itself. A reference that
+    starts with ``/``, ``.``, ``~`` or names an existing folder is local; anything else is a hub
+    id (which vLLM resolves from its cache; nothing here downloads).
+    """
+    if ref.startswith(DEMO_PREFIX):
+        return "demo", ref[len(DEMO_PREFIX) :]
+    expanded = Path(ref).expanduser()
+    if not expanded.is_absolute() and base_dir is not None:
+        candidate = (base_dir / expanded).resolve()
+    else:
+        candidate = expanded.resolve()
+    looks_local = ref.startswith(("/", ".", "~")) or ref.count("/") != 1
+    if looks_local or candidate.is_dir():
+        return "local", str(candidate)
+    return "hub", ref
+
+
+class ServerParams(StrictModel):
+    """How to start (or reach) the vLLM OpenAI-compatible server."""
+
+    model: str = Field(description="Target model: hub id, local folder, or demo:target.")
+    served_model_name: str | None = Field(None, description="Name used in API requests.")
+    base_url: str | None = Field(
+        None, description="Measure this already-running server instead of launching one."
+    )
+    host: str = Field("127.0.0.1", description="Bind address; non-loopback needs an API key.")
+    port: int = Field(0, ge=0, le=65535, description="Port; 0 picks a free one.")
+    allow_remote: bool = Field(False, description="Explicit opt-in to bind off loopback.")
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable that holds the API key."
+    )
+    max_model_len: int | None = Field(None, gt=0, description="--max-model-len")
+    seed: int | None = Field(0, description="--seed")
+    dtype: str | None = Field(None, description="--dtype (auto, float32, bfloat16, half)")
+    enforce_eager: bool = Field(False, description="--enforce-eager (fast start, no graphs)")
+    tensor_parallel_size: int = Field(1, ge=1, description="Target --tensor-parallel-size")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI arguments.")
+    launcher: list[str] | None = Field(
+        None,
+        description="Command that replaces `<this python> -m vllm.entrypoints.openai.api_server`"
+        " (e.g. another venv's python, or a numactl/taskset wrapper); --model etc. follow.",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    start_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for readiness.")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_owned_or_deprecated(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if flag in _DEPRECATED_FLAGS:
+                raise ValueError(
+                    f"{arg!r} is a removed vLLM flag: put the draft in the series' "
+                    "speculative_config (method, model, num_speculative_tokens) instead"
+                )
+            if flag in _FLAGS_OWNED_BY_KIT:
+                raise ValueError(
+                    f"{arg!r} is set by the kit: use the params field for it "
+                    "(series[].speculative_config, server.host/port/model, server.api_key_env)"
+                )
+            if flag == "--per-request-spec-decode-metrics":
+                raise ValueError(
+                    f"{arg!r} is added by the kit on speculative series only "
+                    "(vLLM refuses it on the control)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _remote_needs_key(self) -> ServerParams:
+        if not is_loopback(self.host):
+            if not self.allow_remote:
+                raise ValueError(
+                    f"host {self.host!r} is not loopback: set allow_remote: true and "
+                    "api_key_env to expose the server on the network"
+                )
+            if not self.api_key_env:
+                raise ValueError(
+                    f"host {self.host!r} is not loopback: api_key_env is required "
+                    "(an API server open on the network without a key is an incident)"
+                )
+        return self
+
+
+class SeriesParams(StrictModel):
+    """One arm of the comparison: the control (no speculative_config) or an experiment."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="JSON object passed to --speculative-config; null for the control."
+    )
+    per_request_metrics: bool | None = Field(
+        None,
+        description="--per-request-spec-decode-metrics summary (default: on for experiments).",
+    )
+    base_url: str | None = Field(None, description="Measure an external endpoint for this arm.")
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _check_spec(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        _validate_spec_config(value)
+        return value
+
+    @model_validator(mode="after")
+    def _metrics_need_spec(self) -> SeriesParams:
+        if self.per_request_metrics and self.speculative_config is None:
+            raise ValueError(
+                "per_request_metrics: true needs a speculative_config "
+                "(vLLM refuses --per-request-spec-decode-metrics without speculation)"
+            )
+        return self
+
+    @property
+    def is_control(self) -> bool:
+        return self.speculative_config is None
+
+    @property
+    def wants_per_request_metrics(self) -> bool:
+        if self.per_request_metrics is None:
+            return not self.is_control
+        return self.per_request_metrics
+
+
+def _validate_spec_config(spec: dict[str, Any]) -> None:
+    """The kit's own rules; keys, types and method names are checked by load_params against
+    the installed vLLM's SpeculativeConfig (see :mod:`speclib.core.vllm_schema`)."""
+    if "tensor_parallel_size" in spec:
+        raise ValueError(
+            "'tensor_parallel_size' is not valid inside speculative_config: "
+            "use 'draft_tensor_parallel_size' for the draft (server.tensor_parallel_size "
+            "is the target's)"
+        )
+    method = spec.get("method")
+    if method is None:
+        raise ValueError(f"speculative_config needs a 'method' (e.g. {', '.join(SPEC_METHODS)})")
+    if not isinstance(method, str):
+        raise ValueError(f"speculative_config 'method' must be a string, got {method!r}")
+    k = spec.get("num_speculative_tokens")
+    if method != "suffix" and k is None:
+        raise ValueError(f"method {method!r} needs num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k <= 0):
+        raise ValueError(f"num_speculative_tokens must be a positive integer, got {k!r}")
+    if method in _METHODS_NEEDING_MODEL and not spec.get("model"):
+        raise ValueError(f"method {method!r} needs 'model' (the draft checkpoint)")
+    if method == "ngram":
+        lo, hi = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+        for key, val in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+            if val is not None and (not isinstance(val, int) or val <= 0):
+                raise ValueError(f"{key} must be a positive integer, got {val!r}")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min ({lo}) must be <= prompt_lookup_max ({hi})")
+    dtp = spec.get("draft_tensor_parallel_size")
+    if dtp is not None and (not isinstance(dtp, int) or dtp <= 0):
+        raise ValueError(f"draft_tensor_parallel_size must be a positive integer, got {dtp!r}")
+    try:
+        json.dumps(spec)
+    except TypeError as exc:
+        raise ValueError(f"speculative_config must be plain JSON: {exc}") from exc

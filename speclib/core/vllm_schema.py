@@ -1,0 +1,317 @@
+"""What the installed vLLM accepts in ``--speculative-config``, read from vLLM's own class.
+
+vLLM turns the ``--speculative-config`` JSON into ``SpeculativeConfig(**json)``, a pydantic
+dataclass that forbids unknown keys; but it does so only after the server has spent ~20 s
+starting. This module reads that class's fields, their declared types and bounds (as JSON
+Schema) and the ``method`` ``Literal`` from the installed vLLM, so a params file can be
+checked against exactly the version that will run, before anything starts.
+
+Importing ``vllm.config`` takes ~5 s and ~450 MiB (it pulls in torch), so it happens in a
+child process (``python -m speclib.core.vllm_schema OUT``); the result is cached on disk
+(under ``$SPECLIB_CACHE``, default ``~/.cache/speclib``, keyed by the interpreter and the
+installed ``vllm/config/speculative.py``) and per process. When vLLM is not installed (a
+client-only install) or cannot be introspected, :func:`installed_spec_schema` says why and
+the caller falls back to the kit's hand-kept checks. Import-light: this module never
+imports vLLM in the calling process.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SCHEMA_FORMAT",
+    "KeyProblem",
+    "SchemaLookup",
+    "SpecSchema",
+    "close_matches",
+    "installed_spec_schema",
+    "introspect",
+    "spec_config_problems",
+]
+
+SCHEMA_FORMAT = 1  # bump when the cached JSON's layout changes
+_CLASS_PATHS = ("vllm.config.speculative", "vllm.config")
+_INTROSPECT_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class SpecSchema:
+    """The fields of the installed vLLM's ``SpeculativeConfig``."""
+
+    vllm_version: str
+    class_path: str  # e.g. vllm.config.speculative.SpeculativeConfig
+    fields: Mapping[str, Mapping[str, Any] | None]  # name -> JSON Schema (None: not expressible)
+    internal: frozenset[str]  # fields vLLM fills in itself (SkipValidation), not from the JSON
+    methods: tuple[str, ...]  # the values of the ``method`` Literal
+
+    @property
+    def label(self) -> str:
+        return f"vLLM {self.vllm_version}'s SpeculativeConfig"
+
+
+@dataclass(frozen=True)
+class SchemaLookup:
+    """The installed schema, or ``None`` with a note saying why the fallback is used."""
+
+    schema: SpecSchema | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyProblem:
+    """One key of a ``speculative_config`` that the installed vLLM would refuse."""
+
+    key: str
+    message: str
+    value: Any
+
+
+def close_matches(word: str, choices: typing.Iterable[str], n: int = 3) -> list[str]:
+    """Up to ``n`` entries of ``choices`` that look like ``word`` (difflib, cutoff 0.6)."""
+    return difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)
+
+
+# --- the child process: imports vLLM -----------------------------------------------------
+def _literal_strings(annotation: Any) -> list[str]:
+    out: list[str] = []
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, str):
+            out.append(arg)
+        elif arg is not None:
+            out.extend(_literal_strings(arg))
+    return list(dict.fromkeys(out))
+
+
+def _field_schema(info: Any) -> dict[str, Any] | None:
+    from pydantic import TypeAdapter
+
+    annotation = info.annotation
+    if info.metadata:
+        annotation = typing.Annotated[(annotation, *info.metadata)]
+    try:
+        return TypeAdapter(annotation).json_schema()
+    except Exception:  # a type with no JSON form (an engine object): keys only
+        return None
+
+
+def _find_class() -> tuple[str, Any]:
+    import importlib
+
+    for module_name in _CLASS_PATHS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        cls = getattr(module, "SpeculativeConfig", None)
+        if cls is not None:
+            return f"{module_name}.SpeculativeConfig", cls
+    raise ImportError(f"no SpeculativeConfig in {' or '.join(_CLASS_PATHS)}")
+
+
+def introspect() -> dict[str, Any]:
+    """Read the installed vLLM's ``SpeculativeConfig`` (imports vLLM: run it in a child)."""
+    import vllm
+
+    class_path, cls = _find_class()
+    infos = cls.__pydantic_fields__
+    fields = {name: _field_schema(info) for name, info in infos.items()}
+    internal = [
+        name
+        for name, info in infos.items()
+        if any(type(m).__name__ == "SkipValidation" for m in info.metadata)
+    ]
+    methods = _literal_strings(infos["method"].annotation) if "method" in infos else []
+    return {
+        "format": SCHEMA_FORMAT,
+        "vllm_version": str(getattr(vllm, "__version__", "unknown")),
+        "class_path": class_path,
+        "fields": fields,
+        "internal": internal,
+        "methods": methods,
+    }
+
+
+def _child_main(argv: list[str]) -> int:
+    Path(argv[0]).write_text(json.dumps(introspect()), encoding="utf-8")
+    return 0
+
+
+# --- the calling process: no vLLM import -------------------------------------------------
+def _vllm_location() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):  # ValueError: sys.modules["vllm"] is None
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _cache_file(vllm_dir: Path) -> Path:
+    stamp = [SCHEMA_FORMAT, os.path.realpath(sys.executable), str(vllm_dir.resolve())]
+    for name in ("config/speculative.py", "config/__init__.py", "__init__.py"):
+        path = vllm_dir / name
+        if path.is_file():
+            st = path.stat()
+            stamp += [name, st.st_mtime_ns, st.st_size]
+    key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
+    root = os.environ.get("SPECLIB_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "speclib"
+    return base / "vllm-schema" / f"{key}.json"
+
+
+def _run_child() -> dict[str, Any]:
+    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    with tempfile.TemporaryDirectory(prefix="speclib-schema-") as tmp:
+        out = Path(tmp) / "schema.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "speclib.core.vllm_schema", str(out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=_INTROSPECT_TIMEOUT_S,
+            check=False,
+        )
+        if proc.returncode != 0 or not out.is_file():
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"exit code {proc.returncode}: {tail[:200]}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _read_cache(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == SCHEMA_FORMAT else None
+
+
+def _write_cache(path: Path, data: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: introspect again next time
+
+
+def _from_json(data: dict[str, Any]) -> SpecSchema:
+    return SpecSchema(
+        vllm_version=str(data["vllm_version"]),
+        class_path=str(data["class_path"]),
+        fields=dict(data["fields"]),
+        internal=frozenset(data["internal"]),
+        methods=tuple(data["methods"]),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def installed_spec_schema() -> SchemaLookup:
+    """The installed vLLM's ``SpeculativeConfig`` schema (cached on disk and per process).
+
+    Returns a lookup with ``schema=None`` and a ``note`` when vLLM is not installed or its
+    class cannot be read; the caller then uses the kit's hand-kept checks.
+    """
+    where = _vllm_location()
+    if where is None:
+        return SchemaLookup(None, "vLLM is not installed here (client-only install)")
+    cache = _cache_file(where)
+    data = _read_cache(cache)
+    if data is None:
+        try:
+            data = _run_child()
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            return SchemaLookup(None, f"could not read vLLM's SpeculativeConfig ({exc})")
+        _write_cache(cache, data)
+    try:
+        return SchemaLookup(_from_json(data))
+    except (KeyError, TypeError) as exc:
+        return SchemaLookup(None, f"unexpected SpeculativeConfig schema ({exc!r})")
+
+
+def _describe_schema(schema: Mapping[str, Any]) -> str:
+    if "anyOf" in schema:
+        return " or ".join(_describe_schema(s) for s in schema["anyOf"])
+    if "enum" in schema or "const" in schema:
+        values = schema.get("enum", [schema.get("const")])
+        shown = ", ".join(json.dumps(v) for v in values[:8])
+        return f"one of {shown}{', ...' if len(values) > 8 else ''}"
+    text = str(schema.get("type", "object" if "$ref" in schema else "a value"))
+    bounds = [
+        (">", schema.get("exclusiveMinimum")),
+        (">=", schema.get("minimum")),
+        ("<", schema.get("exclusiveMaximum")),
+        ("<=", schema.get("maximum")),
+    ]
+    text += "".join(f" {op} {v}" for op, v in bounds if v is not None)
+    if text == "array" and isinstance(schema.get("items"), Mapping):
+        text += f" of {_describe_schema(schema['items'])}"
+    return text
+
+
+def _value_problem(key: str, value: Any, field: Mapping[str, Any], label: str) -> str | None:
+    import jsonschema  # a dependency of nbformat, hence always present with the kit
+
+    try:
+        jsonschema.validate(value, field)
+    except jsonschema.ValidationError:
+        return f"{label} expects {_describe_schema(field)}"
+    except jsonschema.SchemaError:
+        return None
+    return None
+
+
+def _method_problem(method: Any, schema: SpecSchema) -> str | None:
+    if not isinstance(method, str) or method in schema.methods:
+        return None
+    near = close_matches(method, schema.methods)
+    hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
+    return (
+        f"unknown speculative method for {schema.label}: {hint}(known: {', '.join(schema.methods)})"
+    )
+
+
+def spec_config_problems(spec: Mapping[str, Any], schema: SpecSchema) -> list[KeyProblem]:
+    """Keys and values of ``spec`` that the installed ``SpeculativeConfig`` would refuse.
+
+    Unknown keys come with close matches; fields vLLM fills in itself are refused; values
+    are checked against the field's declared type and bounds; ``method`` against the
+    ``Literal``. Per-method rules vLLM enforces only at start stay with the caller.
+    """
+    problems: list[KeyProblem] = []
+    for key, value in spec.items():
+        if key == "method":
+            message = _method_problem(value, schema)
+        elif key not in schema.fields:
+            near = close_matches(key, schema.fields)
+            hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+            message = f"unknown key for {schema.label} (vLLM would refuse to start){hint}"
+        elif key in schema.internal:
+            message = f"{schema.label} fills {key!r} in itself; it cannot be set here"
+        else:
+            field = schema.fields[key]
+            message = _value_problem(key, value, field, schema.label) if field else None
+        if message:
+            problems.append(KeyProblem(key=key, message=message, value=value))
+    return problems
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

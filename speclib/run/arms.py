@@ -1,0 +1,206 @@
+"""The arms of one block: each arm's server, held by its own thread, and sending to one arm.
+
+:class:`Arm` is the mutable state of one arm while its block runs. :func:`start_all` starts
+every arm's server in parallel, each in a :class:`ServerKeeper` thread that holds it for the
+whole block (the kernel's parent-death signal follows the thread that forked a child, so a
+server must be started and stopped by a thread that outlives its use); a start failure stays
+on its arm. :func:`send` sends prepared requests to one arm and appends every record to
+``requests.jsonl`` as it finishes, stamped with its block, level and slot; :func:`warm_up`
+sends an arm's unmeasured warm-up requests.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from speclib.core.params import ExperimentParams, LoadLevel, SeriesParams
+from speclib.core.prompts import Prompt
+from speclib.core.records import RequestRecord, append_record
+from speclib.core.rundir import LaunchDir, RunDir
+from speclib.run.launching import api_key, is_external, server_for
+from speclib.run.observe import external_model
+from speclib.run.requests import make_request_specs, warmup_prompts
+from speclib.serve import process as srv
+
+__all__ = [
+    "Arm",
+    "ServerKeeper",
+    "cache_salt",
+    "release_all",
+    "send",
+    "stamp",
+    "start_all",
+    "warm_up",
+]
+
+
+@dataclass
+class Arm:
+    """The mutable state of one arm while its block runs (not a record: see SeriesResult)."""
+
+    series: SeriesParams
+    lid: str
+    files: LaunchDir
+    started: float = field(default_factory=time.time)
+    base_url: str | None = None
+    handle: srv.ServerHandle | None = None
+    spec: srv.LaunchSpec | None = None
+    model: str = ""
+    external: bool = False
+    start_error: str | None = None
+    records: list[RequestRecord] = field(default_factory=list)
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    before: str = ""
+    after: str = ""
+    aborted: str | None = None
+    crosscheck: dict[str, Any] | None = None
+    sampler: Any = None
+    died_during: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.series.name
+
+    def alive(self) -> bool:
+        return self.handle.alive() if self.handle else self.start_error is None
+
+
+class ServerKeeper(threading.Thread):
+    """Holds one arm's server for the whole block.
+
+    A server is bound to the thread that started it (the kernel's parent-death signal
+    follows the forking *thread*), so each arm's server is started, held and stopped by
+    its own thread, which lives until the block releases it.
+    """
+
+    def __init__(self, params: ExperimentParams, rd: RunDir, arm: Arm) -> None:
+        super().__init__(name=f"speclib-server-{arm.lid}", daemon=True)
+        self.params, self.rd, self.arm = params, rd, arm
+        self.ready = threading.Event()
+        self.release = threading.Event()
+        self.value: tuple[str, Any, Any] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with server_for(self.params, self.arm.series, self.rd, self.arm.lid) as value:
+                self.value = value
+                self.ready.set()
+                self.release.wait()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.ready.set()
+
+
+def start_all(params: ExperimentParams, rd: RunDir, arms: list[Arm], stack) -> None:
+    """Start every arm's server in parallel; a failure is kept on its arm, not raised."""
+    key = api_key(params)
+    keepers = [ServerKeeper(params, rd, a) for a in arms]
+    stack.callback(release_all, keepers)
+    for keeper in keepers:
+        keeper.start()
+    for keeper in keepers:
+        while not keeper.ready.wait(0.2):
+            pass
+        arm = keeper.arm
+        if keeper.value is None:
+            err = keeper.error
+            arm.start_error = f"{type(err).__name__}: {err}" if err else "server did not start"
+            continue
+        arm.base_url, arm.handle, arm.spec = keeper.value
+        arm.external = is_external(params, arm.series)
+        arm.model = arm.spec.served_model if arm.spec else external_model(arm.base_url, key)
+
+
+def release_all(keepers: list[ServerKeeper]) -> None:
+    """Stop every server of the block (each by its own thread) and wait for them.
+
+    A server still starting (an interrupt during the parallel start) is not waited for:
+    every live server of this process is stopped at once, which ends its start.
+    """
+    for keeper in keepers:
+        keeper.release.set()
+    if not all(k.ready.is_set() for k in keepers):
+        srv.stop_all()
+    for keeper in keepers:
+        keeper.join(timeout=60)
+    if any(k.is_alive() for k in keepers):
+        srv.stop_all()
+
+
+def send(
+    params: ExperimentParams,
+    rd: RunDir,
+    arm: Arm,
+    specs: list[Any],
+    stamp: dict[str, Any],
+    *,
+    phase: str,
+    concurrency: int,
+    offsets: list[float] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[RequestRecord], Any]:
+    """Send ``specs`` to one arm; append each record, stamped with the level/slot fields."""
+    from speclib.measure import run_requests_sync
+
+    got: list[RequestRecord] = []
+    with rd.requests.open("a", encoding="utf-8") as fh:
+
+        def sink(rec: RequestRecord) -> None:
+            rec = replace(rec, **stamp)
+            append_record(fh, rec)
+            got.append(rec)
+
+        outcome = run_requests_sync(
+            base_url=arm.base_url,
+            specs=specs,
+            concurrency=concurrency,
+            sink=sink,
+            series=arm.name,
+            replicate=stamp["replicate"],
+            launch_id=arm.lid,
+            phase=phase,
+            timeout_s=params.workload.request_timeout_s,
+            api_key=api_key(params),
+            max_error_rate=params.workload.max_error_rate if phase == "measure" else None,
+            arrival_offsets_s=offsets,
+            progress=progress,
+        )
+    return got, outcome
+
+
+def warm_up(params: ExperimentParams, rd: RunDir, arm: Arm, prompts: list[Prompt], stamp):
+    salted = params.protocol.cache_policy != "off" or arm.external
+    warm = make_request_specs(
+        warmup_prompts(prompts, params.workload.warmup_requests),
+        params,
+        model=arm.model,
+        repeats=1,
+        cache_salt=f"warmup-{secrets.token_hex(4)}" if salted else None,
+    )
+    if warm:
+        send(params, rd, arm, warm, stamp, phase="warmup", concurrency=1)
+
+
+def cache_salt(params: ExperimentParams, arm: Arm, level: int, nonce: str) -> str | None:
+    if params.protocol.cache_salt:
+        return params.protocol.cache_salt
+    if params.protocol.cache_policy == "salt" or arm.external:
+        return f"{arm.lid}-l{level}-{nonce}"
+    return None
+
+
+def stamp(arm: Arm, replicate: int, block: str, i: int, level: LoadLevel) -> dict[str, Any]:
+    return {
+        "replicate": replicate,
+        "block": block,
+        "level": i,
+        "request_rate": level.request_rate,
+        "concurrency": level.concurrency,
+    }

@@ -1,0 +1,205 @@
+"""One replicate block: start its arms' servers together, warm up, alternate requests, stop.
+
+This is what the ``10_series`` notebook calls. A block holds one launch per arm: every arm
+in the interleaved design, a single arm in the sequential one (then it behaves exactly like
+a one-server launch). For each arm it obtains a server (see :mod:`speclib.run.launching`;
+all arms start in parallel), samples its memory and, with several arms, the CPU of every
+server tagged with the arm being served (:mod:`speclib.serve.cpu`); takes ``/metrics``
+snapshots before warm-up and around each load level; sends the warm-up requests; then, per
+load level, sends the prompts in alternation slots (:func:`speclib.run.design.plan_slots`):
+at concurrency 1 each prompt goes to every arm back to back in a fresh random order. Every
+record is appended to ``requests.jsonl`` with its block, slot and position in the slot.
+After the last level it runs the optional ``vllm bench`` cross-check per arm, stops every
+server, verifies each arm's mode (speculation on or off) and writes each launch's
+``status.json``. A server that fails to start or dies fails its own arm only; the others go
+on, and what was not sent is recorded as not attempted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from speclib.core.params import ExperimentParams
+from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
+from speclib.core.prompts import load_prompts
+from speclib.core.rundir import RunDir, launch_id, write_json_atomic
+from speclib.run.alternate import measure_levels
+from speclib.run.arms import Arm, stamp, start_all, warm_up
+from speclib.run.design import block_id
+from speclib.run.launching import api_key
+from speclib.run.observe import (
+    SeriesResult,
+    crosscheck_arm,
+    merge_clients,
+    settled_snapshot,
+    snapshot,
+    verify_mode,
+)
+from speclib.serve import process as srv
+from speclib.serve.cpu import CpuSampler
+from speclib.serve.memory import MemorySampler
+
+__all__ = ["run_block"]
+
+
+def _status(params, arm: Arm, replicate: int, block: str, design: str, error: str | None):
+    n_total = len(params.workload.levels) * params.workload.repeats
+    n_total *= params.workload.num_prompts or _count_prompts(params)
+    n_ok = sum(r.ok for r in arm.records)
+    ready = None
+    if arm.handle is not None and arm.handle.ready_at is not None:
+        ready = arm.handle.ready_at - arm.handle.started_at
+    return SeriesResult(
+        series=arm.name,
+        replicate=replicate,
+        launch_id=arm.lid,
+        ok=error is None,
+        error=error[-4000:] if error else None,
+        started_at=arm.started,
+        ended_at=time.time(),
+        server_ready_s=ready,
+        n_ok=n_ok,
+        n_failed=len(arm.records) - n_ok,
+        n_not_attempted=max(0, n_total - len(arm.records)),
+        aborted_reason=arm.aborted,
+        mode_check={},
+        memory=arm.sampler.summary().to_dict() if isinstance(arm.sampler, MemorySampler) else None,
+        client=merge_clients([lv.get("client") or {} for lv in arm.levels]),
+        base_url=arm.base_url if arm.external else None,
+        command=srv.redact_argv(arm.spec.argv) if arm.spec else None,
+        concurrency=params.workload.levels[0].concurrency,
+        levels=arm.levels,
+        cache={
+            "policy": params.protocol.cache_policy,
+            "external": arm.external,
+            "fixed_salt": bool(params.protocol.cache_salt),
+        },
+        block=block,
+        design=design,
+        block_arms=[],
+        extra={},
+    )
+
+
+def _count_prompts(params: ExperimentParams) -> int:
+    return len(load_prompts(params.resolve_path(params.workload.prompts)))
+
+
+def _conclude(params, rd: RunDir, arm: Arm, replicate, block, design, arms_in_block) -> Any:
+    """Mode check and ``status.json`` of one arm after its server stopped."""
+    if arm.start_error:
+        result = _status(params, arm, replicate, block, design, arm.start_error)
+    else:
+        log_text = srv.tail(arm.files.server_log, lines=2000) if arm.handle else ""
+        try:
+            delta = spec_counters_delta(parse_prometheus(arm.before), parse_prometheus(arm.after))
+        except (CounterResetError, ValueError):
+            delta = None
+        mode = verify_mode(
+            arm.series,
+            spec_delta=delta,
+            records=arm.records,
+            log_text=log_text,
+            external=arm.external,
+        )
+        error = None
+        if arm.died_during:
+            error = (
+                f"server died during the series (exit code {arm.handle.process.poll()}); last "
+                f"lines of its log:\n{srv.tail(arm.files.server_log, lines=30)}"
+            )
+        elif not mode["ok"]:
+            error = "mode check failed: " + "; ".join(mode["problems"])
+        elif not any(r.ok for r in arm.records):
+            error = "no request succeeded"
+        result = replace(_status(params, arm, replicate, block, design, error), mode_check=mode)
+    extra = {"crosscheck": arm.crosscheck} if arm.crosscheck is not None else {}
+    result = replace(result, block_arms=list(arms_in_block), extra=extra)
+    write_json_atomic(arm.files.status, result.to_dict())
+    return result
+
+
+def run_block(
+    params: ExperimentParams,
+    run_dir: str | Path,
+    replicate: int = 0,
+    arms: Sequence[str] | None = None,
+    *,
+    design: str = "interleaved",
+    show_progress: bool = True,
+) -> list[SeriesResult]:
+    """Run one block (``arms``, default every arm, of replicate ``replicate``).
+
+    Request failures are records, never exceptions; a server that fails to start fails its
+    own arm (``status.json`` says why). Interrupts stop every server, write a failed status
+    for each arm not yet concluded, and are re-raised.
+    """
+    rd = RunDir.at(run_dir)
+    names = list(arms) if arms else [a.name for a in params.arms]
+    block = block_id(design, replicate, names[0] if len(names) == 1 else None)
+    prompts = load_prompts(
+        params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
+    )
+    runs = [
+        Arm(
+            params.series_by_name(n),
+            launch_id(n, replicate),
+            rd.launch_files(launch_id(n, replicate)),
+        )
+        for n in names
+    ]
+    for arm in runs:
+        arm.files.root.mkdir(parents=True, exist_ok=True)
+    try:
+        _run(params, rd, runs, prompts, replicate, block, show_progress)
+    except BaseException as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        for arm in runs:
+            if not arm.files.status.exists():
+                status = _status(params, arm, replicate, block, design, why)
+                status = replace(status, extra={"traceback": traceback.format_exc()[-4000:]})
+                write_json_atomic(arm.files.status, status.to_dict())
+        raise
+    return [_conclude(params, rd, a, replicate, block, design, names) for a in runs]
+
+
+def _run(params, rd: RunDir, runs: list[Arm], prompts, replicate: int, block: str, show):
+    key = api_key(params)
+    with contextlib.ExitStack() as stack:
+        start_all(params, rd, runs, stack)
+        live = [a for a in runs if a.start_error is None]
+        for arm in live:
+            if arm.handle is not None:
+                label = {"launch_id": arm.lid, "series": arm.name}
+                arm.sampler = stack.enter_context(
+                    MemorySampler(arm.handle.pid, arm.files.memory, label=label)
+                )
+        for arm in live:
+            snapshot(arm.base_url, arm.files.metrics_before_warmup, key)
+            warm_up(
+                params,
+                rd,
+                arm,
+                prompts,
+                stamp(arm, replicate, block, 0, params.workload.levels[0]),
+            )
+        for arm in live:
+            arm.before = settled_snapshot(arm.base_url, arm.files.metrics_before, key)
+        pids = {a.name: a.handle.pid for a in live if a.handle is not None}
+        cpu = CpuSampler(pids, {a.name: a.files.cpu for a in live}) if len(pids) > 1 else None
+        with cpu or contextlib.nullcontext():
+            measure_levels(params, rd, live, prompts, replicate, block, cpu, show)
+        for arm in live:
+            if arm.alive():
+                arm.after = settled_snapshot(arm.base_url, arm.files.metrics_after, key)
+        for arm in live:
+            arm.died_during = arm.handle is not None and not arm.handle.alive()
+            arm.crosscheck = crosscheck_arm(
+                params, arm.files, arm.lid, arm, prompts, arm.records, replicate
+            )

@@ -1,0 +1,245 @@
+"""What one launch observes and records besides its requests: status, mode, counters.
+
+:class:`SeriesResult` is a launch's ``status.json``. :func:`verify_mode` checks that the
+server ran in the mode its params ask for (speculation on or off) from the ``/metrics``
+spec-decode counters, the per-request spec metrics, multi-token chunks and the server log.
+:func:`snapshot` / :func:`settled_snapshot` save ``/metrics`` to a launch's folder (a
+missing endpoint is data, not a crash). :func:`not_attempted` turns requests that were never
+sent into records that say why. :func:`crosscheck_arm` runs the optional ``vllm bench``
+cross-check on a launch's server after the kit's last snapshot.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speclib.core.httpapi import fetch_metrics, served_model
+from speclib.core.params import ExperimentParams, SeriesParams
+from speclib.core.prompts import Prompt
+from speclib.core.records import RequestRecord
+from speclib.core.rundir import LaunchDir, write_json_atomic
+from speclib.run.launching import api_key
+
+__all__ = [
+    "SeriesResult",
+    "crosscheck_arm",
+    "external_model",
+    "merge_clients",
+    "not_attempted",
+    "outcome_dict",
+    "settled_snapshot",
+    "snapshot",
+    "verify_mode",
+]
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    """What happened in one launch (also written to ``launches/<id>/status.json``)."""
+
+    series: str
+    replicate: int
+    launch_id: str
+    ok: bool
+    error: str | None
+    started_at: float
+    ended_at: float
+    server_ready_s: float | None
+    n_ok: int
+    n_failed: int
+    n_not_attempted: int
+    aborted_reason: str | None
+    mode_check: dict[str, Any]
+    memory: dict[str, Any] | None
+    client: dict[str, Any]
+    base_url: str | None
+    command: list[str] | None
+    concurrency: int
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict)
+    block: str | None = None
+    design: str | None = None
+    block_arms: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def verify_mode(
+    series: SeriesParams,
+    *,
+    spec_delta: Any,
+    records: list[RequestRecord],
+    log_text: str,
+    external: bool = False,
+) -> dict[str, Any]:
+    """Check the server ran in the mode the params ask for; ``ok`` False says why not.
+
+    Evidence: the ``/metrics`` spec-decode counters over the measured window, the
+    per-request spec metrics in the responses, tokens per chunk, and the server log. An
+    experiment (any method, external endpoints included) needs at least one of the first
+    three; with none, its mode is unverified and the analysis leaves its records out.
+    """
+    ok_recs = [r for r in records if r.ok]
+    with_spec = sum(1 for r in ok_recs if r.spec)
+    multi = sum(1 for r in ok_recs if r.chunk_tokens and max(r.chunk_tokens) > 1)
+    drafts = getattr(spec_delta, "num_drafts", None) or 0
+    log_spec = "speculative_config=SpeculativeConfig" in log_text or (
+        "speculative" in log_text.lower() and "speculative_config=None" not in log_text
+    )
+    info: dict[str, Any] = {
+        "expected": "off" if series.is_control else "on",
+        "spec_counter_drafts": drafts,
+        "requests_with_spec_metrics": with_spec,
+        "requests_with_multi_token_chunks": multi,
+        "requests_ok": len(ok_recs),
+        "log_mentions_speculation": log_spec if log_text else None,
+    }
+    problems = []
+    if series.is_control:
+        if drafts > 0:
+            problems.append(f"control series but /metrics counted {drafts} drafts")
+        if with_spec:
+            problems.append(f"control series but {with_spec} responses carried spec metrics")
+    elif ok_recs:
+        if drafts == 0 and with_spec == 0 and multi == 0:
+            problems.append(
+                "mode unverified: speculative series but no /metrics drafts, no per-request "
+                "spec metrics and no multi-token chunks show speculation"
+            )
+        elif series.wants_per_request_metrics and with_spec == 0 and not external:
+            problems.append("speculative series but no response carried spec metrics")
+    info["ok"] = not problems
+    info["problems"] = problems
+    return info
+
+
+def snapshot(base_url: str, path: Path, api_key_: str | None) -> str:
+    """Save the server's ``/metrics`` now to ``path`` and return it (a failure is a comment)."""
+    try:
+        text = fetch_metrics(base_url, api_key=api_key_)
+    except Exception as exc:  # a missing /metrics is data, not a crash
+        text = f"# speclib: could not fetch /metrics: {type(exc).__name__}: {exc}\n"
+    path.write_text(text, encoding="utf-8")
+    return text
+
+
+def _spec_lines(text: str) -> list[str]:
+    return [x for x in text.splitlines() if x.startswith(("vllm:spec_decode", "vllm:prefix"))]
+
+
+def settled_snapshot(base_url: str, path: Path, api_key_: str | None) -> str:
+    """Snapshot after the counters stopped moving (the engine updates them a bit late)."""
+    prev = snapshot(base_url, path, api_key_)
+    for _ in range(10):
+        time.sleep(0.3)
+        cur = snapshot(base_url, path, api_key_)
+        if _spec_lines(cur) == _spec_lines(prev):
+            return cur
+        prev = cur
+    return prev
+
+
+def not_attempted(
+    specs: list[Any], done: set[tuple[str, int]], base: dict[str, Any], reason: str
+) -> list[RequestRecord]:
+    """Records (``ok=False``) for the specs never sent, each saying why."""
+    return [
+        RequestRecord(
+            **base,
+            prompt_id=s.prompt_id,
+            repeat=s.repeat,
+            category=s.category,
+            ok=False,
+            error=f"not attempted: {reason}",
+            extra={"attempted": False},
+        )
+        for s in specs
+        if (s.prompt_id, s.repeat) not in done
+    ]
+
+
+def merge_clients(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """One launch's client summary from the summaries of its calls (times summed)."""
+    items = [i for i in items if i]
+    if not items:
+        return {}
+    return {
+        "wall_s": sum(i.get("wall_s") or 0 for i in items),
+        "cpu_s": sum(i.get("cpu_s") or 0 for i in items),
+        "loop_cpu_s": sum(i.get("loop_cpu_s") or i.get("cpu_s") or 0 for i in items),
+        "saturated": any(i.get("saturated") for i in items),
+        "event_loop": items[0].get("event_loop"),
+        "stamp_source": items[0].get("stamp_source"),
+    }
+
+
+def outcome_dict(outcome: Any) -> dict[str, Any]:
+    """A client run's outcome as JSON, without the per-request lists."""
+    if outcome is None:
+        return {}
+    data = dict(outcome.to_dict()) if hasattr(outcome, "to_dict") else asdict(outcome)
+    data.pop("not_attempted", None)
+    data.pop("not_attempted_index", None)
+    return data
+
+
+def external_model(base_url: str, api_key_: str | None) -> str:
+    """The model id an external endpoint serves."""
+    return served_model(base_url, api_key=api_key_)
+
+
+def _crosscheck_brief(check: dict[str, Any]) -> dict[str, Any]:
+    if check.get("error"):
+        return {"error": str(check["error"])[:500]}
+    row = next((r for r in check.get("rows", ()) if r["metric"] == "median TPOT"), {})
+    return {
+        "verdict": check.get("verdict"),
+        "median_tpot_kit_ms": row.get("kit"),
+        "median_tpot_vllm_bench_ms": row.get("vllm_bench"),
+        "diff": row.get("diff"),
+    }
+
+
+def crosscheck_arm(
+    params: ExperimentParams,
+    files: LaunchDir,
+    lid: str,
+    arm: Any,
+    prompts: list[Prompt],
+    records: list[RequestRecord],
+    replicate: int = 0,
+) -> dict[str, Any] | None:
+    """``vllm bench serve`` on one arm's server after the kit's last snapshot (if asked),
+    in the first replicate block only (one cross-check per arm is enough to compare the
+    clients, and each costs about a minute).
+
+    ``arm`` has ``base_url``, ``model``, ``external`` and ``alive()``. Never raises: a bench
+    that cannot run is recorded as ``{"error": ...}`` in ``crosscheck.json``. Returns the
+    brief that ``status.json`` keeps (None when the cross-check is off).
+    """
+    if not params.protocol.crosscheck_vllm_bench or replicate != 0:
+        return None
+    if not arm.alive():
+        died = {"error": "the server died before the vllm bench cross-check"}
+        write_json_atomic(files.crosscheck, died)
+        return _crosscheck_brief(died)
+    from speclib.run.crosscheck import crosscheck_launch
+
+    salted = params.protocol.cache_policy != "off" or arm.external
+    check = crosscheck_launch(
+        params,
+        launch_dir=files.root,
+        base_url=arm.base_url,
+        model=arm.model,
+        prompts=prompts,
+        records=records,
+        api_key=api_key(params),
+        cache_salt=f"{lid}-vllm-bench-{secrets.token_hex(4)}" if salted else None,
+    )
+    return _crosscheck_brief(check)

@@ -1,0 +1,417 @@
+"""Score a run's outputs by the target served without speculation (the HTTP scorer).
+
+Each output is scored by the target model itself (:func:`score_outputs`): the
+chat-templated prompt tokens (``POST /tokenize`` with ``messages``) followed by the output
+token ids are sent to ``POST /v1/completions`` as a token-id prompt with ``max_tokens: 1``,
+``temperature: 0`` and ``prompt_logprobs: 0``; vLLM returns the log-probability of every
+prompt token given the tokens before it, and the output positions give the output's mean
+per-token log-probability (nats/token). An item without recorded token ids is
+re-tokenized from its text (``source="text"``). With ``temperature > 0`` the request asks
+for the top-20 log-probs at every position, and each score also gets the calibration
+residual and the count of tokens outside the requested top-p nucleus
+(:func:`speclib.analysis.sampling.expected_logprob`,
+:func:`speclib.analysis.sampling.outside_nucleus`). A failure is data: an
+:class:`~speclib.core.scores.OutputScore` with ``mean_logprob=None`` and ``error``.
+
+The run step (:func:`score_run`): after all series, launch the target without speculation
+(the control's launch, :mod:`speclib.run.launching`), score every successful measured
+record of every series into ``RUN_DIR/output_scores.jsonl`` (one line per output, appended
+and flushed as each finishes), stop the server. The comparison of the scores is
+:mod:`speclib.analysis.sampling`'s; HTTP goes through :mod:`speclib.core.httpapi`.
+
+The module is a little over 400 lines: the HTTP scorer, parsing vLLM's log-prob entries
+and the run step are one job (turn a run's outputs into scores) and change together.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import time
+import urllib.error
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from speclib.analysis.sampling import expected_logprob, outside_nucleus
+from speclib.core.httpapi import HTTPError, request_bytes, served_model
+from speclib.core.prompts import load_prompts
+from speclib.core.records import read_records
+from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
+from speclib.run.launching import api_key, server_for
+
+__all__ = [
+    "ensure_scored",
+    "items_from_records",
+    "score_outputs",
+    "score_run",
+    "scoring_enabled",
+]
+
+_CLAMPED_LOGPROB = -9999.0  # vLLM clamps -inf prompt log-probs to this value
+_ERROR_CHARS = 300
+
+
+def items_from_records(
+    records: Iterable[Any], messages: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[ScoreItem]:
+    """Items for every successful measured record that produced output.
+
+    ``records`` are :class:`~speclib.core.records.RequestRecord` objects; ``messages`` maps a
+    prompt id to its chat messages. Records of unknown prompts are skipped (warm-up prompts
+    never reach here: only ``phase == "measure"`` is kept).
+    """
+    out = []
+    for rec in records:
+        if not rec.ok or rec.phase != "measure" or rec.prompt_id not in messages:
+            continue
+        ids = tuple(rec.token_ids) if rec.token_ids else None
+        if ids is None and not rec.text:
+            continue
+        out.append(ScoreItem(
+            series=rec.series, replicate=rec.replicate, prompt_id=rec.prompt_id,
+            repeat=rec.repeat, messages=tuple(dict(m) for m in messages[rec.prompt_id]),
+            token_ids=ids, text=rec.text or None, level=getattr(rec, "level", 0),
+        ))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------------ scoring
+
+
+class _ScoreError(Exception):
+    """One item could not be scored; the message goes into ``OutputScore.error``."""
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 1] + "…"
+
+
+class _Api:
+    """Tiny JSON-over-HTTP client for the two endpoints used here (thread-safe)."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeout_s: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+
+    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            _, raw, _ = request_bytes(
+                self.base_url + path, api_key=self.api_key, body=body, timeout=self.timeout_s
+            )
+        except HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")
+            raise _ScoreError(f"{path}: HTTP {exc.code}: {_excerpt(detail)}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise _ScoreError(f"{path}: {type(exc).__name__}: {reason}") from None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise _ScoreError(f"{path}: response is not JSON: {_excerpt(repr(raw))}") from None
+        if not isinstance(data, dict):
+            raise _ScoreError(f"{path}: unexpected response: {_excerpt(repr(data))}")
+        return data
+
+
+def _token_list(data: Mapping[str, Any], what: str) -> list[int]:
+    tokens = data.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise _ScoreError(f"/tokenize ({what}): no 'tokens' list in the response")
+    return tokens
+
+
+def _prompt_ids(api: _Api, model: str, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    body = {"model": model, "messages": [dict(m) for m in messages], "add_generation_prompt": True}
+    return _token_list(api.post("/tokenize", body), "messages")
+
+
+def _output_ids(api: _Api, model: str, item: ScoreItem) -> tuple[list[int], str]:
+    if item.token_ids:
+        return list(item.token_ids), "token_ids"
+    if item.text:
+        body = {"model": model, "prompt": item.text, "add_special_tokens": False}
+        return _token_list(api.post("/tokenize", body), "text"), "text"
+    raise _ScoreError("empty output: nothing to score")
+
+
+def _logprob_at(entry: Any, token: int, pos: int) -> float:
+    if not isinstance(entry, Mapping):
+        raise _ScoreError(f"prompt_logprobs[{pos}] is {entry!r}, expected a mapping")
+    hit = entry.get(str(token), entry.get(token))  # JSON keys are strings
+    value = hit.get("logprob") if isinstance(hit, Mapping) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise _ScoreError(f"prompt_logprobs[{pos}] holds no log-prob for token {token}")
+    if not math.isfinite(value):
+        raise _ScoreError(f"prompt_logprobs[{pos}]: non-finite log-prob {value!r}")
+    return float(value)
+
+
+def _output_entries(response: Mapping[str, Any], prompt: list[int], n_prompt: int) -> list[Any]:
+    try:
+        plp = response["choices"][0]["prompt_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise _ScoreError("/v1/completions: no choices[0].prompt_logprobs") from None
+    if not isinstance(plp, list) or len(plp) != len(prompt):
+        got = len(plp) if isinstance(plp, list) else type(plp).__name__
+        raise _ScoreError(f"prompt_logprobs has {got} entries for {len(prompt)} prompt tokens")
+    return plp[n_prompt:]
+
+
+def _entry_values(entry: Mapping[Any, Any]) -> list[tuple[float, int | None]]:
+    out = []
+    for v in entry.values():
+        lp = v.get("logprob") if isinstance(v, Mapping) else None
+        if isinstance(lp, (int, float)) and not isinstance(lp, bool) and math.isfinite(lp):
+            rank = v.get("rank")
+            out.append((float(lp), rank if isinstance(rank, int) else None))
+    return out
+
+
+def _top_k(values: list[tuple[float, int | None]], k: int) -> list[float]:
+    """The K largest log-probs of an entry (it may also hold the scored token, ranked > K)."""
+    if all(r is not None for _, r in values):
+        return [lp for lp, r in values if r is not None and r <= k]
+    return sorted((lp for lp, _ in values), reverse=True)[:k]
+
+
+def _residuals(
+    entries: list[Any], logprobs: list[float], sampling: tuple[float, float, int]
+) -> tuple[list[float], int | None]:
+    """Per-position calibration residuals and the count of tokens outside the nucleus."""
+    temperature, top_p, k = sampling
+    out, outside = [], 0
+    check = temperature <= 1 and top_p < 1
+    for entry, lp in zip(entries, logprobs, strict=True):
+        values = _entry_values(entry)
+        lps = [v for v, _ in values]
+        out.append(lp - expected_logprob(lps, temperature=temperature, top_p=top_p))
+        if check:
+            top = _top_k(values, k)
+            outside += outside_nucleus(top, lp, temperature=temperature, top_p=top_p)
+    return out, outside if check else None
+
+
+def _score_item(
+    api: _Api,
+    model: str,
+    item: ScoreItem,
+    prompt_ids: list[int],
+    sampling: tuple[float, float, int] | None,
+) -> OutputScore:
+    out_ids, source = _output_ids(api, model, item)
+    if not out_ids:
+        raise _ScoreError("empty output: nothing to score")
+    prompt = [*prompt_ids, *out_ids]
+    body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
+            "prompt_logprobs": sampling[2] if sampling else 0}  # fmt: skip
+    n = len(prompt_ids)
+    entries = _output_entries(api.post("/v1/completions", body), prompt, n)
+    lps = [_logprob_at(e, prompt[n + i], n + i) for i, e in enumerate(entries)]
+    total = math.fsum(lps)
+    residual = outside = None
+    if sampling:
+        res, outside = _residuals(entries, lps, sampling)
+        residual = math.fsum(res) / len(res)
+    return OutputScore(
+        **item.identity(), mean_logprob=total / len(lps), sum_logprob=total, min_logprob=min(lps),
+        n_tokens=len(lps), n_impossible=sum(v <= _CLAMPED_LOGPROB for v in lps),
+        prompt_tokens=len(prompt_ids), source=source, mean_residual=residual,
+        n_outside_nucleus=outside,
+    )  # fmt: skip
+
+
+def _failed(item: ScoreItem, error: str, prompt_tokens: int | None = None) -> OutputScore:
+    return OutputScore(
+        **item.identity(), mean_logprob=None, prompt_tokens=prompt_tokens, error=error
+    )
+
+
+def _messages_key(messages: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps([dict(m) for m in messages], sort_keys=True, ensure_ascii=False)
+
+
+def _validate_items(items: Any) -> list[ScoreItem]:
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise ValueError(f"`items` must be a sequence of ScoreItem (got {type(items).__name__})")
+    items = list(items)
+    bad = [type(x).__name__ for x in items if not isinstance(x, ScoreItem)]
+    if bad:
+        raise ValueError(f"`items` must hold only ScoreItem objects (got {bad[0]})")
+    keys = [x.key for x in items]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"`items` holds the output {dup} twice")
+    return items
+
+
+def score_outputs(
+    base_url: str,
+    items: Sequence[ScoreItem],
+    *,
+    model: str,
+    api_key: str | None = None,
+    concurrency: int = 2,
+    timeout_s: float = 120.0,
+    sink: Callable[[OutputScore], None] | None = None,
+    temperature: float | None = None,
+    top_p: float = 1.0,
+    top_logprobs: int = 20,
+) -> list[OutputScore]:
+    """Score every item by the target at ``base_url`` (served without speculation).
+
+    Returns one :class:`OutputScore` per item, in the order of ``items``; a failure is a
+    score with ``mean_logprob=None`` and ``error`` (never an exception). ``sink`` is
+    called with each score as it finishes (from the calling thread), e.g. to append it to
+    ``output_scores.jsonl``. Each distinct prompt is tokenized once through ``/tokenize``.
+    With ``temperature > 0`` (the sampling the outputs were drawn with, and ``top_p``) each
+    score also gets ``mean_residual``, from the ``top_logprobs`` most likely tokens at
+    every position (vLLM's ``--max-logprobs`` defaults to 20).
+    """
+    items = _validate_items(items)
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"`model` must be a non-empty string (got {model!r})")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"`concurrency` must be a positive integer (got {concurrency!r})")
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise ValueError(f"`timeout_s` must be a positive number (got {timeout_s!r})")
+    sampling = None
+    if temperature is not None and temperature > 0:
+        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise ValueError(f"`top_p` must be in (0, 1] (got {top_p!r})")
+        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 1:
+            raise ValueError(f"`top_logprobs` must be a positive integer (got {top_logprobs!r})")
+        sampling = (float(temperature), float(top_p), top_logprobs)
+    api = _Api(base_url, api_key, float(timeout_s))
+    by_prompt: dict[str, Sequence[Mapping[str, Any]]] = {}
+    for it in items:
+        by_prompt.setdefault(_messages_key(it.messages), it.messages)
+    prompts: dict[str, list[int] | str] = {}
+    results: dict[int, OutputScore] = {}
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="speclib-score") as pool:
+        futs = {pool.submit(_prompt_ids, api, model, m): k for k, m in by_prompt.items()}
+        for fut in as_completed(futs):
+            try:
+                prompts[futs[fut]] = fut.result()
+            except _ScoreError as exc:
+                prompts[futs[fut]] = str(exc)
+            except Exception as exc:  # an odd response must not stop the run
+                prompts[futs[fut]] = f"{type(exc).__name__}: {_excerpt(str(exc))}"
+        jobs = {}
+        for i, it in enumerate(items):
+            ids = prompts[_messages_key(it.messages)]
+            if isinstance(ids, str):
+                results[i] = _failed(it, f"prompt not tokenized: {ids}")
+                if sink is not None:
+                    sink(results[i])
+                continue
+            jobs[pool.submit(_score_item, api, model, it, ids, sampling)] = i
+        for fut in as_completed(jobs):
+            i = jobs[fut]
+            try:
+                results[i] = fut.result()
+            except _ScoreError as exc:
+                ids = prompts[_messages_key(items[i].messages)]
+                results[i] = _failed(items[i], str(exc), len(ids))
+            except Exception as exc:  # a bug or an odd response must not lose the others
+                results[i] = _failed(items[i], f"{type(exc).__name__}: {_excerpt(str(exc))}")
+            if sink is not None:
+                sink(results[i])
+    return [results[i] for i in range(len(items))]
+
+
+# ------------------------------------------------------------------------- the run step
+
+
+def scoring_enabled(params: Any) -> bool:
+    """Whether a run scores its outputs: ``analysis.score_outputs`` on/off, or auto
+    (on exactly when the workload samples, i.e. ``temperature > 0``)."""
+    mode = getattr(params.analysis, "score_outputs", "auto")
+    if mode == "auto":
+        return params.workload.temperature > 0
+    return mode == "on"
+
+
+def _run_items(params: Any, run_dir: Path) -> list[ScoreItem]:
+    rd = RunDir.at(run_dir)
+    if not rd.requests.exists():
+        raise FileNotFoundError(f"{rd.requests} does not exist: nothing to score")
+    prompts = load_prompts(
+        params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
+    )
+    messages = {p.id: p.as_messages() for p in prompts}
+    return items_from_records(read_records(rd.requests), messages)
+
+
+def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int = 2) -> Path:
+    """Score every successful measured output of every series of a run; return the file.
+
+    Launches the target the way the control series runs (no speculation) as launch
+    ``scoring`` (log in ``RUN_DIR/launches/scoring/server.log``), or, when the control
+    measures an external endpoint, scores against that endpoint. Outputs already scored in
+    ``RUN_DIR/output_scores.jsonl`` are skipped, so a resumed run scores only what is new
+    and starts no server when nothing is. Raises :class:`~speclib.serve.process.ServerStartError`
+    when the server does not start; a single failure is a line with ``error`` set.
+    ``RUN_DIR/launches/scoring/scoring.json`` says how many were scored and which errors
+    occurred.
+    """
+    rd = RunDir.at(run_dir)
+    out = rd.output_scores
+    done = {s.key for s in read_scores(out) if s.ok}
+    todo = [it for it in _run_items(params, rd.root) if it.key not in done]
+    out.touch()
+    if not todo:
+        return out
+    control = params.series_by_name(params.control_name)
+    key = api_key(params)
+    info: dict[str, Any] = {"items": len(todo), "started_at": time.time()}
+    with out.open("a", encoding="utf-8") as fh, server_for(params, control, rd, "scoring") as up:
+        base_url, handle, spec = up
+        info["base_url"] = base_url if handle is None else None
+        if handle is not None and handle.ready_at is not None:
+            info["server_ready_s"] = handle.ready_at - handle.started_at
+        model = spec.served_model if spec is not None else served_model(base_url, api_key=key)
+        got = score_outputs(
+            base_url, todo, model=model, api_key=key, concurrency=concurrency,
+            timeout_s=params.workload.request_timeout_s, sink=lambda s: append_score(fh, s),
+            temperature=params.workload.temperature, top_p=params.workload.top_p,
+        )  # fmt: skip
+    info.update(
+        ended_at=time.time(), scored=sum(s.ok for s in got), failed=sum(not s.ok for s in got),
+        errors=sorted({s.error for s in got if s.error})[:20],
+    )  # fmt: skip
+    write_json_atomic(rd.launch("scoring") / "scoring.json", info)
+    return out
+
+
+def ensure_scored(run_dir: str | os.PathLike[str]) -> str:
+    """The sampling check as a pipeline step (the analysis notebook runs it first, in batch
+    and in JupyterLab alike): score the run's outputs when its params ask for it.
+
+    Returns what happened in words. Never raises for a scoring failure: it is written to
+    ``RUN_DIR/output_scores.error.txt``, and the analysis then says "correctness unknown"
+    and refuses to adopt. Outputs already scored are skipped, so a re-analysis starts no
+    server.
+    """
+    from speclib.core.params import ExperimentParams
+
+    rd = RunDir.at(run_dir)
+    data = json.loads(rd.params_resolved.read_text("utf-8"))
+    data["source"] = None
+    params = ExperimentParams.model_validate(data)
+    if not scoring_enabled(params):
+        return "sampling check not needed (greedy run, or analysis.score_outputs: off)"
+    try:
+        path = score_run(params, rd.root)
+    except Exception as exc:  # the analysis reports "correctness unknown"
+        why = f"{type(exc).__name__}: {exc}"
+        rd.scoring_error.write_text(why, encoding="utf-8")
+        return f"sampling check failed: {why[:500]}"
+    rd.scoring_error.unlink(missing_ok=True)
+    return f"sampling check: outputs scored in {path}"

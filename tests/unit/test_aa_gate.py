@@ -1,0 +1,193 @@
+"""The verdict rules of issue 11 on synthetic run folders (the analysis is a pure function of
+the records): one launch per arm cannot decide; the A/A arm is the bench's noise floor and a
+forced A/A effect turns every verdict into "untrustworthy"; unequal idle load does too;
+run-until-decided looks use O'Brien-Fleming-type levels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speclib.analysis.run_analysis import analyze_run, decision_confidence
+from speclib.core.params import ExperimentParams
+from speclib.core.records import RequestRecord, append_record
+
+REPO = Path(__file__).resolve().parents[2]
+N_TOKENS = 33
+
+
+def _params(tmp: Path, *, blocks: int, aa: bool, **protocol) -> ExperimentParams:
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "messages": [{"role": "user", "content": f"q {i}"}]}) + "\n"
+            for i in range(16)
+        )
+    )
+    series = [{"name": "control"}]
+    series.append(
+        {
+            "name": "spec",
+            "speculative_config": {
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "prompt_lookup_max": 3,
+            },
+        }
+    )
+    return ExperimentParams.model_validate(
+        {
+            "name": "synthetic",
+            "server": {"model": str(tmp)},
+            "series": series,
+            "workload": {"prompts": str(prompts), "replicates": blocks, "max_tokens": N_TOKENS},
+            "protocol": {"aa": aa, **protocol},
+            "analysis": {"n_resamples": 300},
+        }
+    )
+
+
+def _record(arm: str, block: int, prompt: int, tpot: float, t: float) -> RequestRecord:
+    ttft = 0.02
+    offsets = tuple(ttft + tpot * i for i in range(N_TOKENS))
+    return RequestRecord(
+        series=arm,
+        replicate=block,
+        prompt_id=f"p{prompt}",
+        ok=True,
+        launch_id=f"{arm}-r{block}",
+        block=f"r{block}",
+        t_start=t,
+        chunk_offsets_s=offsets,
+        chunk_tokens=(1,) * N_TOKENS,
+        done_offset_s=offsets[-1],
+        output_tokens=N_TOKENS,
+        text=f"answer {prompt}",
+        token_ids=tuple(range(N_TOKENS)),
+        finish_reason="length",
+    )
+
+
+def _write_run(tmp: Path, params: ExperimentParams, effects: dict[str, float], seed: int = 0):
+    """Records of an interleaved run: per-prompt base, an instance effect per server, noise."""
+    rng = np.random.default_rng(seed)
+    run = tmp / "run"
+    run.mkdir()
+    data = params.model_dump()
+    (run / "params.resolved.json").write_text(json.dumps(data))
+    arms = [a.name for a in params.arms]
+    base = rng.lognormal(np.log(0.02), 0.2, size=16)
+    t = 1.0e9
+    with (run / "requests.jsonl").open("w") as fh:
+        for b in range(params.workload.replicates):
+            instance = {a: rng.normal(0, 0.01) for a in arms}
+            for p in range(16):
+                for a in arms:
+                    noise = rng.normal(0, 0.03)
+                    tpot = base[p] * effects.get(a, 1.0) * np.exp(instance[a] + noise)
+                    append_record(fh, _record(a, b, p, float(tpot), t))
+                    t += 1.0
+    return run
+
+
+def _by(summary: dict) -> dict:
+    return {c["experiment"]: c for c in summary["comparisons"]}
+
+
+def test_one_launch_per_arm_without_aa_cannot_decide(tmp_path: Path) -> None:
+    params = _params(tmp_path, blocks=1, aa=False)
+    run = _write_run(tmp_path, params, {"spec": 0.5})
+    comps = _by(json.loads((analyze_run(run) and run / "summary.json").read_text()))
+    spec = comps["spec"]
+    assert spec["decision"] == "inconclusive"
+    assert spec["tpot_ratio"] == pytest.approx(0.5, rel=0.1)
+    assert spec["metrics"]["tpot"]["note"].startswith("no degrees of freedom")
+    # the launch-blind prompt-level interval would have claimed a decision
+    naive = spec["metrics"]["tpot_prompt_level"]
+    assert naive["ci_high"] < 0.95
+
+
+def test_two_blocks_with_aa_decide_a_large_effect_and_show_the_noise_floor(tmp_path) -> None:
+    params = _params(tmp_path, blocks=2, aa=True)
+    run = _write_run(tmp_path, params, {"spec": 0.5})
+    an = analyze_run(run)
+    comps = _by(json.loads((run / "summary.json").read_text()))
+    assert comps["spec"]["decision"] == "adopt", comps["spec"]["reasons"]
+    assert comps["spec"]["ci_method"].startswith("blocks (controls")
+    assert comps["aa"]["role"] == "aa"
+    assert comps["aa"]["decision"] in ("equivalent", "inconclusive")
+    assert [c.experiment for c in an.noise_floor] == ["aa"]
+    from speclib.report.sections import verdict_html
+
+    first = verdict_html(an)
+    assert "noise floor" in first and "No false effect" in first
+
+
+def test_a_forced_aa_effect_makes_every_verdict_untrustworthy(tmp_path: Path) -> None:
+    params = _params(tmp_path, blocks=3, aa=True)
+    run = _write_run(tmp_path, params, {"spec": 0.5, "aa": 1.3})  # a broken bench
+    an = analyze_run(run)
+    comps = _by(json.loads((run / "summary.json").read_text()))
+    assert comps["aa"]["tpot_decision"] == "worse"
+    assert comps["spec"]["decision"] == "untrustworthy"
+    assert any("A/A arm" in r for r in comps["spec"]["reasons"])
+    bench = next(g for g in comps["spec"]["gates"] if g["name"] == "bench")
+    assert not bench["passed"]
+    from speclib.report.sections import conclusion
+
+    assert "not trustworthy" in conclusion(an)
+
+
+def test_unequal_idle_load_between_arms_is_a_bench_problem(tmp_path: Path) -> None:
+    params = _params(tmp_path, blocks=2, aa=False)
+    run = _write_run(tmp_path, params, {"spec": 0.5})
+    for block in (0, 1):
+        for arm, idle in (("control", 0.05), ("spec", 0.6)):  # spec idles hot
+            launch = run / "launches" / f"{arm}-r{block}"
+            launch.mkdir(parents=True)
+            status = {"launch_id": f"{arm}-r{block}", "series": arm, "block": f"r{block}"}
+            status.update(ok=True, started_at=block, replicate=block)
+            (launch / "status.json").write_text(json.dumps(status))
+            rows, cpu, t = [], 0.0, 0.0
+            for step in range(40):
+                serving = "control" if step % 2 == 0 else "spec"
+                rows.append({"t": t, "serving": serving, "cpu_s": cpu})
+                cpu += 0.9 if serving == arm else idle
+                t += 1.0
+            (launch / "cpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    an = analyze_run(run)
+    assert an.bench_problem and "unequally" in an.bench_problem
+    idle = an.idle_load.set_index(["block", "arm"])
+    assert idle.loc[("r0", "control"), "background_cores"] == pytest.approx(0.6, abs=0.01)
+    assert idle.loc[("r0", "spec"), "background_cores"] == pytest.approx(0.05, abs=0.01)
+    assert _by(an.summary())["spec"]["decision"] == "untrustworthy"
+
+
+def test_run_until_decided_spends_alpha_over_the_looks(tmp_path: Path) -> None:
+    params = _params(tmp_path, blocks=2, aa=True, max_replicates=4)
+    levels = [decision_confidence(params, b)[0] for b in (2, 3, 4)]
+    assert all(0.95 < lvl < 1 for lvl in levels)  # each look at a stricter level
+    assert sum(1 - lvl for lvl in levels) == pytest.approx(0.05, rel=1e-6)
+    assert levels[0] > levels[1] > levels[2]  # O'Brien-Fleming: little α spent early
+    plain = _params(tmp_path, blocks=2, aa=True)
+    assert decision_confidence(plain, 2) == (0.95, None)
+
+
+def test_a_launch_in_the_wrong_mode_is_left_out_and_rejects_its_series(tmp_path: Path) -> None:
+    params = _params(tmp_path, blocks=2, aa=True)
+    run = _write_run(tmp_path, params, {"spec": 0.5})
+    launch = run / "launches" / "spec-r1"
+    launch.mkdir(parents=True)
+    status = {"launch_id": "spec-r1", "series": "spec", "block": "r1", "ok": False}
+    status["mode_check"] = {"ok": False, "problems": ["speculative series but no drafting"]}
+    (launch / "status.json").write_text(json.dumps(status))
+    comps = _by(analyze_run(run).summary())
+    spec = comps["spec"]
+    assert spec["decision"] == "reject"
+    gate = next(g for g in spec["gates"] if g["name"] == "mode")
+    assert not gate["passed"] and "spec-r1 excluded" in gate["detail"]
+    assert spec["n_pairs"] == 16  # only block r0's pairs are left
+    assert comps["aa"]["decision"] != "reject"

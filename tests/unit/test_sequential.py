@@ -1,0 +1,178 @@
+"""Unit tests of speclib.analysis.sequential: spending values, the rule, simulated error rates.
+
+The simulations reuse the interleaved-design simulator of ``test_blocks.py`` (prompt
+bases, block drift, instance effects, a -35 % regime shift hitting all arms alike,
+request noise): each run has up to four blocks of one experiment, an aa arm and the
+control, and looks after 2, 3 and 4 blocks at the levels of the O'Brien–Fleming-type plan.
+A decision is false when its claim is untrue of the true ratio: at ratio 1 "adopt" and
+"worse"; at ``1 - δ`` every decision (the boundary belongs to neither side); at ``1 + δ``
+"adopt" and "equivalent".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from speclib.analysis.blocks import block_ratio_cis
+from speclib.analysis.decision import decide
+from speclib.analysis.sequential import (
+    SpendingPlan,
+    first_decisive_look,
+    interval_word,
+    obrien_fleming_spending,
+    spending_plan,
+)
+from speclib.analysis.stats import paired_ratio_ci
+from tests.unit.test_blocks import simulate_blocks, summaries
+
+pytestmark = pytest.mark.unit
+
+N_RUNS = 1000
+MARGIN = 0.05
+ALPHA = 0.05
+FALSE_WORDS = {
+    1.0: {"adopt", "worse"},
+    1 - MARGIN: {"adopt", "equivalent", "worse"},
+    1 + MARGIN: {"adopt", "equivalent"},
+}
+
+
+@functools.cache
+def sequential_words(seed: int, ratio: float, *, reference="control", naive=False) -> list[str]:
+    """Decision of each simulated run: the first decisive look of up to 4 blocks (cached)."""
+    plan = spending_plan(4, min_blocks=2, alpha=ALPHA)
+    levels = [1 - ALPHA] * len(plan.looks) if naive else plan.confidence_levels
+    lr, _ = simulate_blocks(np.random.default_rng(seed), runs=N_RUNS, blocks=4,
+                            ratios=(ratio, 1.0))  # fmt: skip
+    words = []
+    for summary in summaries(lr, ("ngram", "aa")):
+        intervals = []
+        for blocks, level in zip(plan.looks, levels, strict=True):
+            part = dataclasses.replace(
+                summary, blocks=summary.blocks[:blocks], mean=summary.mean[:, :blocks],
+                n_pairs=summary.n_pairs[:, :blocks], pair_var=summary.pair_var[:, :blocks],
+            )  # fmt: skip
+            ci = block_ratio_cis(part, aa_arm="aa", reference=reference, confidence_level=level)
+            intervals.append((ci.arms["ngram"].ci_low, ci.arms["ngram"].ci_high))
+            result = first_decisive_look(intervals, plan=plan, margin=MARGIN)
+            if result.final:
+                break
+        words.append(result.word)
+    return words
+
+
+# ----------------------------------------------------------------------- simulations
+
+
+@pytest.mark.parametrize("ratio", sorted(FALSE_WORDS))
+def test_sequential_looks_keep_false_decisions_below_alpha(ratio):
+    """(e) Up to 4 blocks, looks at 2, 3, 4: false decisions in at most α (+ MC slack)."""
+    words = sequential_words(300, ratio)
+    false = np.mean([w in FALSE_WORDS[ratio] for w in words])
+    assert false <= ALPHA + 0.015, (ratio, false)
+
+
+def test_sequential_looks_with_the_aa_arm_as_second_control():
+    words = sequential_words(200, 1 - MARGIN, reference="controls")
+    assert np.mean([w in FALSE_WORDS[1 - MARGIN] for w in words]) <= ALPHA + 0.015
+
+
+def test_repeated_nominal_looks_err_more_than_spending():
+    """Looking at plain 95 % intervals after every block errs more often than the plan."""
+    spent = np.mean([w in FALSE_WORDS[1.0] for w in sequential_words(300, 1.0)])
+    naive = np.mean([w in FALSE_WORDS[1.0] for w in sequential_words(300, 1.0, naive=True)])
+    assert naive > spent
+
+
+def test_sequential_looks_adopt_a_large_speedup_early():
+    words = sequential_words(400, 0.6)
+    assert np.mean([w == "adopt" for w in words]) >= 0.9
+
+
+# --------------------------------------------------------------------- the plan
+
+
+def test_obrien_fleming_spending_values():
+    a = obrien_fleming_spending([0.0, 0.25, 0.5, 0.75, 1.0], alpha=0.05)
+    assert a[0] == 0.0 and a[-1] == pytest.approx(0.05)
+    assert np.all(np.diff(a) > 0)
+    assert a[2] == pytest.approx(0.0055746, abs=1e-7)  # 2 - 2 Φ(1.959964 / sqrt(0.5))
+
+
+def test_spending_plan_for_four_blocks():
+    plan = spending_plan(4, min_blocks=2, alpha=0.05)
+    assert plan.looks == (2, 3, 4) and plan.information == (0.5, 0.75, 1.0)
+    assert plan.alpha_spent == pytest.approx((0.005575, 0.018051, 0.026375), abs=1e-5)
+    assert sum(plan.alpha_spent) == pytest.approx(0.05)
+    assert plan.level_at(4) == pytest.approx(1 - plan.alpha_spent[-1])
+    assert spending_plan(1, min_blocks=1).confidence_levels == pytest.approx((0.95,))
+    assert json.dumps(plan.to_dict())
+
+
+def test_first_decisive_look_stops_at_the_first_decision():
+    plan = spending_plan(4)
+    inf = math.inf
+    go_on = first_decisive_look([(0.0, inf)], plan=plan, margin=MARGIN)
+    assert (go_on.word, go_on.final, go_on.blocks) == ("inconclusive", False, 2)
+    assert "add a block" in go_on.reason
+    hit = first_decisive_look([(0.5, 1.2), (0.7, 0.9), (1.1, 1.2)], plan=plan, margin=MARGIN)
+    assert (hit.word, hit.look, hit.blocks, hit.final) == ("adopt", 1, 3, True)
+    assert hit.confidence_level == plan.confidence_levels[1]
+    assert hit.alpha_spent == pytest.approx(plan.cumulative_alpha[1])
+    end = first_decisive_look([(0.5, 1.2)] * 3, plan=plan, margin=MARGIN)
+    assert (end.word, end.final, end.look) == ("inconclusive", True, 2)
+    assert "last planned look" in end.reason
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "word"),
+    [
+        (0.70, 0.90, "adopt"),
+        (0.96, 1.04, "equivalent"),
+        (1.01, 1.04, "equivalent"),
+        (1.01, 1.20, "worse"),
+        (0.90, 1.10, "inconclusive"),
+        (0.0, math.inf, "inconclusive"),
+    ],
+)
+def test_interval_word_matches_decide(low, high, word):
+    assert interval_word(low, high, margin=MARGIN) == word
+    rng = np.random.default_rng(0)
+    c = rng.lognormal(-3, 0.3, 30)
+    ci = paired_ratio_ci(c, c * rng.lognormal(0, 0.05, 30), rng=rng, n_resamples=200)
+    ci = dataclasses.replace(ci, ci_low=low, ci_high=high, estimate=min(max(1.0, low), high))
+    assert decide(ci, margin=MARGIN).word == word
+
+
+# ------------------------------------------------------------------------ validation
+
+
+def test_inputs_are_validated():
+    plan = spending_plan(3)
+    with pytest.raises(ValueError, match="`alpha`"):
+        spending_plan(3, alpha=1.5)
+    with pytest.raises(ValueError, match="`max_blocks`"):
+        spending_plan(0)
+    with pytest.raises(ValueError, match="`min_blocks`"):
+        spending_plan(3, min_blocks=4)
+    with pytest.raises(ValueError, match="`t`"):
+        obrien_fleming_spending([1.2])
+    with pytest.raises(ValueError, match="`margin`"):
+        interval_word(0.9, 1.1, margin=0)
+    with pytest.raises(ValueError, match="`low`"):
+        interval_word(1.1, 0.9, margin=MARGIN)
+    with pytest.raises(ValueError, match="`plan`"):
+        first_decisive_look([(0.9, 1.1)], plan=None, margin=MARGIN)
+    with pytest.raises(ValueError, match="`intervals`"):
+        first_decisive_look([(0.9, 1.1)] * 3, plan=plan, margin=MARGIN)
+    with pytest.raises(ValueError, match="`intervals\\[0\\]`"):
+        first_decisive_look([(0.9,)], plan=plan, margin=MARGIN)
+    with pytest.raises(ValueError, match="`blocks`"):
+        plan.level_at(1)
+    assert isinstance(plan, SpendingPlan)
