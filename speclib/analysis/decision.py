@@ -143,7 +143,7 @@ def _classify(ci: RatioCI, margin: float) -> tuple[str, str]:
     lo, hi = ci.ci_low, ci.ci_high
     text = (
         f"TPOT ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI {lo:.3f}–{hi:.3f}, "
-        f"{ci.method}, {ci.n_pairs} pairs, {ci.n_launches} launch(es))"
+        f"{ci.method}, {ci.n_pairs} pairs, {ci.n_launches} launch(es) per arm)"
     )
     if hi < 1 - margin:
         return "adopt", f"{text}: upper bound below 1 − δ = {1 - margin:.3f}, faster by more than δ"

@@ -8,7 +8,8 @@ hotter than the plain ones). Each launch's ``cpu.jsonl`` (see :mod:`speclib.serv
 holds its server tree's cumulative CPU seconds, tagged with the arm being served at that
 moment; :func:`idle_load_frame` turns them into, per block and arm, the arm's own CPU while
 idle and the **background** it saw while serving (the other servers' CPU, in cores), and
-:func:`idle_load_problem` names a gap between arms larger than the declared limit.
+:func:`idle_load_problem` names arms whose CPU demand the machine could not meet
+to different degrees (the background only matters when the cores run out).
 """
 
 from __future__ import annotations
@@ -87,26 +88,36 @@ def idle_load_frame(run_dir: str | Path, statuses: list[dict[str, Any]]) -> pd.D
     return pd.DataFrame(out, columns=_COLUMNS)
 
 
-def idle_load_problem(frame: pd.DataFrame, *, max_gap_cores: float) -> str | None:
-    """A reason string when, in some block, the arms saw backgrounds that differ by more
-    than ``max_gap_cores`` while they were served; None when the backgrounds were even."""
-    if max_gap_cores < 0:
-        raise ValueError(f"`max_gap_cores` must be >= 0 (got {max_gap_cores})")
+def idle_load_problem(frame: pd.DataFrame, *, cores: int, max_gap: float) -> str | None:
+    """A reason string when idle servers may have slowed some arms more than others.
+
+    Background load only slows the served server when the machine runs out of cores: the
+    unmet share of an arm is ``max(0, serving + background - cores) / serving`` (the part of
+    its CPU demand the machine could not give it while it was served). When, in some block,
+    the unmet shares of two arms differ by more than ``max_gap``, the comparison may show
+    the background instead of the configuration. None when no block shows such a gap.
+    """
+    if max_gap < 0 or cores < 1:
+        raise ValueError(f"`max_gap` must be >= 0 and `cores` >= 1 (got {max_gap}, {cores})")
     worst = None
-    for block, rows in frame.dropna(subset=["background_cores"]).groupby("block"):
-        if len(rows) < 2:
+    rows = frame.dropna(subset=["background_cores", "serving_cores"])
+    rows = rows[rows["serving_cores"] > 0]
+    for block, group in rows.groupby("block"):
+        if len(group) < 2:
             continue
-        hi = rows.loc[rows["background_cores"].idxmax()]
-        lo = rows.loc[rows["background_cores"].idxmin()]
-        gap = float(hi["background_cores"] - lo["background_cores"])
-        if gap > max_gap_cores and (worst is None or gap > worst[0]):
-            worst = (gap, block, hi, lo)
+        demand = group["serving_cores"] + group["background_cores"]
+        unmet = (demand - cores).clip(lower=0) / group["serving_cores"]
+        gap = float(unmet.max() - unmet.min())
+        if gap > max_gap and (worst is None or gap > worst[0]):
+            hi, lo = group.loc[unmet.idxmax()], group.loc[unmet.idxmin()]
+            worst = (gap, block, hi, lo, float(unmet.max()), float(unmet.min()))
     if worst is None:
         return None
-    gap, block, hi, lo = worst
+    gap, block, hi, lo, u_hi, u_lo = worst
     return (
-        f"idle servers loaded the arms unequally in block {block}: while {hi['arm']} served, "
-        f"the other servers used {hi['background_cores']:.2f} cores; while {lo['arm']} "
-        f"served, {lo['background_cores']:.2f} (gap {gap:.2f} > limit {max_gap_cores:.2f}); "
+        f"idle servers loaded the arms unequally in block {block}: while {hi['arm']} served "
+        f"(using {hi['serving_cores']:.2f} cores) the others used "
+        f"{hi['background_cores']:.2f}, so {u_hi:.0%} of its CPU demand could not be met on "
+        f"{cores} cores, against {u_lo:.0%} for {lo['arm']} (gap {gap:.1%} > {max_gap:.1%}); "
         "the comparison may reflect the background, not the configuration"
     )

@@ -12,7 +12,6 @@ collects the run's warnings. The result is a frozen :class:`RunAnalysis` whose
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,13 @@ from speclib.analysis.launches import (
 from speclib.analysis.sequential import spending_plan
 from speclib.analysis.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
-from speclib.core.params import AA_ARM, ExperimentParams, SeriesParams, load_params
+from speclib.core.params import (
+    AA_ARM,
+    ExperimentParams,
+    SeriesParams,
+    load_params,
+    recorded_params,
+)
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 
@@ -257,9 +262,7 @@ def _without_wrong_mode(
 
 
 def _load_params(rd: RunDir, params_file: str | None) -> ExperimentParams:
-    data = json.loads(rd.params_resolved.read_text("utf-8"))
-    data["source"] = None
-    params = ExperimentParams.model_validate(data)
+    params = recorded_params(rd.params_resolved)
     if params_file:
         override = load_params(params_file, check_files=False)
         params = params.model_copy(update={"analysis": override.analysis})
@@ -280,7 +283,8 @@ def analyze_run(
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     plaus = _plausibility(rd, params)
     idle = idle_load_frame(rd.root, statuses)
-    problem = idle_load_problem(idle, max_gap_cores=params.analysis.max_idle_load_gap)
+    cores = int((rd.read_manifest().get("hardware") or {}).get("cpu_count") or os.cpu_count() or 1)
+    problem = idle_load_problem(idle, cores=cores, max_gap=params.analysis.max_contention_gap)
     comps: list[Comparison] = []
     noise: list[dict[str, Any]] = []
     n_blocks = int(df["replicate"].nunique()) if len(df) else 0

@@ -49,10 +49,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{s.name} ({'control' if s.is_control else s.speculative_config.get('method')})"
         for s in params.series
     )
+    aa = " + A/A arm 'aa'" if params.protocol.aa else ""
     print(
-        f"{args.file}: OK — {params.name}: series {names}; "
-        f"{params.workload.replicates} replicate(s), concurrency {params.workload.concurrency}; "
-        f"{len(result.prompts)} prompt(s)"
+        f"{args.file}: OK — {params.name}: series {names}{aa}; design "
+        f"{params.protocol.design}, {params.workload.replicates} replicate block(s), "
+        f"concurrency {params.workload.concurrency}; {len(result.prompts)} prompt(s)"
     )
     for note in result.notes:
         print(f"note: {note}")

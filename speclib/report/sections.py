@@ -38,7 +38,7 @@ def _ratio_cell(c: Comparison) -> str:
         f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI</span> "
         f"<span class='speclib-nowrap'>{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
         f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
-        f"{ci.n_launches} launch(es)</span>"
+        f"{ci.n_launches} block(s)</span>"
     )
 
 

@@ -177,9 +177,11 @@ def slot_size(params: ExperimentParams, concurrency: int, n_arms: int) -> int | 
     """Requests per arm per slot; None means one slot for the whole level (a single arm)."""
     if n_arms <= 1:
         return None
+    if params.protocol.slot_requests:
+        return params.protocol.slot_requests
     if concurrency == 1 and params.workload.request_rates is None:
         return 1
-    return params.protocol.slot_requests or max(4, 2 * concurrency)
+    return max(4, 2 * concurrency)
 
 
 def plan_slots(

@@ -399,12 +399,10 @@ def ensure_scored(run_dir: str | os.PathLike[str]) -> str:
     and refuses to adopt. Outputs already scored are skipped, so a re-analysis starts no
     server.
     """
-    from speclib.core.params import ExperimentParams
+    from speclib.core.params import recorded_params
 
     rd = RunDir.at(run_dir)
-    data = json.loads(rd.params_resolved.read_text("utf-8"))
-    data["source"] = None
-    params = ExperimentParams.model_validate(data)
+    params = recorded_params(rd.params_resolved)
     if not scoring_enabled(params):
         return "sampling check not needed (greedy run, or analysis.score_outputs: off)"
     try:

@@ -180,7 +180,12 @@ def test_vllm_bench_crosscheck_ran_beside_every_launch_of_the_first_block(demo_r
         assert check["kit_requests"] == check["bench_requests"] == 12, lid
         rows = {r["metric"]: r for r in check["rows"]}
         kit, bench = rows["median TPOT"]["kit"], rows["median TPOT"]["vllm_bench"]
-        assert kit > 0 and bench > 0 and abs(kit / bench - 1) < 0.5, (lid, kit, bench)
+        # No bound on kit / bench: the server's own speed differs between the two windows
+        # (README, "Measurement fidelity"), and in the interleaved window a speculative
+        # server ran up to 2x slower per token than in vllm bench's back-to-back window.
+        # What each client measured is checked against the server's own TPOT below.
+        assert kit > 0 and bench > 0, (lid, kit, bench)
+        assert abs(check["client_vs_server"]["vllm bench"]) < 0.03, (lid, check)
         # Fidelity: the kit's mean TPOT is the server's own (its TPOT histogram) for the
         # same requests, whatever speed the shared machine gave the server at the time.
         assert abs(check["client_vs_server"]["kit"]) < 0.03, (lid, check["client_vs_server"])

@@ -120,8 +120,8 @@ def rendered(demo_run: Path) -> Rendered:
         events.console_errors,
         shots,
         pdf,
-        len(summary["comparisons"]),
-    )
+        sum(c["role"] == "experiment" for c in summary["comparisons"]),  # the A/A arm is
+    )  # shown above the table, as the noise floor
 
 
 def test_nothing_is_fetched_from_the_network_and_nothing_fails(rendered: Rendered) -> None:
@@ -152,7 +152,7 @@ def test_first_screen_shows_verdict_and_conclusion(rendered: Rendered) -> None:
     s = rendered.screen
     assert s["title"].startswith("Speculative decoding: ")
     assert s["verdict"] is not None, "no #speclib-verdict table"
-    assert s["verdictRows"] == 1 + rendered.n_comparisons, "one row per comparison + header"
+    assert s["verdictRows"] == 1 + rendered.n_comparisons, "one row per experiment + header"
     assert s["verdict"]["top"] >= 0 and s["verdict"]["bottom"] <= s["innerHeight"]
     assert s["verdict"]["right"] <= WIDTH
     assert s["conclusion"] is not None, "no #speclib-conclusion block"

@@ -80,3 +80,4 @@ def test_slot_size_by_load(tmp_path: Path) -> None:
     assert slot_size(params, 8, 3) == 16
     assert slot_size(params, 8, 1) is None
     assert slot_size(_params(tmp_path, slot_requests=5), 8, 2) == 5
+    assert slot_size(_params(tmp_path, slot_requests=3), 1, 2) == 3  # also at c=1
