@@ -201,6 +201,23 @@ def _summary(reqs: Sequence[BenchRequest], data: Mapping[str, Any]) -> dict[str,
     return out
 
 
+_LATENCY_FIELDS = (
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+)
+
+
+def _latency_fields(summary: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The latency summary values a :class:`BenchResult` keeps."""
+    return {name: summary[name] for name in _LATENCY_FIELDS}
+
+
 def parse_bench_result(data: Mapping[str, Any]) -> BenchResult:
     """A :class:`BenchResult` from the parsed JSON that ``vllm bench serve`` saved.
 
@@ -218,14 +235,7 @@ def parse_bench_result(data: Mapping[str, Any]) -> BenchResult:
         failed=_int(data.get("failed")) or 0,
         duration_s=_num(data.get("duration")),
         max_concurrency=_int(data.get("max_concurrency")),
-        mean_ttft_ms=summary["mean_ttft_ms"],
-        median_ttft_ms=summary["median_ttft_ms"],
-        p99_ttft_ms=summary["p99_ttft_ms"],
-        mean_tpot_ms=summary["mean_tpot_ms"],
-        median_tpot_ms=summary["median_tpot_ms"],
-        p99_tpot_ms=summary["p99_tpot_ms"],
-        mean_e2el_ms=summary["mean_e2el_ms"],
-        median_e2el_ms=summary["median_e2el_ms"],
+        **_latency_fields(summary),
         acceptance_rate=rate / 100 if rate is not None else None,
         acceptance_length=_num(data.get("spec_decode_acceptance_length")),
         num_drafts=_int(data.get("spec_decode_num_drafts")),
@@ -256,14 +266,7 @@ def merge_bench_results(results: Sequence[BenchResult]) -> BenchResult:
         failed=sum(res.failed for res in results),
         duration_s=None if None in durations else sum(durations),  # type: ignore[arg-type]
         max_concurrency=results[0].max_concurrency,
-        mean_ttft_ms=summary["mean_ttft_ms"],
-        median_ttft_ms=summary["median_ttft_ms"],
-        p99_ttft_ms=summary["p99_ttft_ms"],
-        mean_tpot_ms=summary["mean_tpot_ms"],
-        median_tpot_ms=summary["median_tpot_ms"],
-        p99_tpot_ms=summary["p99_tpot_ms"],
-        mean_e2el_ms=summary["mean_e2el_ms"],
-        median_e2el_ms=summary["median_e2el_ms"],
+        **_latency_fields(summary),
         acceptance_rate=accepted / drafted if accepted is not None and drafted else None,
         acceptance_length=1 + accepted / drafts if accepted is not None and drafts else None,
         num_drafts=drafts,

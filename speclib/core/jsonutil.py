@@ -12,11 +12,13 @@ looked up in ``sys.modules``, since a value of theirs can only exist once they a
 
 from __future__ import annotations
 
+import json
 import math
 import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["jsonable"]
+__all__ = ["json_lines", "jsonable"]
 
 
 def _is_numpy_scalar(value: Any) -> bool:
@@ -59,3 +61,17 @@ def jsonable(value: Any) -> Any:
     if _is_pandas_missing(value):
         return None
     return value
+
+
+def json_lines(lines: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Parse the lines of a JSONL file written by appending: blank lines are skipped, a torn
+    last line (a crash mid-write) is dropped, a broken line before it raises."""
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                continue
+            raise

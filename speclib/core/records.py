@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
 
+from speclib.core.jsonutil import json_lines
+
 __all__ = [
     "RECORD_VERSION",
     "RequestRecord",
@@ -148,14 +150,5 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
     """Yield records from a JSONL file; a torn last line (crash mid-write) is skipped."""
     with Path(path).open(encoding="utf-8") as fh:
         lines = fh.readlines()
-    for i, line in enumerate(lines):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                continue
-            raise
+    for data in json_lines(lines):
         yield RequestRecord.from_json(data)

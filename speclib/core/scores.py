@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
 
+from speclib.core.jsonutil import json_lines
+
 __all__ = [
     "SCORE_VERSION",
     "OutputKey",
@@ -129,15 +131,7 @@ def read_scores(path: str | os.PathLike[str]) -> list[OutputScore]:
     except FileNotFoundError:
         return []
     latest: dict[OutputKey, OutputScore] = {}
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                continue
-            raise
+    for data in json_lines(lines):
         score = OutputScore.from_json(data)
         latest[score.key] = score
     return list(latest.values())
