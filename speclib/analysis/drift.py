@@ -45,9 +45,13 @@ def _ok_measured(df: pd.DataFrame) -> pd.DataFrame:
 
 def _row(block: Any, arm: str, raw: pd.DataFrame, paired: pd.DataFrame | None) -> dict:
     tpot = raw.sort_values("t_start")["tpot_s"].to_numpy(float)
+    lr = np.empty(0)
     if paired is not None and len(paired) >= 2:
         ordered = paired.sort_values("t_start_e")
-        lr = np.log(ordered["tpot_s_e"].to_numpy(float) / ordered["tpot_s_c"].to_numpy(float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr = np.log(ordered["tpot_s_e"].to_numpy(float) / ordered["tpot_s_c"].to_numpy(float))
+        lr = lr[np.isfinite(lr)]  # a pair with a one-token output has no TPOT
+    if lr.size >= 2:
         both = shift_cancelled(raw=tpot, paired=lr)
         cp, paired_shift, cancelled = both.raw, both.paired.significant, both.cancelled
     else:

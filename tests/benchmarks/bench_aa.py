@@ -117,7 +117,9 @@ def _reanalyze(out: Path, row: dict[str, Any]) -> dict[str, Any]:
 
 def _read_row(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     summary = json.loads((run / "summary.json").read_text())
-    aa = next(c for c in summary["comparisons"] if c["experiment"] == AA_ARM)
+    aa = next((c for c in summary["comparisons"] if c["experiment"] == AA_ARM), None)
+    if aa is None or aa.get("tpot_ratio") is None:
+        return {**row, "error": "no A/A comparison (an interrupted run)"}
     conf, margin = summary["analysis"]["confidence_level"], summary["analysis"]["margin"]
     row.update(
         kit_ratio=aa["tpot_ratio"],

@@ -212,3 +212,26 @@ def test_a_launch_in_the_wrong_mode_is_left_out_and_rejects_its_series(tmp_path:
     assert not gate["passed"] and "spec-r1 excluded" in gate["detail"]
     assert spec["n_pairs"] == 16  # only block r0's pairs are left
     assert comps["aa"]["decision"] != "reject"
+
+
+def test_drift_table_skips_pairs_without_tpot_and_finds_a_shared_shift() -> None:
+    from speclib.analysis.drift import drift_sentence, drift_table
+
+    rows = []
+    for i in range(24):
+        level = 0.024 if i < 10 else 0.015  # a regime shift that hits both arms
+        for arm, factor in (("control", 1.0), ("spec", 0.6)):
+            tpot = level * factor
+            if arm == "spec" and i == 5:
+                tpot = float("nan")  # a one-token output: no TPOT
+            rows.append(
+                {"series": arm, "replicate": 0, "level": 0, "prompt_id": f"p{i}", "repeat": 0,
+                 "ok": True, "phase": "measure", "t_start": 100.0 + 2 * i + (arm == "spec"),
+                 "tpot_s": tpot}
+            )  # fmt: skip
+    table = drift_table(pd.DataFrame(rows), control="control", arms=["spec"])
+    control = table[table["arm"] == "control"].iloc[0]
+    spec = table[table["arm"] == "spec"].iloc[0]
+    assert control["shift"] and spec["shift"]
+    assert spec["paired_shift"] is False and spec["cancelled"] is True
+    assert "cancelled by the design" in drift_sentence(table)
