@@ -128,6 +128,7 @@ def one_block(
     resume: bool,
     log: Callable[[str], None],
 ) -> list[str]:
+    """Run one block of the manifest (kept when a resumed run finished it); failed launch ids."""
     name = block["block"]
     if resume and _block_done(rd, block):
         log(f"block {name}: done before, kept (resume)")

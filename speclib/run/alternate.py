@@ -49,6 +49,7 @@ class Level:
 
 
 def prepare_level(params, arms: list[Arm], prompts, replicate: int, i: int, level, nonce):
+    """Every arm's prepared requests of load level ``i``, its arrival offsets and its slots."""
     specs = {
         a.name: make_request_specs(
             prompts,
@@ -76,6 +77,7 @@ def prepare_level(params, arms: list[Arm], prompts, replicate: int, i: int, leve
 
 
 def serve_slot(params, rd, lv: Level, slot: Slot, arms: dict[str, Arm], ctx) -> None:
+    """Send one slot's requests to every arm in the slot's order, tagging the CPU sampler."""
     replicate, block, cpu, progress = ctx
     for pos, name in enumerate(slot.order):
         arm = arms[name]
@@ -112,6 +114,7 @@ def serve_slot(params, rd, lv: Level, slot: Slot, arms: dict[str, Arm], ctx) -> 
 
 
 def check_abort(params: ExperimentParams, arm: Arm, sent: list[RequestRecord], outcome) -> None:
+    """Stop sending to ``arm`` when its failures pass ``workload.max_error_rate``."""
     reason = getattr(outcome, "aborted_reason", None)
     failed = sum(not r.ok for r in sent)
     share = failed / len(sent) if sent else 0.0
@@ -125,6 +128,7 @@ def check_abort(params: ExperimentParams, arm: Arm, sent: list[RequestRecord], o
 
 
 def finish_level(rd: RunDir, arms: list[Arm], lv: Level, replicate: int, block: str) -> None:
+    """Record what was never sent, and each arm's level summary, after a load level."""
     for arm in arms:
         sent = lv.sent.get(arm.name, [])
         done = {(r.prompt_id, r.repeat) for r in sent}
@@ -163,6 +167,7 @@ def _progress(total: int, desc: str, show: bool):
 
 
 def measure_levels(params, rd, arms: list[Arm], prompts, replicate: int, block: str, cpu, show):
+    """Every load level of a block, requests alternating between the live arms."""
     key = api_key(params)
     nonce = secrets.token_hex(4)
     by_name = {a.name: a for a in arms}

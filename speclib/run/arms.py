@@ -176,6 +176,7 @@ def send(
 
 
 def warm_up(params: ExperimentParams, rd: RunDir, arm: Arm, prompts: list[Prompt], stamp):
+    """Send an arm's unmeasured warm-up requests (no prefix shared with measured ones)."""
     salted = params.protocol.cache_policy != "off" or arm.external
     warm = make_request_specs(
         warmup_prompts(prompts, params.workload.warmup_requests),
@@ -189,6 +190,7 @@ def warm_up(params: ExperimentParams, rd: RunDir, arm: Arm, prompts: list[Prompt
 
 
 def cache_salt(params: ExperimentParams, arm: Arm, level: int, nonce: str) -> str | None:
+    """The ``cache_salt`` of an arm's requests at one level, per ``protocol.cache_policy``."""
     if params.protocol.cache_salt:
         return params.protocol.cache_salt
     if params.protocol.cache_policy == "salt" or arm.external:
@@ -197,6 +199,7 @@ def cache_salt(params: ExperimentParams, arm: Arm, level: int, nonce: str) -> st
 
 
 def stamp(arm: Arm, replicate: int, block: str, i: int, level: LoadLevel) -> dict[str, Any]:
+    """The block and level fields stamped on every record of an arm at one level."""
     return {
         "replicate": replicate,
         "block": block,
