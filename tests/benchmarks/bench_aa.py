@@ -68,6 +68,8 @@ def _naive(run: Path, confidence: float, margin: float) -> dict[str, Any]:
     """The old rule: one prompt-level paired bootstrap over all pairs, launches ignored."""
     df = load_records(run)
     pairs = pair_frame(df, control="control", experiment=AA_ARM).pairs
+    c, e = pairs["tpot_s_c"].to_numpy(float), pairs["tpot_s_e"].to_numpy(float)
+    pairs = pairs[np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)]  # as the kit pairs
     ci = paired_ratio_ci(
         pairs["tpot_s_c"].to_numpy(),
         pairs["tpot_s_e"].to_numpy(),
