@@ -14,8 +14,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 
 from speclib.core.params import ExperimentParams, resolve_model_ref
 from speclib.core.prompts import prompts_sha256
+from speclib.serve.memory import nvidia_smi_rows
 
 __all__ = ["build_manifest", "folder_sha256", "model_identity", "package_versions"]
 
@@ -65,20 +64,9 @@ def _cpu_model() -> str:
 
 
 def _gpus() -> list[dict[str, str]] | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
+    rows = nvidia_smi_rows("name,memory.total,driver_version", timeout=10)
+    if rows is None:
         return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    rows = [line.split(", ") for line in out.strip().splitlines() if line.strip()]
     return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows if len(r) == 3]
 
 

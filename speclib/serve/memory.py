@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["MemorySampler", "MemorySummary", "gpu_memory_used", "tree_rss_bytes", "tree_sum"]
+__all__ = [
+    "MemorySampler",
+    "MemorySummary",
+    "gpu_memory_used",
+    "nvidia_smi_rows",
+    "tree_rss_bytes",
+    "tree_sum",
+]
 
 
 def tree_sum(pid: int, measure: Callable[[Any], float]) -> float | None:
@@ -45,22 +52,34 @@ def tree_rss_bytes(pid: int) -> int | None:
     return None if total is None else int(total)
 
 
-def gpu_memory_used() -> list[int] | None:
-    """Used memory per GPU in bytes from ``nvidia-smi``; None when there is no NVIDIA GPU."""
+def nvidia_smi_rows(
+    query: str, *, nounits: bool = False, timeout: float = 5
+) -> list[list[str]] | None:
+    """``nvidia-smi --query-gpu=QUERY`` as rows of fields, one per GPU; None without an
+    NVIDIA GPU (or when the tool fails)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
+    fmt = "csv,noheader,nounits" if nounits else "csv,noheader"
     try:
         out = subprocess.run(
-            [exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            [exe, f"--query-gpu={query}", f"--format={fmt}"],
             capture_output=True,
             text=True,
-            timeout=5,
+            timeout=timeout,
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return [int(float(x)) * 1024 * 1024 for x in out.split() if x.strip()]
+    return [line.split(", ") for line in out.strip().splitlines() if line.strip()]
+
+
+def gpu_memory_used() -> list[int] | None:
+    """Used memory per GPU in bytes from ``nvidia-smi``; None when there is no NVIDIA GPU."""
+    rows = nvidia_smi_rows("memory.used", nounits=True)
+    if rows is None:
+        return None
+    return [int(float(r[0])) * 1024 * 1024 for r in rows if r and r[0].strip()]
 
 
 @dataclass(frozen=True)
