@@ -4,7 +4,8 @@ It accepts vLLM's arguments, refuses what vLLM refuses the way vLLM does (exit c
 message in the log), then serves scripted streams with :mod:`fakeserver`: one token per
 chunk without ``--speculative-config``; with it, chunks of ``1 + accepted`` tokens, a
 shorter per-token time, per-request spec metrics (with
-``--per-request-spec-decode-metrics``) and growing spec counters on ``/metrics``.
+``--per-request-spec-decode-metrics``) and growing spec counters on ``/metrics``. A model
+folder named ``draft`` served alone steps ``FAKE_VLLM_DRAFT_STEP_FACTOR`` (0.25) as long.
 Behaviour knobs come from ``FAKE_VLLM_*`` environment variables so tests can script a
 crash mid-series or a slow start. The real kit never uses this file.
 """
@@ -42,9 +43,11 @@ def _refuse(msg: str) -> None:
     sys.exit(1)
 
 
-def _script(spec: dict | None, with_metrics: bool) -> Script:
+def _script(spec: dict | None, with_metrics: bool, model: str = "") -> Script:
     n = int(os.environ.get("FAKE_VLLM_TOKENS", "16"))
     step = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
+    if Path(model).name == "draft":  # a draft served alone is this much cheaper per step
+        step *= float(os.environ.get("FAKE_VLLM_DRAFT_STEP_FACTOR", "0.25"))
     if spec is None:
         return Script(n_tokens=n, ttft_s=0.01, step_s=step, tokens_per_chunk=1)
     k = int(spec.get("num_speculative_tokens", 3))
@@ -86,7 +89,7 @@ def main(argv: list[str]) -> int:
     time.sleep(float(os.environ.get("FAKE_VLLM_START_S", "0.2")))
     if spec:
         print(f"INFO speculative_config={json.dumps(spec)}", flush=True)
-    state = _State({}, _script(spec, bool(args.per_request_spec_decode_metrics)), None)
+    state = _State({}, _script(spec, bool(args.per_request_spec_decode_metrics), args.model), None)
     if os.environ.get("FAKE_VLLM_DIE_ONLY_SPEC") and spec is None:
         os.environ.pop("FAKE_VLLM_DIE_AFTER_REQUESTS", None)
     sock = socket.socket()

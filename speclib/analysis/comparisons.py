@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,14 +33,15 @@ from speclib.analysis.agreement import (
 from speclib.analysis.decision import Decision, Verdict, apply_gates
 from speclib.analysis.frames import PairedFrame, finite_median, pair_frame, ratio_by_category
 from speclib.analysis.launches import LaunchMetrics
-from speclib.analysis.speedup import (
-    SpeedupExplanation,
-    alpha_from_mean_length,
-    estimate_draft_cost,
-    explain_speedup,
-)
 from speclib.analysis.stats import DegenerateDataWarning, RatioCI, paired_ratio_ci
 from speclib.analysis.tpot_verdict import LevelDecision, decide_level
+from speclib.analysis.why import (
+    DraftCost,
+    WhySpeedup,
+    explain,
+    paired_stream_factors,
+    stream_steps,
+)
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import AA_ARM, AnalysisParams, ExperimentParams
 
@@ -71,7 +72,7 @@ class Comparison:
     agreement: AgreementSummary | None
     agreements: dict[str, Agreement]
     acceptance: dict[str, Any]
-    explanation: SpeedupExplanation | None
+    explanation: WhySpeedup | None
     peak_rss_bytes: int | None
     pairs: pd.DataFrame = field(repr=False)
     plausibility: Any = None  # speclib.analysis.sampling.PlausibilityResult (sampled runs)
@@ -159,12 +160,8 @@ def _plaus_dict(p: Any) -> dict[str, Any] | None:
     return {k: getattr(p, k, None) for k in keep}
 
 
-def _explanation_dict(e: SpeedupExplanation | None) -> dict[str, Any] | None:
-    if e is None:
-        return None
-    out = dict(vars(e))
-    out["k_curve"] = [list(kv) for kv in e.k_curve]
-    return out
+def _explanation_dict(e: WhySpeedup | None) -> dict[str, Any] | None:
+    return jsonable(asdict(e)) if e is not None else None
 
 
 def _error_rate(records: pd.DataFrame) -> float:
@@ -231,26 +228,82 @@ def _acceptance(exp_df: pd.DataFrame, lms: list[LaunchMetrics]) -> dict[str, Any
     }
 
 
+def _draft_cost(
+    df: pd.DataFrame, params: ExperimentParams, name: str, method: str | None, salt: int
+) -> tuple[DraftCost | None, str | None]:
+    """``c`` from the draft served alone (its TPOT over the control's), or why there is none."""
+    arm = params.draft_cost_arms.get(name)
+    if arm is None:
+        if method == "draft_model":
+            return (
+                None,
+                "set analysis.measure_draft_cost: true to serve the draft alone and measure c",
+            )
+        if method == "ngram":
+            return None, None
+        return None, f"the draft of method {method!r} cannot be served alone to measure c"
+    pairs = pair_frame(df, control=params.control_name, experiment=arm).pairs
+    ci = (
+        _ci(pairs, "tpot_s", params.analysis.confidence, params.analysis, salt)
+        if len(pairs)
+        else None
+    )
+    if ci is None or not math.isfinite(ci.estimate):
+        return None, f"the draft-alone arm {arm!r} gave no usable pairs (see its launch)"
+    source = f"draft served alone: its TPOT over the target's, {ci.n_pairs} paired prompts"
+    return DraftCost(ci.estimate, source, (ci.ci_low, ci.ci_high)), None
+
+
+def _drafted_share(pairs: pd.DataFrame) -> float | None:
+    """Share of the experiment's decode steps that carried drafts (per-request metrics)."""
+    if "spec_steps_e" not in pairs or "n_chunks_e" not in pairs:
+        return None
+    steps = pd.to_numeric(pairs["spec_steps_e"], errors="coerce")
+    decode = pd.to_numeric(pairs["n_chunks_e"], errors="coerce") - 1
+    keep = steps.notna() & (decode > 0)
+    if not keep.any():
+        return None
+    return float(min(steps[keep].sum() / decode[keep].sum(), 1.0))
+
+
 def _explain(
-    k: int | None,
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    name: str,
+    pairs: pd.DataFrame,
     acc: dict[str, Any],
     tpot: RatioCI | None,
-    med_c: float | None,
-    med_e: float | None,
-) -> SpeedupExplanation | None:
-    mean_len = acc.get("metrics_mean_acceptance_length") or acc.get(
-        "per_request_median_mean_length"
+    salt: int,
+) -> WhySpeedup | None:
+    """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
+    known independently (:mod:`speclib.analysis.why`)."""
+    spec_cfg = params.series_by_name(name).speculative_config or {}
+    if not spec_cfg or tpot is None or not (tpot.estimate > 0) or not len(pairs):
+        return None
+    from_counters = acc.get("metrics_mean_acceptance_length")
+    tokens = from_counters or acc.get("per_request_median_mean_length")
+    method = spec_cfg.get("method")
+    cost, reason = _draft_cost(df, params, name, method, salt)
+    sides = {
+        side: [
+            stream_steps(o, t)
+            for o, t in zip(
+                pairs[f"chunk_offsets_s_{side}"], pairs[f"chunk_tokens_{side}"], strict=True
+            )
+        ]
+        for side in ("c", "e")
+    }
+    return explain(
+        method=method,
+        k=spec_cfg.get("num_speculative_tokens"),
+        stream_factors=paired_stream_factors(sides["c"], sides["e"]),
+        measured_speedup=1 / tpot.estimate,
+        verify_tokens=tokens,
+        verify_tokens_source="/metrics counters" if from_counters else "per-request metrics",
+        drafted_share=_drafted_share(pairs),
+        draft_cost=cost,
+        no_cost_reason=reason,
     )
-    if not k or not mean_len or not med_c or not med_e or tpot is None:
-        return None
-    try:
-        alpha = alpha_from_mean_length(mean_len, k)
-        c = estimate_draft_cost(
-            control_tpot=med_c, k=k, spec_tpot=med_e, mean_acceptance_length=mean_len
-        )
-        return explain_speedup(alpha=alpha, k=k, c=c, measured_speedup=1 / tpot.estimate)
-    except ValueError:
-        return None
 
 
 def _unscored(params: ExperimentParams, plaus: Any) -> str | None:
@@ -362,7 +415,7 @@ def _compare(
         agreement=agreement,
         agreements=agreements,
         acceptance=acc,
-        explanation=_explain(k, acc, ci_tpot, med_c, med_e),
+        explanation=_explain(df, params, name, pairs, acc, ci_tpot, salt * 10 + 5),
         peak_rss_bytes=peak,
         pairs=pairs,
         plausibility=plaus,

@@ -42,6 +42,8 @@ _CARRIED = (
     "spec_mean_len",
     "spec_steps",
     "chunk_tokens",
+    "chunk_offsets_s",
+    "n_chunks",
     "t_start",
 )
 """Columns :func:`pair_frame` carries into the pairs (when the frame has them)."""

@@ -50,6 +50,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         for s in params.series
     )
     aa = " + A/A arm 'aa'" if params.protocol.aa else ""
+    aa += "".join(f" + draft-alone arm {a!r}" for a in params.draft_cost_arms.values())
     print(
         f"{args.file}: OK — {params.name}: series {names}{aa}; design "
         f"{params.protocol.design}, {params.workload.replicates} replicate block(s), "

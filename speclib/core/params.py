@@ -38,6 +38,7 @@ from speclib.core.vllm_schema import KeyProblem, installed_spec_schema, spec_con
 __all__ = [
     "AA_ARM",
     "DEMO_PREFIX",
+    "DRAFT_ALONE_SUFFIX",
     "SPEC_METHODS",
     "AnalysisParams",
     "ExperimentParams",
@@ -54,6 +55,7 @@ __all__ = [
 ]
 
 AA_ARM = "aa"  # the name of the A/A arm that protocol.aa adds
+DRAFT_ALONE_SUFFIX = ".draft-alone"  # arm serving a series' draft alone (measure_draft_cost)
 
 
 class ParamsError(ValueError):
@@ -76,6 +78,19 @@ class ExperimentParams(StrictModel):
     @model_validator(mode="after")
     def _check_series(self) -> ExperimentParams:
         names = [s.name for s in self.series]
+        kit_set = [s.name for s in self.series if s.draft_alone_of is not None]
+        if kit_set:
+            raise ValueError(
+                f"series {kit_set}: draft_alone_of is set by the kit "
+                "(analysis.measure_draft_cost), not in a params file"
+            )
+        if self.analysis.measure_draft_cost and (
+            self.server.base_url or any(s.base_url for s in self.series)
+        ):
+            raise ValueError(
+                "analysis.measure_draft_cost serves the draft alone, which needs servers the "
+                "kit starts (no server.base_url or series base_url)"
+            )
         if self.protocol.aa and AA_ARM in names:
             raise ValueError(
                 f"series name {AA_ARM!r} is reserved for the A/A arm that protocol.aa adds"
@@ -126,16 +141,41 @@ class ExperimentParams(StrictModel):
 
     @property
     def arms(self) -> list[SeriesParams]:
-        """Every arm that gets a server: the series, plus the A/A arm when protocol.aa."""
-        if not self.protocol.aa:
-            return list(self.series)
+        """Every arm that gets a server: the series, the A/A arm when protocol.aa, and a
+        draft-alone arm per draft_model series when analysis.measure_draft_cost."""
         control = next(s for s in self.series if s.name == self.control_name)
-        return [*self.series, control.model_copy(update={"name": AA_ARM})]
+        arms = list(self.series)
+        if self.protocol.aa:
+            arms.append(control.model_copy(update={"name": AA_ARM}))
+        for name in self.draft_cost_arms.values():
+            of = name.removesuffix(DRAFT_ALONE_SUFFIX)
+            update = {"name": name, "draft_alone_of": of, "per_request_metrics": None}
+            arms.append(control.model_copy(update=update))
+        return arms
+
+    @property
+    def draft_cost_arms(self) -> dict[str, str]:
+        """Experiment → the arm that serves its draft alone (analysis.measure_draft_cost).
+
+        Only ``draft_model`` series get one: an n-gram lookup has no model (c = 0), and an
+        EAGLE/MTP head cannot be served on its own.
+        """
+        if not self.analysis.measure_draft_cost:
+            return {}
+        return {
+            s.name: s.name + DRAFT_ALONE_SUFFIX
+            for s in self.series
+            if (s.speculative_config or {}).get("method") == "draft_model"
+            and isinstance((s.speculative_config or {}).get("model"), str)
+        }
 
     @property
     def experiments(self) -> list[str]:
-        """Names of the arms compared against the control (the A/A arm included)."""
-        return [s.name for s in self.arms if s.name != self.control_name]
+        """Names of the arms compared against the control (the A/A arm included; the
+        draft-alone arms are references, never compared)."""
+        return [
+            s.name for s in self.arms if s.name != self.control_name and s.draft_alone_of is None
+        ]
 
     @property
     def base_dir(self) -> Path:

@@ -170,6 +170,11 @@ class SeriesParams(StrictModel):
         description="--per-request-spec-decode-metrics summary (default: on for experiments).",
     )
     base_url: str | None = Field(None, description="Measure an external endpoint for this arm.")
+    draft_alone_of: str | None = Field(
+        None,
+        description="Set by the kit, not in params files: this arm serves the draft model "
+        "of that series alone (analysis.measure_draft_cost).",
+    )
 
     @field_validator("speculative_config")
     @classmethod

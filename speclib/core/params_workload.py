@@ -198,6 +198,14 @@ class AnalysisParams(StrictModel):
         "differing token.",
     )
     memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
+    measure_draft_cost: bool = Field(
+        False,
+        description="Serve each draft_model series' draft alone as one more arm (same "
+        "prompts, interleaved with the others): its TPOT over the control's is the draft "
+        "cost c, measured independently of the speculative run, from which the standard "
+        "model (Leviathan et al. 2023) predicts the speed-up and the best k. n-gram needs "
+        "no launch (c = 0 by definition); EAGLE/MTP heads cannot be served alone.",
+    )
     max_contention_gap: float = Field(
         0.025,
         ge=0,

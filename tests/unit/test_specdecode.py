@@ -27,9 +27,7 @@ from speclib.analysis.agreement import (
 from speclib.analysis.chunks import tokens_per_chunk_distribution
 from speclib.analysis.speedup import (
     alpha_from_mean_length,
-    estimate_draft_cost,
     expected_tokens_per_step,
-    explain_speedup,
     leviathan_speedup,
 )
 from speclib.core.prometheus import SpecCounters
@@ -328,43 +326,6 @@ def test_alpha_from_mean_length_inverts_the_model() -> None:
         assert alpha_from_mean_length(m, 4) == pytest.approx(alpha, abs=1e-9)
     with pytest.raises(ValueError, match="mean_acceptance_length"):
         alpha_from_mean_length(6.0, 4)
-
-
-def test_draft_cost() -> None:
-    assert estimate_draft_cost(control_tpot=0.01, spec_step_time=0.014, k=4) == pytest.approx(0.1)
-    via_tpot = estimate_draft_cost(
-        control_tpot=0.01, spec_tpot=0.005, mean_acceptance_length=2.8, k=4
-    )
-    assert via_tpot == pytest.approx(0.1)
-    with pytest.raises(ValueError, match="spec_step_time"):
-        estimate_draft_cost(control_tpot=0.01, k=4)
-    with pytest.raises(ValueError, match="control_tpot"):
-        estimate_draft_cost(control_tpot=0.0, spec_step_time=0.01, k=4)
-
-
-def test_explain_speedup_levers() -> None:
-    bad_match = explain_speedup(alpha=0.5, k=4, c=0.3, measured_speedup=0.88)
-    assert bad_match.predicted_speedup == pytest.approx(1.9375 / 2.2)
-    assert bad_match.speedup_half_c == pytest.approx(1.9375 / 1.6)
-    assert bad_match.speedup_alpha_what_if == pytest.approx((1 - 0.9**5) / 0.1 / 2.2)
-    assert (bad_match.best_k, bad_match.speedup_best_k) == (1, pytest.approx(1.5 / 1.3))
-    assert bad_match.lever == "better-matched draft"
-    assert len(bad_match.k_curve) == 8
-    assert "measured ×0.88" in bad_match.summary
-
-    short_k = explain_speedup(alpha=0.95, k=1, c=0.05)
-    assert short_k.lever == "different k" and short_k.best_k == 8
-
-    expensive = explain_speedup(alpha=0.95, k=4, c=1.0)
-    assert expensive.lever == "cheaper draft"
-
-    nothing = explain_speedup(alpha=1.0, k=8, c=0.0)
-    assert nothing.lever == "none" and nothing.predicted_speedup == 9.0
-
-    clamped = explain_speedup(alpha=0.6, k=2, c=-0.01)
-    assert clamped.c == -0.01 and clamped.c_used == 0.0
-    with pytest.raises(ValueError, match="k_range"):
-        explain_speedup(alpha=0.5, k=2, c=0.1, k_range=[])
 
 
 # --------------------------------------------------------------------------- chunks

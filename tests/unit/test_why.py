@@ -1,0 +1,165 @@
+"""The "why this speed-up" analysis: a measured decomposition, and a prediction only from an
+independently known draft cost (n-gram: 0; a draft model: served alone)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from speclib.analysis.speedup import (
+    alpha_from_mean_length,
+    expected_tokens_per_step,
+    leviathan_speedup,
+)
+from speclib.analysis.why import DraftCost, explain, paired_stream_factors, stream_steps
+from speclib.core.params import ParamsError, load_params
+from tests.unit.test_interleaved import _run
+from tests.unit.test_robustness import _params, _wait_gone
+
+pytestmark = pytest.mark.unit
+
+
+def test_stream_steps_is_the_requests_tpot_split_in_two() -> None:
+    offsets = [0.10, 0.13, 0.16, 0.19]  # prefill chunk, then three 30 ms steps
+    tokens = [1, 3, 3, 2]
+    step, per_step = stream_steps(offsets, tokens)
+    assert step == pytest.approx(0.03)
+    assert per_step == pytest.approx(8 / 3)
+    assert step / per_step == pytest.approx((0.19 - 0.10) / 8)  # TPOT after the first token
+    assert stream_steps([0.1], [1]) is None
+    assert stream_steps([0.1, 0.1], [1, 1]) is None  # no time passed: no step
+    assert stream_steps([0.1, 0.2], [1]) is None  # lengths disagree
+
+
+def test_paired_factors_multiply_back_to_the_geometric_mean_tpot_ratio() -> None:
+    control = [(0.010, 1.0), (0.012, 1.0), (0.011, 1.0)]
+    experiment = [(0.018, 3.0), (0.020, 2.5), None]
+    tokens, cost, n = paired_stream_factors(control, experiment)
+    assert n == 2
+    ratios = [(0.018 / 3.0) / 0.010, (0.020 / 2.5) / 0.012]
+    gm_ratio = math.exp(sum(math.log(r) for r in ratios) / 2)
+    assert cost / tokens == pytest.approx(gm_ratio)
+    assert paired_stream_factors([None], [(0.1, 2.0)]) is None
+
+
+def test_ngram_gets_a_prediction_with_c_zero_and_the_gap_is_named() -> None:
+    why = explain(
+        method="ngram",
+        k=4,
+        stream_factors=(1.6, 1.3, 40),
+        measured_speedup=1.25,
+        verify_tokens=2.9,
+        drafted_share=0.25,
+    )
+    d, p = why.decomposition, why.prediction
+    assert d.decomposed_speedup == pytest.approx(1.6 / 1.3)
+    assert p is not None and p.cost.c == 0.0 and "by definition" in p.cost.source
+    # the model on the drafted quarter of the steps, plain steps elsewhere
+    alpha = alpha_from_mean_length(2.9, 4)
+    expected = 0.25 * expected_tokens_per_step(alpha, 4) + 0.75
+    assert p.predicted_speedup == pytest.approx(expected)
+    assert p.model_step_cost == pytest.approx(1.0)
+    assert p.verify_overhead == pytest.approx(1.3)
+    assert "verifying k + 1 = 5 positions" in why.summary
+    assert "25% of steps had drafts" in why.summary
+
+
+def test_a_draft_model_without_a_measured_cost_gets_no_prediction() -> None:
+    why = explain(
+        method="draft_model",
+        k=4,
+        stream_factors=(3.1, 1.8, 48),
+        measured_speedup=1.74,
+        verify_tokens=2.9,
+        no_cost_reason="serve the draft alone",
+    )
+    assert why.prediction is None and why.no_prediction == "serve the draft alone"
+    assert "No independent prediction" in why.summary and "×1.72" in why.summary
+
+
+def test_a_measured_draft_cost_gives_the_standard_model_and_its_range() -> None:
+    cost = DraftCost(0.2, "draft served alone", (0.15, 0.25))
+    why = explain(
+        method="draft_model",
+        k=4,
+        stream_factors=(3.1, 2.0, 48),
+        measured_speedup=1.55,
+        verify_tokens=3.0,
+        draft_cost=cost,
+        k_range=range(1, 9),
+    )
+    p = why.prediction
+    assert p.predicted_speedup == pytest.approx(leviathan_speedup(alpha=p.alpha, k=4, c=0.2))
+    low, high = p.predicted_range
+    assert low < p.predicted_speedup < high  # a dearer draft predicts less
+    assert p.model_step_cost == pytest.approx(1.8)
+    assert p.verify_overhead == pytest.approx(2.0 / 1.8)
+    assert 1 <= p.best_k <= 8
+    with pytest.raises(ValueError, match="measured_speedup"):
+        explain(method="ngram", k=4, stream_factors=None, measured_speedup=0.0)
+
+
+# ------------------------------------------------------------ params: the draft-alone arm
+
+
+def _draft_params(tmp, **analysis):
+    (tmp / "draft").mkdir(exist_ok=True)
+    path = _params(tmp, n_prompts=6)
+    data = yaml.safe_load(path.read_text())
+    data["series"][1]["speculative_config"] = {
+        "method": "draft_model",
+        "model": str(tmp / "draft"),
+        "num_speculative_tokens": 3,
+    }
+    data["analysis"].update(analysis)
+    data["protocol"] = {"design": "interleaved"}
+    data["workload"]["replicates"] = 2
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_measure_draft_cost_adds_one_reference_arm_never_compared(tmp_path) -> None:
+    params = load_params(_draft_params(tmp_path, measure_draft_cost=True))
+    assert params.draft_cost_arms == {"spec": "spec.draft-alone"}
+    arm = params.series_by_name("spec.draft-alone")
+    assert arm.draft_alone_of == "spec" and arm.speculative_config is None
+    assert params.experiments == ["spec"]
+    other = tmp_path / "off"
+    other.mkdir()
+    off = load_params(_draft_params(other))
+    assert off.draft_cost_arms == {} and len(off.arms) == 2
+
+
+def test_draft_alone_of_is_not_a_params_file_key(tmp_path) -> None:
+    path = _draft_params(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["series"][0]["draft_alone_of"] = "spec"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ParamsError, match="draft_alone_of is set by the kit"):
+        load_params(path)
+
+
+def test_the_draft_cost_is_measured_on_a_served_draft_and_predicts(tmp_path) -> None:
+    """Stand-in servers (real processes, HTTP): the draft served alone steps at a quarter of
+    the target's time, so c ≈ 0.25 and the report carries the model's prediction."""
+    out = tmp_path / "run"
+    proc = _run(_draft_params(tmp_path, measure_draft_cost=True), out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not _wait_gone()
+    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    alone = [r for r in rows if r["series"] == "spec.draft-alone" and r["phase"] == "measure"]
+    assert len(alone) == 2 * 6 and all(r["ok"] for r in alone)
+    argv = json.loads((out / "launches" / "spec.draft-alone-r0" / "command.json").read_text())
+    model = argv["argv"][argv["argv"].index("--model") + 1]
+    assert model.endswith("/draft") and "--speculative-config" not in argv["argv"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["experiment"] for c in summary["comparisons"]] == ["spec"]
+    why = summary["comparisons"][0]["explanation"]
+    cost = why["prediction"]["cost"]
+    assert "draft served alone" in cost["source"]
+    assert 0.1 < cost["c"] < 0.5, cost
+    assert "Model (Leviathan et al. 2023)" in why["summary"]
+    assert "Why this speed-up?" in (out / "report.html").read_text()
