@@ -29,8 +29,10 @@ __all__ = [
     "api_key",
     "build_launch_spec",
     "is_external",
+    "keep_modelinfos",
     "resolve_model",
     "safe_env",
+    "seed_modelinfos",
     "server_for",
 ]
 
@@ -150,6 +152,41 @@ def build_launch_spec(
     )
 
 
+def _shared_modelinfos() -> Path:
+    from speclib.demo.models import default_cache_dir
+
+    return default_cache_dir() / "vllm-modelinfos"
+
+
+def seed_modelinfos(cache_root: Path) -> int:
+    """Copy the kit's kept vLLM model-class facts into a launch's private cache folder.
+
+    vLLM inspects a model class in a fresh Python subprocess (a full import of vLLM and
+    torch) unless ``$VLLM_CACHE_ROOT/modelinfos`` holds its facts, keyed by the hash of the
+    class's source file, so a stale entry is ignored by vLLM itself. Each launch gets its own
+    cache folder, so without this every start paid for that subprocess. Returns the number
+    of files copied.
+    """
+    src, dst = _shared_modelinfos(), cache_root / "modelinfos"
+    files = sorted(src.glob("*.json")) if src.is_dir() else []
+    if files:
+        dst.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, dst / f.name)
+    return len(files)
+
+
+def keep_modelinfos(cache_root: Path) -> None:
+    """Keep what vLLM learnt about model classes in this launch for the next launches."""
+    src, dst = cache_root / "modelinfos", _shared_modelinfos()
+    for f in sorted(src.glob("*.json")) if src.is_dir() else []:
+        with contextlib.suppress(OSError):
+            dst.mkdir(parents=True, exist_ok=True)
+            tmp = dst / f".{f.name}.{os.getpid()}.tmp"
+            shutil.copy2(f, tmp)
+            os.replace(tmp, dst / f.name)
+
+
 @contextlib.contextmanager
 def server_for(
     params: ExperimentParams, series: SeriesParams, rd: RunDir, lid: str
@@ -181,7 +218,9 @@ def server_for(
                 "host": spec.host,
             },
         )
+        seed_modelinfos(ldir / "vllm-cache")
         with srv.running(spec) as handle:
+            keep_modelinfos(ldir / "vllm-cache")
             yield spec.base_url, handle, spec
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

@@ -174,3 +174,20 @@ def test_reap_leaves_unrelated_process_alone(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_model_class_facts_are_kept_between_private_launch_caches(tmp_path, monkeypatch):
+    """vLLM inspects a model class in a fresh subprocess unless its private cache holds the
+    facts: what one launch learnt is kept for the next (measured: 14 s of a start)."""
+    from speclib.run.launching import keep_modelinfos, seed_modelinfos
+
+    monkeypatch.setenv("SPECLIB_CACHE", str(tmp_path / "kit"))
+    first, second = tmp_path / "l1" / "vllm-cache", tmp_path / "l2" / "vllm-cache"
+    assert seed_modelinfos(first) == 0 and not (first / "modelinfos").exists()
+    (first / "modelinfos").mkdir(parents=True)
+    facts = '{"hash": "abc", "modelinfo": {}}'
+    (first / "modelinfos" / "vllm-llama-LlamaForCausalLM.json").write_text(facts)
+    keep_modelinfos(first)
+    assert seed_modelinfos(second) == 1
+    assert (second / "modelinfos" / "vllm-llama-LlamaForCausalLM.json").read_text() == facts
+    assert not list((tmp_path / "kit" / "vllm-modelinfos").glob(".*.tmp"))
