@@ -85,6 +85,7 @@ run_dir: str = "../runs/interactive"  # run folder (records are appended to requ
 replicate: int = 0  # replicate index of the block (one server per arm and replicate)
 arms: str = ""  # names of the arms in this block separated by spaces (empty: every arm)
 design: str = "interleaved"  # interleaved: arms alternate per prompt; sequential: one arm
+block: str = ""  # block id from the manifest: r0 or r0.1 for a second group (empty means r0)
 """),
         new_code_cell(
             """
@@ -92,7 +93,7 @@ from speclib.core.params import load_params
 from speclib.run.block import run_block
 
 params = load_params(params_file)
-results = run_block(params, run_dir, replicate, arms.split(), design=design)
+results = run_block(params, run_dir, replicate, arms.split(), design=design, block=block or None)
 results
 """.strip()
         ),

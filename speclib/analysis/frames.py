@@ -3,8 +3,9 @@
 :func:`load_records` reads ``requests.jsonl`` of a run folder into a DataFrame with one row
 per request (raw fields, derived TTFT/TPOT/E2E recomputed from the raw ones, flattened
 per-request acceptance). :func:`pair_frame` matches control and experiment requests by
-replicate, prompt and repeat, keeping only pairs where both succeeded, and counts what was
-dropped on each side. :func:`ratio_by_category` and :func:`finite_median` summarise columns.
+replicate, load level, prompt and repeat (and block, when the control ran in several blocks
+per replicate), keeping only pairs where both succeeded, and counts what was dropped on
+each side. :func:`ratio_by_category` and :func:`finite_median` summarise columns.
 """
 
 from __future__ import annotations
@@ -131,8 +132,21 @@ class PairedFrame:
         }
 
 
+def _blocks_per_replicate(control_rows: pd.DataFrame) -> int:
+    """Most blocks the control ran in within one replicate (1 without a ``block`` column)."""
+    if "block" not in control_rows.columns or not len(control_rows):
+        return 1
+    counts = control_rows.dropna(subset=["block"]).groupby("replicate")["block"].nunique()
+    return int(counts.max()) if len(counts) else 1
+
+
 def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFrame:
     """Match ``experiment`` rows to ``control`` rows by replicate, load level, prompt, repeat.
+
+    When the control ran in several blocks of one replicate (arms interleaved in groups,
+    see :mod:`speclib.run.design`), the block is part of the key too: an arm is always
+    paired with the control of its own block. ``pairs`` has a ``block`` column: the block id
+    then, else the replicate (the unit of the block-level statistics either way).
 
     ``df`` needs ``series``, ``ok`` and the key columns (a missing ``level`` counts as level
     0, as in :func:`records_frame`); latencies, output tokens and text, category, acceptance
@@ -143,10 +157,12 @@ def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFram
     missing = [c for c in ("series", *_KEY, "ok") if c not in df.columns]
     if missing:
         raise ValueError(f"pair_frame: DataFrame lacks column(s) {missing}")
-    cols = [*_KEY, *(c for c in _CARRIED if c in df.columns)]
+    by_block = _blocks_per_replicate(df[df["series"] == control]) > 1
+    key = [*_KEY, "block"] if by_block else _KEY
+    cols = [*key, *(c for c in _CARRIED if c in df.columns)]
     c = df[df["series"] == control][cols]
     e = df[df["series"] == experiment][cols]
-    merged = c.merge(e, on=_KEY, how="outer", suffixes=("_c", "_e"), indicator=True)
+    merged = c.merge(e, on=key, how="outer", suffixes=("_c", "_e"), indicator=True)
     both = merged[merged["_merge"] == "both"]
     ok_c = both["ok_c"].astype(bool)
     ok_e = both["ok_e"].astype(bool)
@@ -157,6 +173,8 @@ def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFram
             valid[f"{m}_e"] = pd.to_numeric(valid[f"{m}_e"], errors="coerce")
     if "category" in cols:
         valid["category"] = valid["category_c"].fillna(valid["category_e"])
+    if not by_block:
+        valid["block"] = valid["replicate"]
     return PairedFrame(
         pairs=valid.drop(columns=["_merge"]).reset_index(drop=True),
         n_control=len(c),

@@ -6,8 +6,9 @@ Pure computation over what the run wrote (``requests.jsonl``, each launch's
 confidence level. :func:`analyze_run` loads the records, reads each launch's files
 (:mod:`speclib.analysis.launches`), builds the per-series table, compares every experiment
 series with the control at every load level (:mod:`speclib.analysis.comparisons`) and
-collects the run's warnings. The result is a frozen :class:`RunAnalysis` whose
-:meth:`~RunAnalysis.summary` is written to ``summary.json``.
+collects the run's warnings; a run with a sweep also gets the recommended value of each
+sweep family at each load level (:mod:`speclib.analysis.recommend`). The result is a frozen
+:class:`RunAnalysis` whose :meth:`~RunAnalysis.summary` is written to ``summary.json``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from speclib.analysis.launches import (
     read_crosschecks,
     with_cache_hits,
 )
+from speclib.analysis.recommend import Recommendation, sweep_recommendations
 from speclib.analysis.sequential import spending_plan
 from speclib.analysis.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
@@ -47,7 +49,13 @@ from speclib.core.params import (
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 
-__all__ = ["RunAnalysis", "analyze_run", "decision_confidence", "series_table"]
+__all__ = [
+    "RunAnalysis",
+    "analyze_run",
+    "block_host_warnings",
+    "decision_confidence",
+    "series_table",
+]
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class RunAnalysis:
     bench_problem: str | None = None
     sequential_look: str | None = None  # run-until-decided: which look, at which level
     drift: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    recommendations: tuple[Recommendation, ...] = ()  # per sweep family and load level
 
     @property
     def design(self) -> dict[str, Any]:
@@ -141,6 +150,7 @@ class RunAnalysis:
                 },
                 "series": self.series.to_dict(orient="records"),
                 "comparisons": [c.to_dict() for c in self.comparisons],
+                "recommendations": [r.to_dict() for r in self.recommendations],
                 "launches": [
                     {k: v for k, v in s.items() if k not in ("extra",)} for s in self.launches
                 ],
@@ -325,6 +335,7 @@ def analyze_run(
         drift=drift_table(df, control=params.control_name, arms=params.experiments)
         if len(df)
         else pd.DataFrame(),
+        recommendations=tuple(sweep_recommendations(params, comps, confidence_level=level_conf)),
     )
     if write:
         write_json_atomic(rd.summary, analysis.summary())
@@ -364,6 +375,7 @@ def _warnings(
         for a in rd.read_manifest().get("security_advisories", [])
     ]
     out += _launch_warnings(statuses, lms)
+    out += block_host_warnings(df)
     if rd.scoring_error.exists():
         why = rd.scoring_error.read_text("utf-8")[:500]
         out.append(f"the sampling check could not score the outputs ({why}): correctness unknown")
@@ -373,3 +385,18 @@ def _warnings(
     if n_lines == 0:
         out.append("requests.jsonl is empty")
     return out
+
+
+def block_host_warnings(df: pd.DataFrame) -> list[str]:
+    """Host is a level of the design: pairs are formed within a block, and a block runs on
+    one host (``protocol.executor: ray``), so no pair crosses hosts. One warning per block
+    whose records say they ran on more than one host (records without a host ran here)."""
+    if df.empty or "host" not in df or "block" not in df:
+        return []
+    hosts = df.assign(host=df["host"].fillna("(this host)")).groupby("block")["host"].unique()
+    return [
+        f"block {block}: its records come from {len(h)} hosts ({', '.join(sorted(h))}); "
+        "pairs within it cross hosts"
+        for block, h in hosts.items()
+        if len(h) > 1
+    ]

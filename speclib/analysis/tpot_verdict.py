@@ -61,7 +61,7 @@ def _log_ratios(pairs_by_arm: Mapping[str, pd.DataFrame]) -> tuple[list, list, l
         lr = np.log(pairs["tpot_s_e"].to_numpy(float) / pairs["tpot_s_c"].to_numpy(float))
         values += list(lr)
         arms += [arm] * len(lr)
-        blocks += list(pairs[_BLOCK_KEY])
+        blocks += list(pairs["block"] if "block" in pairs else pairs[_BLOCK_KEY])
     return values, arms, blocks
 
 
@@ -73,10 +73,11 @@ def block_analysis(
 ) -> BlockAnalysis | None:
     """Block-level intervals of every arm against the control (None without pairs).
 
-    ``pairs_by_arm`` maps arm → its pairs with the control (columns ``replicate``,
-    ``tpot_s_c``, ``tpot_s_e``). With an A/A arm, each experiment is compared with the mean
-    of the two control servers (the A/A arm's effect is 0 by construction), which uses its
-    known mean and narrows the interval; the A/A arm's own interval is against the control.
+    ``pairs_by_arm`` maps arm → its pairs with the control (columns ``tpot_s_c``,
+    ``tpot_s_e`` and ``block``, else ``replicate``, naming the block of each pair). With an
+    A/A arm, each experiment is compared with the mean of the two control servers (the A/A
+    arm's effect is 0 by construction), which uses its known mean and narrows the interval;
+    the A/A arm's own interval is against the control.
     """
     values, arms, blocks = _log_ratios(pairs_by_arm)
     if not values:

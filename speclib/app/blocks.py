@@ -1,10 +1,13 @@
 """Running the replicate blocks of a run: one notebook per block, resume, run until decided.
 
 Each block of the manifest (see :mod:`speclib.run.design`) is executed by the ``10_series``
-notebook (:func:`one_block`); a resumed run keeps the blocks whose launches all finished and
-moves the records of an unfinished block aside before running it again whole. With
-``protocol.max_replicates``, :func:`until_decided` analyses the records after each block and
-adds blocks while a verdict is inconclusive; the analysis spends α over the looks.
+notebook (:func:`execute_block`, called by :func:`one_block`); a resumed run keeps the blocks
+whose launches all finished and moves the records of an unfinished block aside before
+running it again whole (:func:`prepare_block`). With ``protocol.max_replicates``,
+:func:`until_decided` analyses the records after each block and adds blocks while a verdict
+is inconclusive; the analysis spends α over the looks. The Ray executor
+(:mod:`speclib.app.ray_executor`) runs :func:`execute_block` on a worker and uses the same
+:func:`prepare_block` and :func:`report_block` around it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,19 @@ from speclib.app.kernel import execute_notebook
 from speclib.core.params import ExperimentParams
 from speclib.core.rundir import RunDir, write_json_atomic
 
-__all__ = ["one_block", "reap_all", "until_decided"]
+__all__ = [
+    "BlockExecutor",
+    "execute_block",
+    "one_block",
+    "prepare_block",
+    "reap_all",
+    "report_block",
+    "until_decided",
+]
+
+BlockExecutor = Callable[[str, RunDir, dict[str, Any], str], list[str]]
+"""Runs one block ``(params_file, run_dir, block, design)``; returns ``launch_id: error``
+of its failed launches (:func:`execute_block` here, a Ray task with ``executor: ray``)."""
 
 
 def reap_all(rd: RunDir) -> None:
@@ -28,8 +43,12 @@ def reap_all(rd: RunDir) -> None:
         reap_pidfile(pidfile)
 
 
-def _run_block(params_file: str, rd: RunDir, block: dict[str, Any], design: str) -> list[str]:
-    """Execute the series notebook for one block; return ``launch_id: error`` of failures."""
+def execute_block(params_file: str, rd: RunDir, block: dict[str, Any], design: str) -> list[str]:
+    """Execute the series notebook for one block into ``rd``; ``launch_id: error`` of failures.
+
+    This is the whole of one block on this host: the ``10_series`` notebook, then every
+    server of the run folder left behind reaped.
+    """
     from papermill.exceptions import PapermillExecutionError
 
     out = rd.notebooks / f"10_series-{block['block']}.ipynb"
@@ -44,6 +63,7 @@ def _run_block(params_file: str, rd: RunDir, block: dict[str, Any], design: str)
                 "replicate": block["replicate"],
                 "arms": " ".join(block["arms"]),
                 "design": design,
+                "block": block["block"],
             },
         )
     except PapermillExecutionError as exc:
@@ -86,9 +106,11 @@ def until_decided(
     *,
     resume: bool,
     log: Callable[[str], None],
+    execute: BlockExecutor = execute_block,
 ) -> list[str]:
     """Run until decided: add replicate blocks while a verdict is inconclusive, up to
-    ``protocol.max_replicates``; the analysis spends α over the looks (O'Brien-Fleming)."""
+    ``protocol.max_replicates``; the analysis spends α over the looks (O'Brien-Fleming).
+    Each added block is run by ``execute``."""
     from speclib.run.design import plan_blocks
 
     most, failed = params.protocol.max_replicates, []
@@ -106,12 +128,13 @@ def until_decided(
             break
         if rep == most:
             break
-        for block in plan_blocks(params, design, range(rep, rep + 1)):
+        group_size = (manifest.get("design") or {}).get("group_size")
+        for block in plan_blocks(params, design, range(rep, rep + 1), group_size=group_size):
             entry = block.to_dict()
             if entry["block"] not in done:
                 manifest["blocks"].append(entry)
                 write_json_atomic(rd.manifest, manifest)
-            failed += one_block(pfile, rd, entry, design, resume=resume, log=log)
+            failed += one_block(pfile, rd, entry, design, resume=resume, log=log, execute=execute)
     blocks = len({b["replicate"] for b in manifest["blocks"]})
     manifest["stopping"] = {"blocks": blocks, "max_replicates": most, "reason": reason}
     write_json_atomic(rd.manifest, manifest)
@@ -127,22 +150,39 @@ def one_block(
     *,
     resume: bool,
     log: Callable[[str], None],
+    execute: BlockExecutor = execute_block,
 ) -> list[str]:
     """Run one block of the manifest (kept when a resumed run finished it); failed launch ids."""
+    if not prepare_block(rd, block, resume=resume, log=log):
+        return []
+    return report_block(block, execute(pfile, rd, block, design), log=log)
+
+
+def prepare_block(
+    rd: RunDir, block: dict[str, Any], *, resume: bool, log: Callable[[str], None]
+) -> bool:
+    """Whether ``block`` must run: False when a resumed run finished it (kept). Before a
+    re-run, the records of its unfinished launches are moved aside (:func:`_supersede`)."""
     name = block["block"]
     if resume and _block_done(rd, block):
         log(f"block {name}: done before, kept (resume)")
-        return []
+        return False
     moved = sum(_supersede(rd, lid) for lid in block["launch_ids"]) if resume else 0
     if moved:
         log(f"block {name}: {moved} records of the unfinished block moved to {rd.superseded}")
     arms = ", ".join(block["arms"])
     log(f"block {name}: starting {len(block['arms'])} server(s) ({arms}) and sending requests")
-    errors = _run_block(pfile, rd, block, design)
+    return True
+
+
+def report_block(
+    block: dict[str, Any], errors: list[str], *, log: Callable[[str], None]
+) -> list[str]:
+    """Log how a block ended (each ``launch_id: error``, else done); its failed launch ids."""
     for err in errors:
         log(f"FAILED {err.splitlines()[0][:300]}")
     if not errors:
-        log(f"block {name}: done")
+        log(f"block {block['block']}: done")
     return [e.split(":", 1)[0] for e in errors]
 
 

@@ -45,20 +45,25 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     result = validate_params(args.file, resolve_demo=built_demo)
     params = result.params
-    names = ", ".join(
-        f"{s.name} ({'control' if s.is_control else s.speculative_config.get('method')})"
-        for s in params.series
-    )
+    names = ", ".join(_series_label(s) for s in params.series)
     aa = " + A/A arm 'aa'" if params.protocol.aa else ""
     aa += "".join(f" + draft-alone arm {a!r}" for a in params.draft_cost_arms.values())
     print(
-        f"{args.file}: OK — {params.name}: series {names}{aa}; design "
+        f"{args.file}: OK — {params.name}: {len(params.arms)} arms: series {names}{aa}; design "
         f"{params.protocol.design}, {params.workload.replicates} replicate block(s), "
         f"concurrency {params.workload.concurrency}; {len(result.prompts)} prompt(s)"
     )
     for note in result.notes:
         print(f"note: {note}")
     return 0
+
+
+def _series_label(s: Any) -> str:
+    """``name (method)``, and for an expanded sweep ``name (method, sweep of family)``."""
+    what = "control" if s.is_control else s.speculative_config.get("method")
+    if s.sweep_family:
+        what += f", sweep of {s.sweep_family}"
+    return f"{s.name} ({what})"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ rewritten by ``--resume`` (records of an unfinished launch moved aside) is read 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,14 +145,27 @@ class _RecordReader:
         return rewritten, out
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_VLLM_PREFIX = re.compile(
+    r"^\(([^)]*?)(?: pid=\d+)?\)\s+[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s*"
+)
+
+
 def _last_line(path: Path, max_bytes: int = 4096) -> str:
+    """The server log's last vLLM log message, as ``Process: message`` without colours
+    (the last non-empty line when there is none: a traceback, a warning's source line)."""
     try:
         with path.open("rb") as fh:
             fh.seek(max(0, path.stat().st_size - max_bytes))
             text = fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("# argv")]
+    lines = [_ANSI.sub("", x).strip() for x in text.splitlines()]
+    lines = [x for x in lines if x and not x.startswith("# argv")]
+    for line in reversed(lines):
+        m = _VLLM_PREFIX.match(line)
+        if m and line[m.end() :].strip():
+            return f"{m.group(1)}: {line[m.end() :].strip()}"
     return lines[-1] if lines else ""
 
 

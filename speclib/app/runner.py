@@ -1,7 +1,8 @@
 """The batch run: validate params, then execute the notebooks in order with papermill.
 
 ``00_setup`` (environment, models, the design, manifest) → ``10_series`` once per replicate
-block (:mod:`speclib.app.blocks`; notebooks run by :mod:`speclib.app.kernel`) →
+block (:mod:`speclib.app.blocks`; notebooks run by :mod:`speclib.app.kernel`; with
+``protocol.executor: ray`` the blocks run as parallel Ray tasks, :mod:`speclib.app.ray_executor`) →
 ``20_analysis`` (records → statistics → figures → decision), then ``report.html`` is
 exported from the executed analysis notebook with code hidden. Every executed notebook is
 kept in ``RUN_DIR/notebooks`` with its injected parameters. A launch that fails is recorded
@@ -125,18 +126,41 @@ def run_experiment(
         manifest = json.loads(rd.manifest.read_text("utf-8"))
         design = manifest["design"]["design"]
         log(f"design: {design} ({manifest['design']['reason']})")
-        failed: list[str] = []
-        for block in manifest["blocks"]:
-            failed += one_block(pfile, rd, block, design, resume=resume, log=log)
-            if interrupted():
-                raise KeyboardInterrupt(f"block {block['block']} interrupted")
-        failed += until_decided(params, pfile, rd, design, resume=resume, log=log)
+        if params.protocol.executor == "ray":
+            failed = _run_on_ray(params, pfile, rd, manifest, resume, log, interrupted)
+        else:
+            failed = _run_here(params, pfile, rd, manifest, resume, log, interrupted)
         _record_launches(rd)
         run_analysis(rd.root, params_file=pfile, log=log)
     finally:
         reap_all(rd)
         restore()
     return RunResult(rd.root, rd.report, rd.summary, tuple(failed))
+
+
+def _run_here(params, pfile, rd, manifest, resume, log, interrupted) -> list[str]:
+    """The blocks one after the other on this host (``protocol.executor: local``)."""
+    design, failed = manifest["design"]["design"], []
+    for block in manifest["blocks"]:
+        failed += one_block(pfile, rd, block, design, resume=resume, log=log)
+        if interrupted():
+            raise KeyboardInterrupt(f"block {block['block']} interrupted")
+    return failed + until_decided(params, pfile, rd, design, resume=resume, log=log)
+
+
+def _run_on_ray(params, pfile, rd, manifest, resume, log, interrupted) -> list[str]:
+    """The blocks as parallel Ray tasks (``protocol.executor: ray``)."""
+    from speclib.app.ray_executor import RayExecutor
+
+    design = manifest["design"]["design"]
+    with RayExecutor(params, rd, log=log) as ray_run:
+        failed = ray_run.run_blocks(
+            pfile, manifest["blocks"], design, resume=resume, interrupted=interrupted
+        )
+        failed += until_decided(
+            params, pfile, rd, design, resume=resume, log=log, execute=ray_run.run_one
+        )
+    return failed
 
 
 def _record_launches(rd: RunDir) -> None:

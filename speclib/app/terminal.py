@@ -39,6 +39,7 @@ __all__ = [
     "open_display",
     "outcome_json",
     "print_verdicts",
+    "recommendation_rows",
     "verdict_rows",
 ]
 
@@ -236,6 +237,28 @@ def verdict_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: c.get(k) for k in keys} for c in summary.get("comparisons", [])]
 
 
+def recommendation_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The "recommended" row of every sweep family and load level in ``summary.json``, in
+    the shape of :func:`verdict_rows` (the decision is the value, or "no k pays")."""
+    words = {"no_k_pays": "no k pays", "undecided": "undecided", "no_data": "no data"}
+    rows = []
+    for r in summary.get("recommendations", []):
+        value = r.get("value")
+        word = ", ".join(f"{k}={v}" for k, v in value.items()) if value else None
+        ci = [r.get("ci_low"), r.get("ci_high")]
+        rows.append(
+            {
+                "experiment": f"recommended: {r.get('family')}",
+                "load": r.get("load"),
+                "tpot_ratio": r.get("ratio"),
+                "tpot_ratio_ci": ci if None not in ci else None,
+                "decision": word or words.get(r.get("outcome"), "–"),
+                "reasons": [r.get("reason") or ""],
+            }
+        )
+    return rows
+
+
 def _read_summary(path: Path) -> dict[str, Any]:
     try:
         return json.loads(Path(path).read_text("utf-8"))
@@ -248,7 +271,8 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    rows = verdict_rows(_read_summary(summary_path))
+    summary = _read_summary(summary_path)
+    rows = verdict_rows(summary) + recommendation_rows(summary)
     console = Console(file=stream or sys.stdout, highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 120  # logs and pipes: no terminal width to follow
@@ -259,6 +283,12 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
     for name in ("experiment", "load", "TPOT ratio", "CI", "verdict", "reason"):
         table.add_column(name, overflow="fold")
     colour = {"adopt": "green", "reject": "red"}
+    colour |= {
+        r["decision"]: "green"
+        for r in rows
+        if r["experiment"].startswith("recommended")
+        and r["decision"] not in ("no k pays", "undecided", "no data")
+    }
     for r in rows:
         ci = r["tpot_ratio_ci"] or [None, None]
         table.add_row(

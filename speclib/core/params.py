@@ -32,6 +32,7 @@ from speclib.core.params_server import (
     is_loopback,
     resolve_model_ref,
 )
+from speclib.core.params_sweep import SweepError, expand_file_series, expand_sweeps
 from speclib.core.params_workload import AnalysisParams, LoadLevel, ProtocolParams, WorkloadParams
 from speclib.core.vllm_schema import KeyProblem, installed_spec_schema, spec_config_problems
 
@@ -69,11 +70,22 @@ class ExperimentParams(StrictModel):
     description: str = ""
     output_dir: str | None = Field(None, description="Run folder (default runs/<name>-<time>).")
     server: ServerParams
-    series: list[SeriesParams] = Field(min_length=1)
+    series: list[SeriesParams] = Field(
+        min_length=1,
+        description="The control and the experiments; a series with `sweep` stands for one "
+        "series per value (expanded before validation, see speclib.core.params_sweep).",
+    )
     workload: WorkloadParams
     analysis: AnalysisParams = Field(default_factory=AnalysisParams)
     protocol: ProtocolParams = Field(default_factory=ProtocolParams)
     source: str | None = Field(None, description="Set by load_params: the file's path.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_sweeps(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "series" in data:
+            return {**data, "series": expand_sweeps(data["series"])}
+        return data
 
     @model_validator(mode="after")
     def _check_series(self) -> ExperimentParams:
@@ -170,6 +182,15 @@ class ExperimentParams(StrictModel):
         }
 
     @property
+    def sweep_families(self) -> dict[str, list[str]]:
+        """Sweep family (the name written with ``sweep``) → its expanded series, in order."""
+        out: dict[str, list[str]] = {}
+        for s in self.series:
+            if s.sweep_family is not None:
+                out.setdefault(s.sweep_family, []).append(s.name)
+        return out
+
+    @property
     def experiments(self) -> list[str]:
         """Names of the arms compared against the control (the A/A arm included; the
         draft-alone arms are references, never compared)."""
@@ -212,8 +233,9 @@ def _series_label(data: Any, names: list[str], index: int) -> str | None:
     if names == ["series"] and isinstance(data, dict):
         seq = data.get("series")
         if isinstance(seq, list) and index < len(seq) and isinstance(seq[index], dict):
-            name = seq[index].get("name")
-            return f"name={name!r}" if name else None
+            name, family = seq[index].get("name"), seq[index].get("sweep_family")
+            swept = f", from the sweep of {family!r}" if family else ""
+            return f"name={name!r}{swept}" if name else None
     return None
 
 
@@ -334,6 +356,10 @@ def load_params(
     if "source" in data:
         raise ParamsError(f"{source}: 'source' is set by the kit, remove it from the file")
     data = {**data, "source": str(Path(path).resolve())}
+    try:
+        data = expand_file_series(data)
+    except SweepError as exc:
+        raise ParamsError(f"{source}: invalid parameters\n  - {exc}") from None
     try:
         params = ExperimentParams.model_validate(data)
     except ValidationError as exc:

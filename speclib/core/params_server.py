@@ -159,7 +159,13 @@ class ServerParams(StrictModel):
 
 
 class SeriesParams(StrictModel):
-    """One arm of the comparison: the control (no speculative_config) or an experiment."""
+    """One arm of the comparison: the control (no speculative_config) or an experiment.
+
+    In a params file a series may also carry ``sweep`` (values of speculative_config keys);
+    it is expanded into one series per value before validation
+    (:mod:`speclib.core.params_sweep`), and each expanded series carries ``sweep_family``
+    and ``sweep_value``.
+    """
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     speculative_config: dict[str, Any] | None = Field(
@@ -174,6 +180,16 @@ class SeriesParams(StrictModel):
         None,
         description="Set by the kit, not in params files: this arm serves the draft model "
         "of that series alone (analysis.measure_draft_cost).",
+    )
+    sweep_family: str | None = Field(
+        None,
+        description="Set by the kit, not in params files: the series written with a sweep "
+        "that this series was expanded from.",
+    )
+    sweep_value: dict[str, Any] | None = Field(
+        None,
+        description="Set by the kit, not in params files: this series' values of the swept "
+        "speculative_config keys.",
     )
 
     @field_validator("speculative_config")
@@ -190,6 +206,19 @@ class SeriesParams(StrictModel):
             raise ValueError(
                 "per_request_metrics: true needs a speculative_config "
                 "(vLLM refuses --per-request-spec-decode-metrics without speculation)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_fields_agree(self) -> SeriesParams:
+        if (self.sweep_family is None) != (self.sweep_value is None):
+            raise ValueError("sweep_family and sweep_value are set together (by the kit)")
+        spec = self.speculative_config or {}
+        if self.sweep_value is not None and any(
+            spec.get(k) != v for k, v in self.sweep_value.items()
+        ):
+            raise ValueError(
+                f"sweep_value {self.sweep_value} does not match speculative_config {spec}"
             )
         return self
 

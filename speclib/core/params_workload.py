@@ -12,6 +12,7 @@ Import these names from :mod:`speclib.core.params`, the public face of the param
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -107,7 +108,8 @@ class LoadLevel(StrictModel):
 
 
 class ProtocolParams(StrictModel):
-    """How the arms are kept comparable: prefix cache, launch order."""
+    """How the arms are kept comparable (prefix cache, launch order, design), and where the
+    blocks run (``executor``: this host, or a Ray cluster)."""
 
     cache_policy: Literal["off", "salt", "reset", "restart"] = Field(
         "off",
@@ -152,8 +154,21 @@ class ProtocolParams(StrictModel):
         None,
         ge=1,
         description="Interleaved design: requests per arm per alternating slot (default: "
-        "1 at concurrency 1, else 2 x concurrency and at least 4). Larger slots leave each "
-        "server warm for longer between switches.",
+        "6 at concurrency 1 with a switch pause, 1 without; else 2 x concurrency and at "
+        "least 4). Larger slots mean fewer switches (fewer pauses); smaller ones cancel "
+        "faster drift.",
+    )
+    switch_pause_s: float = Field(
+        1.2,
+        ge=0,
+        le=30,
+        description="Interleaved design: quiet time after one arm's requests before another "
+        "arm is served. A vLLM worker busy-polls its input queue for 1 s after each read "
+        "(SpinCondition busy_loop_s in vllm/distributed/device_communicators/shm_broadcast.py); "
+        "on few cores that steals CPU from the next arm: measured on the 2-core CPU demo, a "
+        "request right after another arm's was slow (about 2x) 58 % of the time, after its "
+        "own arm's 0-20 %, and more often for the faster speculative arms, which biases the "
+        "ratio. 0 disables the pause.",
     )
     memory_per_server_gib: float | None = Field(
         None,
@@ -170,6 +185,45 @@ class ProtocolParams(StrictModel):
         "show its TTFT/TPOT/acceptance beside the kit's (needs vLLM installed client-side; "
         "its traffic comes after the kit's last /metrics snapshot, so it pollutes nothing).",
     )
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="local: the replicate blocks run one after the other on this host; ray: "
+        "each block is a Ray task with a placement group of the CPUs (and GPUs) its servers "
+        "need, and blocks run in parallel across the Ray cluster; records and launch files "
+        "come back into the one run folder, each record saying on which host it ran "
+        "(needs pip install 'speclib[ray]').",
+    )
+    ray_address: str | None = Field(
+        None,
+        min_length=1,
+        description="executor ray: the cluster to run on: unset starts a local Ray instance "
+        "for the run (ray.init()); 'auto' joins the cluster this host belongs to (ray start); "
+        "'ray://host:10001' reaches a remote head through Ray Client; 'host:6379' a GCS.",
+    )
+    ray_cpus_per_server: float = Field(
+        1.0,
+        gt=0,
+        description="executor ray: CPUs each block reserves per kit-started server of the block "
+        "(a block of 3 arms reserves 3 x this; at least this for a block of external "
+        "endpoints). On CPU hosts set it to the cores one vLLM server should have.",
+    )
+    ray_gpus_per_block: float | None = Field(
+        None,
+        ge=0,
+        description="executor ray: GPUs each block reserves; its servers share them, each "
+        "with its server.gpu_memory_utilization share, exactly as on one host (unset: "
+        "server.tensor_parallel_size when the cluster has GPUs, else 0).",
+    )
+
+    @field_validator("executor")
+    @classmethod
+    def _ray_importable(cls, value: str) -> str:
+        if value == "ray" and importlib.util.find_spec("ray") is None:
+            raise ValueError(
+                "executor 'ray' needs the ray package, which is not installed here: "
+                "pip install 'speclib[ray]' (or set protocol.executor: local)"
+            )
+        return value
 
 
 class AnalysisParams(StrictModel):

@@ -72,6 +72,7 @@ class RequestRecord:
     finish_reason: str | None = None
     text: str = ""
     spec: dict[str, Any] | None = None
+    host: str | None = None  # where it was sent from (executor ray: the worker's host); None = here
     version: int = RECORD_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 

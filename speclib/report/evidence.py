@@ -1,6 +1,7 @@
 """The report's evidence: every figure, in report order, from one run's analysis.
 
-:func:`evidence_figures` picks the figures a run has data for (latency ECDFs, one paired
+:func:`evidence_figures` picks the figures a run has data for (the tuning sweep's TPOT
+ratio against the swept value when the run has a sweep, latency ECDFs, one paired
 per-prompt ratio per comparison, speed-up under load, acceptance from the ``/metrics``
 counters, acceptance against speed-up, tokens per chunk, the timeline, the sampling check,
 memory) and numbers their captions. Drawing is in :mod:`speclib.report.request_figures` and
@@ -35,6 +36,7 @@ from speclib.report.spec_figures import (
     plot_output_logprob,
     plot_speedup_vs_load,
 )
+from speclib.report.sweep_figures import sweep_figure
 
 __all__ = ["evidence_figures"]
 
@@ -50,6 +52,9 @@ def _evidence_figures(an: RunAnalysis) -> Iterator[FigureWithCaption]:
     if df.empty:
         return
     pal = series_palette([s.name for s in an.params.arms], control=control)
+    sweep = sweep_figure(an)
+    if sweep is not None:
+        yield sweep
     yield plot_latency_ecdf(df, control=control, palette=pal)
     for c in an.comparisons:
         ci = c.cis.get("tpot_s")

@@ -127,14 +127,29 @@ def _blocks_run(an: RunAnalysis) -> int:
     return int(an.records["replicate"].nunique()) if len(an.records) else 0
 
 
+def _grouping(an: RunAnalysis) -> str:
+    """How the blocks of one replicate were formed when the arms ran in groups ("" if not)."""
+    d = an.design
+    if not d.get("group_size"):
+        return ""
+    first = [b for b in an.manifest.get("blocks") or [] if b.get("replicate") == 0]
+    groups = "; ".join(f"{b['block']}: {', '.join(b['arms'])}" for b in first)
+    return (
+        f" Blocks of a replicate ({len(first)}, arms in the order they fit): {groups}; every "
+        "arm is paired with the control of its own block."
+    )
+
+
 def design_line(an: RunAnalysis) -> str:
-    """How the arms were measured: design, blocks, and why the run stopped (plain words)."""
+    """How the arms were measured: design, blocks (and how they were formed when the arms
+    ran in groups), and why the run stopped (plain words)."""
     d = an.design
     blocks = _blocks_run(an)
     text = (
         f"Design: {d.get('design', 'sequential')} ({d.get('reason', '')}); "
         f"{blocks} replicate block(s), a fresh server per arm in each."
     )
+    text += _grouping(an)
     stop = (an.manifest.get("stopping") or {}).get("reason")
     if stop:
         text += f" {stop}"
@@ -187,6 +202,7 @@ def verdict_html(an: RunAnalysis) -> str:
             f"<td>{html.escape(str(c.load))}</td>"
             "</tr>"
         )
+    rows += [_recommended_row(r) for r in getattr(an, "recommendations", ())]
     head = (
         "<tr><th>Experiment</th><th>TPOT ratio vs control<br><span class='speclib-small'>"
         "below 1 = faster</span></th><th>Verdict</th>"
@@ -201,6 +217,32 @@ def verdict_html(an: RunAnalysis) -> str:
     )
     table = f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>"
     return wrap(title + noise_floor_html(an) + table)
+
+
+def _recommended_row(r: Any) -> str:
+    """The "recommended" row of a sweep family at one load level (see
+    :mod:`speclib.analysis.recommend`)."""
+    if r.value is None:
+        label = {"no_k_pays": "NO K PAYS", "undecided": "UNDECIDED"}.get(r.outcome, "NO DATA")
+        word = f"<span class='speclib-word speclib-inconclusive'>{label}</span>"
+    else:
+        value = ", ".join(f"{k}={v}" for k, v in r.value.items())
+        word = f"<span class='speclib-word speclib-adopt'>{html.escape(value)}</span>"
+    ratio = "–"
+    if r.ratio is not None and r.ci_low is not None:
+        ratio = (
+            f"<b>{r.ratio:.3f}</b> ({(r.ratio - 1) * 100:+.1f} %)<br>"
+            f"{_conf(r.confidence_level)} CI {r.ci_low:.3f}–{r.ci_high:.3f}"
+        )
+    rule = f"smallest value within δ = {r.margin:g} of the best arm (Holm), and ADOPT itself"
+    return (
+        "<tr class='speclib-recommended'>"
+        f"<td><b>recommended: {html.escape(r.family)}</b><br>"
+        f"<span class='speclib-small'>{html.escape(rule)}</span></td>"
+        f"<td>{ratio}</td><td>{word}</td>"
+        f"<td colspan='5'>{html.escape(r.reason)}</td>"
+        f"<td>{html.escape(str(r.load))}</td></tr>"
+    )
 
 
 def _effect(ci: Any) -> str:

@@ -3,15 +3,18 @@
 For each load level :func:`measure_levels` prepares every arm's requests (bodies encoded
 before any clock starts), plans the alternation slots (:func:`speclib.run.design.plan_slots`;
 at concurrency 1 a slot is one prompt sent to every arm back to back in a fresh random
-order), snapshots each server's ``/metrics`` before and after the level, sends slot by slot
-while tagging the CPU sampler with the arm being served, stops sending to an arm whose
-failure share passes ``workload.max_error_rate``, and records what was never sent.
+order; with ``protocol.switch_pause_s``, slots of several prompts and a quiet pause at
+each switch of arm, :func:`settle`), snapshots each server's ``/metrics`` before and after
+the level, sends slot by slot while tagging the CPU sampler with the arm being served,
+stops sending to an arm whose failure share passes ``workload.max_error_rate``, and
+records what was never sent.
 """
 
 from __future__ import annotations
 
 import random
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +33,15 @@ from speclib.run.observe import (
 )
 from speclib.run.requests import arrival_offsets, make_request_specs
 
-__all__ = ["Level", "check_abort", "finish_level", "measure_levels", "prepare_level", "serve_slot"]
+__all__ = [
+    "Level",
+    "check_abort",
+    "finish_level",
+    "measure_levels",
+    "prepare_level",
+    "serve_slot",
+    "settle",
+]
 
 _MIN_SENT_FOR_ABORT = 4  # an arm is stopped for errors only after this many requests
 
@@ -46,6 +57,20 @@ class Level:
     slots: list[Slot]
     sent: dict[str, list[RequestRecord]] = field(default_factory=dict)
     outcomes: dict[str, list[Any]] = field(default_factory=dict)
+    last_arm: str | None = None  # the arm served last, and when its requests ended
+    last_end: float = field(default_factory=time.monotonic)
+
+
+def settle(lv: Level, name: str, pause_s: float) -> float:
+    """Wait until ``pause_s`` has passed since another arm's requests ended (no wait when
+    ``name`` was served last); returns the seconds waited. See ``protocol.switch_pause_s``:
+    the previous arm's worker busy-polls for 1 s after its last read."""
+    if lv.last_arm == name or pause_s <= 0:
+        return 0.0
+    wait = lv.last_end + pause_s - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    return max(wait, 0.0)
 
 
 def prepare_level(params, arms: list[Arm], prompts, replicate: int, i: int, level, nonce):
@@ -91,6 +116,7 @@ def serve_slot(params, rd, lv: Level, slot: Slot, arms: dict[str, Arm], ctx) -> 
         conc = len(specs) if lv.level.request_rate else lv.level.concurrency
         fields = stamp(arm, replicate, block, lv.index, lv.level)
         fields.update(slot=slot.index, slot_pos=pos)
+        settle(lv, name, params.protocol.switch_pause_s)
         if cpu is not None:
             cpu.serving(name)
         try:
@@ -108,6 +134,7 @@ def serve_slot(params, rd, lv: Level, slot: Slot, arms: dict[str, Arm], ctx) -> 
         finally:
             if cpu is not None:
                 cpu.serving(None)
+            lv.last_arm, lv.last_end = name, time.monotonic()
         lv.sent.setdefault(name, []).extend(recs)
         lv.outcomes.setdefault(name, []).append(outcome)
         check_abort(params, arm, lv.sent[name], outcome)

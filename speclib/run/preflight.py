@@ -139,7 +139,7 @@ def _design(params: ExperimentParams, hw: dict[str, Any]) -> tuple[DesignChoice,
 
     available = psutil.virtual_memory().available / 2**30
     choice = choose_design(params, available_gib=available, gpus=len(hw.get("gpus") or []))
-    return choice, plan_blocks(params, choice.design)
+    return choice, plan_blocks(params, choice.design, group_size=choice.group_size)
 
 
 def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:

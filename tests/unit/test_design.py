@@ -28,7 +28,9 @@ def test_all_arms_fit_interleaved_else_sequential(tmp_path: Path) -> None:
     fits = choose_design(params, available_gib=23.0)
     assert fits.design == "interleaved"
     assert "4 servers" in fits.reason and fits.needed_gib == pytest.approx(4 * 3.2)
-    tight = choose_design(params, available_gib=8.0)
+    groups = choose_design(params, available_gib=8.0)  # 2 of 4 fit: interleaved in groups
+    assert groups.design == "interleaved" and groups.group_size == 2
+    tight = choose_design(params, available_gib=5.0)  # not even the control and one arm
     assert tight.design == "sequential" and tight.reason.startswith("fallback")
 
 
@@ -76,7 +78,8 @@ def test_slots_cover_every_request_once_and_single_arm_is_one_slot() -> None:
 
 def test_slot_size_by_load(tmp_path: Path) -> None:
     params = _params(tmp_path)
-    assert slot_size(params, 1, 3) == 1
+    assert slot_size(params, 1, 3) == 6  # c=1 with the default switch pause: 6 per slot
+    assert slot_size(_params(tmp_path, switch_pause_s=0), 1, 3) == 1  # no pause: per prompt
     assert slot_size(params, 8, 3) == 16
     assert slot_size(params, 8, 1) is None
     assert slot_size(_params(tmp_path, slot_requests=5), 8, 2) == 5

@@ -8,6 +8,7 @@ control's configuration.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -37,7 +38,7 @@ def interleaved_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("interleaved")
     path = _params(tmp, n_prompts=6)
     data = yaml.safe_load(path.read_text())
-    data["protocol"] = {"aa": True, "design": "interleaved"}
+    data["protocol"] = {"aa": True, "design": "interleaved", "switch_pause_s": 0}
     data["workload"].update(replicates=2, concurrency=[1, 2])
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"
@@ -145,3 +146,25 @@ def test_an_external_draft_series_on_a_plain_server_is_rejected_by_the_mode_gate
     status = json.loads((tmp_path / "run" / "launches" / "draft-r0" / "status.json").read_text())
     assert not status["mode_check"]["ok"]
     assert proc.returncode == 1  # the failed launch is reported
+
+
+def test_a_switch_of_arm_waits_for_the_previous_workers_busy_poll(tmp_path) -> None:
+    """With protocol.switch_pause_s, slots hold several prompts and every switch of arm
+    starts at least the pause after the previous arm's last request ended."""
+    path = _params(tmp_path, n_prompts=6)
+    data = yaml.safe_load(path.read_text())
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0.4, "slot_requests": 3}
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "run"
+    proc = _run(path, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not _wait_gone()
+    rows = sorted(_measured(out), key=lambda r: r["t_start"])
+    assert len({(r["slot"], r["series"]) for r in rows}) == 2 * 2  # 2 slots x 2 arms
+    switches = 0
+    for prev, cur in itertools.pairwise(rows):
+        end = prev["t_start"] + prev["e2e_s"]
+        if cur["series"] != prev["series"]:
+            switches += 1
+            assert cur["t_start"] - end >= 0.4 - 0.01, (prev, cur)
+    assert switches >= 2  # 2 slots in random order: A,B then B,A (2) or A,B again (3)

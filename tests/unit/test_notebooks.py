@@ -30,7 +30,7 @@ NOTEBOOKS = REPO / "notebooks"
 DEFAULTS = {
     "00_setup": {"params_file": "../params/cpu-demo.yaml", "run_dir": "../runs/interactive"},
     "10_series": {"params_file": "../params/cpu-demo.yaml", "run_dir": "../runs/interactive",
-                  "replicate": 0, "arms": "", "design": "interleaved"},
+                  "replicate": 0, "arms": "", "design": "interleaved", "block": ""},
     "20_analysis": {"run_dir": "../runs/cpu-demo", "params_file": ""},
 }  # fmt: skip
 MAX_STATEMENTS = 8  # non-import statements outside the parameters cell, per notebook
