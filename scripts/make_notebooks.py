@@ -93,7 +93,7 @@ from speclib.core.params import load_params
 from speclib.run.block import run_block
 
 params = load_params(params_file)
-results = run_block(params, run_dir, replicate, arms.split(), design=design, block=block or None)
+results = run_block(params, run_dir, replicate, arms.split(), design=design, block=block)
 results
 """.strip()
         ),

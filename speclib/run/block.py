@@ -132,7 +132,7 @@ def run_block(
     arms: Sequence[str] | None = None,
     *,
     design: str = "interleaved",
-    block: str | None = None,
+    block: str | None = None,  # "" or None: the replicate's first block
     show_progress: bool = True,
 ) -> list[SeriesResult]:
     """Run one block (``arms``, default every arm, of replicate ``replicate``).
