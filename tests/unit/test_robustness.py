@@ -118,6 +118,9 @@ def test_crash_mid_series_keeps_records_marks_rest_and_reports(tmp_path):
         tmp_path,
         server={"env": {"FAKE_VLLM_DIE_AFTER_REQUESTS": "5", "FAKE_VLLM_DIE_ONLY_SPEC": "1"}},
     )
+    data = yaml.safe_load(params.read_text())
+    data["protocol"] = {"switch_pause_s": 0}  # per-prompt alternation: the crash lands mid-run
+    params.write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
     proc = _run(["run", str(params), "--out", str(run)])
     assert proc.returncode == 1, proc.stderr[-3000:]

@@ -262,5 +262,5 @@ def test_demo_prompts_do_not_fit_max_model_len_16(tmp_path):
     data["server"]["max_model_len"] = 16
     proc = _validate(tmp_path, data)
     assert proc.returncode == 2
-    assert "24 of 24 prompt(s)" in proc.stderr and "> server.max_model_len 16" in proc.stderr
+    assert "12 of 12 prompt(s)" in proc.stderr and "> server.max_model_len 16" in proc.stderr
     assert "vLLM refuses a prompt longer than max_model_len" in proc.stderr
