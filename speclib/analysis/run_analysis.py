@@ -54,6 +54,7 @@ __all__ = [
     "analyze_run",
     "block_host_warnings",
     "decision_confidence",
+    "late_read_warnings",
     "series_table",
 ]
 
@@ -376,6 +377,7 @@ def _warnings(
     ]
     out += _launch_warnings(statuses, lms)
     out += block_host_warnings(df)
+    out += late_read_warnings(df)
     if rd.scoring_error.exists():
         why = rd.scoring_error.read_text("utf-8")[:500]
         out.append(f"the sampling check could not score the outputs ({why}): correctness unknown")
@@ -385,6 +387,36 @@ def _warnings(
     if n_lines == 0:
         out.append("requests.jsonl is empty")
     return out
+
+
+LATE_CHUNKS_FLAG = 3
+"""A request whose stream had this many chunks read together with the one before is late."""
+
+
+def late_read_warnings(df: pd.DataFrame) -> list[str]:
+    """One warning when the client read some streams late (``records.late_chunks``).
+
+    Chunks that wait for the client to be scheduled arrive in one read with the same stamp:
+    a late first chunk overstates TTFT and understates TPOT. Both arms of a pair run through
+    the same client, so the paired ratio stays unbiased but gets noisier; on a small host
+    it means the client competes with the servers for CPU (``protocol.server_nice``).
+    """
+    if df.empty or "late_chunks" not in df:
+        return []
+    ok = df[df["ok"].astype(bool)]
+    late = ok[ok["late_chunks"] >= LATE_CHUNKS_FLAG]
+    if late.empty:
+        return []
+    per = ", ".join(
+        f"{name} {int((g['late_chunks'] >= LATE_CHUNKS_FLAG).sum())}/{len(g)}"
+        for name, g in ok.groupby("series", sort=False)
+    )
+    return [
+        f"the client read {len(late)} of {len(ok)} streams late ({per}): in each, "
+        f"{LATE_CHUNKS_FLAG} or more chunks arrived in one read, so the client was not "
+        "scheduled in time and their TTFT is overstated, their TPOT understated; on a busy "
+        "host raise protocol.server_nice or give the client a free core"
+    ]
 
 
 def block_host_warnings(df: pd.DataFrame) -> list[str]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.rundir import RunDir
+from speclib.serve.process import tail
 
 __all__ = [
     "POLL_INTERVAL_S",
@@ -154,12 +155,7 @@ _VLLM_PREFIX = re.compile(
 def _last_line(path: Path, max_bytes: int = 4096) -> str:
     """The server log's last vLLM log message, as ``Process: message`` without colours
     (the last non-empty line when there is none: a traceback, a warning's source line)."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(max(0, path.stat().st_size - max_bytes))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    text = tail(path, lines=max_bytes, max_bytes=max_bytes)
     lines = [_ANSI.sub("", x).strip() for x in text.splitlines()]
     lines = [x for x in lines if x and not x.startswith("# argv")]
     for line in reversed(lines):

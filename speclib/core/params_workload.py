@@ -170,6 +170,18 @@ class ProtocolParams(StrictModel):
         "own arm's 0-20 %, and more often for the faster speculative arms, which biases the "
         "ratio. 0 disables the pause.",
     )
+    server_nice: int = Field(
+        19,
+        ge=0,
+        le=19,
+        description="CPU niceness of every server the kit starts (inherited by all its "
+        "processes and threads), so the kit's client gets the CPU first when it has a "
+        "stream to read. A vLLM CPU server under load keeps both cores of a 2-core host "
+        "busy; measured there (2026-12-01, control + A/A, 48 streams per run, 2 runs each) "
+        "the client read 16 % of streams late at niceness 0 and 6 % at 19 (late reads are "
+        "detected per request and warned about in the report). 0 keeps the servers at the "
+        "kit's priority.",
+    )
     memory_per_server_gib: float | None = Field(
         None,
         gt=0,

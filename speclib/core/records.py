@@ -10,6 +10,7 @@ flushes one line as each request finishes, so a crash loses nothing already fini
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -25,6 +26,7 @@ __all__ = [
     "RequestRecord",
     "append_record",
     "e2e_s",
+    "late_chunks",
     "read_records",
     "record_to_json",
     "tpot_s",
@@ -121,6 +123,18 @@ def tpot_s(rec: RequestRecord) -> float | None:
     if first is None or total is None or n is None or n < 2:
         return None
     return (total - first) / (n - 1)
+
+
+def late_chunks(rec: RequestRecord) -> int:
+    """Streamed chunks that reached the client in the same network read as the one before.
+
+    The server sends one chunk per engine step, milliseconds apart, and a client that keeps
+    up reads each on its own; chunks read together (same stamp) waited for the client, whose
+    process was not scheduled in time. Their stamps are late: a late first chunk overstates
+    TTFT and understates TPOT. 0 for a client that kept up.
+    """
+    offs = rec.chunk_offsets_s
+    return sum(1 for a, b in itertools.pairwise(offs) if b == a)
 
 
 def record_to_json(rec: RequestRecord) -> str:

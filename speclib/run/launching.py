@@ -149,6 +149,7 @@ def build_launch_spec(
         start_timeout_s=sp.start_timeout_s,
         pidfile=pidfile,
         api_key=key,
+        nice=params.protocol.server_nice,
     )
 
 

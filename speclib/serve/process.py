@@ -88,6 +88,7 @@ class LaunchSpec:
     start_timeout_s: float = 600.0
     pidfile: Path | None = None
     api_key: str | None = field(default=None, repr=False)
+    nice: int = 0
 
     @property
     def base_url(self) -> str:
@@ -335,7 +336,7 @@ def launch(spec: LaunchSpec) -> ServerHandle:
         log.write(("# argv: " + json.dumps(redact_argv(spec.argv)) + "\n").encode())
         log.flush()
         try:
-            sup = start_supervised(spec.argv, env=env, log=log)
+            sup = start_supervised(spec.argv, env=env, log=log, nice=spec.nice)
         except SupervisorError as exc:
             raise ServerStartError(
                 f"{exc} (log: {spec.log_path})\n--- last lines of the log ---\n"

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import resource
@@ -73,16 +74,20 @@ class SupervisorConfig:
     argv: tuple[str, ...]
     env: dict[str, str] | None = field(default=None, repr=False)
     grace_s: float = 5.0
+    nice: int = 0
 
     @classmethod
     def from_line(cls, line: bytes) -> SupervisorConfig:
         data = json.loads(line)
         return cls(
-            argv=tuple(data["argv"]), env=data.get("env"), grace_s=float(data.get("grace_s", 5.0))
+            argv=tuple(data["argv"]),
+            env=data.get("env"),
+            grace_s=float(data.get("grace_s", 5.0)),
+            nice=int(data.get("nice", 0)),
         )
 
     def to_line(self) -> bytes:
-        data = {"argv": self.argv, "env": self.env, "grace_s": self.grace_s}
+        data = {"argv": self.argv, "env": self.env, "grace_s": self.grace_s, "nice": self.nice}
         return (json.dumps(data) + "\n").encode()
 
 
@@ -138,9 +143,14 @@ def start_supervised(
     env: dict[str, str],
     log: Any,
     grace_s: float = 5.0,
+    nice: int = 0,
     report_timeout_s: float = 60.0,
 ) -> Supervised:
     """Start ``argv`` under a supervisor, output to the open binary file ``log``.
+
+    ``nice`` (0–19) lowers the command's CPU priority: every process and thread it starts
+    inherits it, so on a shared host the kit's client is never starved by the server it
+    measures.
 
     Returns once the command runs. Raises :class:`OSError` (as :class:`subprocess.Popen`
     would) when the command cannot be executed, and :class:`SupervisorError` when the
@@ -156,7 +166,7 @@ def start_supervised(
     )
     assert proc.stdin is not None
     try:
-        proc.stdin.write(SupervisorConfig(argv=argv, env=env, grace_s=grace_s).to_line())
+        proc.stdin.write(SupervisorConfig(argv=argv, env=env, grace_s=grace_s, nice=nice).to_line())
         proc.stdin.flush()
         report = _read_report(proc, report_timeout_s)
     except (OSError, ValueError):
@@ -232,8 +242,10 @@ def _prctl(option: int, arg: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg, 0, 0, 0)
 
 
-def _server_preexec() -> None:  # runs in the server between fork and exec
+def _server_preexec(nice: int) -> None:  # runs in the server between fork and exec
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor SIGKILLed: the server goes too
+    if nice:
+        os.nice(nice)  # inherited by every process and thread the server starts
 
 
 def reap_children() -> list[tuple[int, int]]:
@@ -329,7 +341,7 @@ def _start_server(cfg: SupervisorConfig) -> int:
             stderr=subprocess.STDOUT,
             env=cfg.env,
             start_new_session=True,
-            preexec_fn=_server_preexec if sys.platform.startswith("linux") else None,
+            preexec_fn=functools.partial(_server_preexec, cfg.nice),
         )
     except OSError as exc:
         _report({"errno": exc.errno, "strerror": exc.strerror, "filename": exc.filename})

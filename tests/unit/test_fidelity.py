@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from speclib.analysis.crosscheck import BenchRequest
-from speclib.core.records import RequestRecord
+from speclib.analysis.frames import records_frame
+from speclib.analysis.run_analysis import late_read_warnings
+from speclib.core.records import RequestRecord, late_chunks, tpot_s
 from tests.benchmarks.fidelity import bench_errors, kit_errors, summarize, truth_of
 from tests.fakeserver import Exchange, SentEvent
 
@@ -75,3 +77,29 @@ def test_bench_requests_pair_with_the_first_exchange_after_their_start() -> None
     assert bench_errors([req], ["missing"], [probe, real]) == []
     with pytest.raises(ValueError, match="no paired"):
         summarize([])
+
+
+def _streamed(offsets: tuple[float, ...], series: str = "s", pid: str = "k") -> RequestRecord:
+    return RequestRecord(
+        series=series,
+        replicate=0,
+        prompt_id=pid,
+        ok=True,
+        chunk_offsets_s=offsets,
+        chunk_tokens=(1,) * len(offsets),
+        output_tokens=len(offsets),
+        done_offset_s=offsets[-1] + 0.001,
+    )
+
+
+def test_chunks_read_together_are_late_and_the_analysis_says_so() -> None:
+    """A client that was not scheduled reads several chunks in one network read (one stamp):
+    its TTFT is overstated and TPOT understated, and the run's warnings name how often."""
+    on_time = _streamed(tuple(0.02 + 0.01 * i for i in range(10)))
+    stalled = _streamed((0.4,) * 6 + tuple(0.41 + 0.01 * i for i in range(4)), pid="j")
+    assert late_chunks(on_time) == 0 and late_chunks(stalled) == 5
+    assert tpot_s(stalled) < tpot_s(on_time)  # the stall moved into TTFT
+    df = records_frame([on_time, stalled, _streamed((0.02, 0.02, 0.03), series="t")])
+    [warning] = late_read_warnings(df)
+    assert "1 of 3 streams late" in warning and "s 1/2" in warning and "t 0/1" in warning
+    assert late_read_warnings(records_frame([on_time])) == []

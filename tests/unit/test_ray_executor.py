@@ -29,6 +29,7 @@ from tests.unit.test_robustness import REPO, _params
 
 pytestmark = pytest.mark.unit
 
+LAUNCHES = ("control-r0", "spec-r0", "control-r1", "spec-r1")
 _TASK_TITLE = "speclib-block"  # the Ray task's name, in a busy worker's process title
 
 
@@ -134,7 +135,7 @@ def test_two_blocks_run_in_parallel_into_one_run_folder(tmp_path, cluster):
     assert not _wait_dead(_descendants("fake_vllm.py", "ipykernel", _TASK_TITLE), timeout=15)
 
 
-def test_ctrl_c_cancels_the_tasks_and_leaves_no_process(tmp_path, cluster):
+def test_ctrl_c_cancels_the_tasks_leaves_no_process_and_resume_finishes(tmp_path, cluster):
     params = _ray_params(tmp_path, cluster, n_prompts=40, step_s=0.05)
     run = tmp_path / "run"
     proc = subprocess.Popen(
@@ -173,6 +174,22 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_no_process(tmp_path, cluster):
     for lid in ("control-r0", "spec-r0", "control-r1", "spec-r1"):
         status = json.loads((run / "launches" / lid / "status.json").read_text())
         assert not status["ok"] and "records were not kept" in status["error"]
+    # --resume runs the cancelled blocks again, whole, on the cluster: one full set of
+    # records per launch, none left from the cancelled tasks.
+    done = subprocess.run(
+        [sys.executable, "-m", "speclib", "run", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert {b["state"] for b in manifest["executor"]["blocks"].values()} == {"done"}
+    measured = [x for x in _lines(run) if x["phase"] == "measure"]
+    per_launch = {lid: sum(x["launch_id"] == lid for x in measured) for lid in LAUNCHES}
+    assert per_launch == dict.fromkeys(LAUNCHES, 40), per_launch
+    assert not _wait_dead(_descendants("fake_vllm.py", "ipykernel", _TASK_TITLE), timeout=15)
 
 
 def test_executor_ray_without_ray_names_the_field_and_the_extra(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ that calls :func:`speclib.serve.process.launch`; the test SIGKILLs it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -166,3 +167,21 @@ def test_command_that_cannot_run_raises_oserror(tmp_path):
     with pytest.raises(FileNotFoundError):
         srv.launch(spec)
     assert not spec.pidfile.exists()
+
+
+def test_server_nice_reaches_every_process_of_the_tree_and_not_the_kit(tmp_path):
+    """protocol.server_nice: the server and what it starts run at that niceness (so the
+    kit's client wins the CPU on a busy host); the supervisor and the kit keep theirs."""
+    token = f"speclib-standin-{uuid.uuid4().hex[:8]}"
+    port = srv.free_port()
+    spec = dataclasses.replace(_spec(tmp_path, _standin_argv(token, port), port), nice=7)
+    handle = srv.launch(spec)
+    try:
+        engine = _wait_tagged(token, "-engine")
+        orphan = _wait_tagged(token, "-orphan")
+        base = os.nice(0)
+        assert psutil.Process(handle.pid).nice() == base + 7
+        assert engine.nice() == orphan.nice() == base + 7  # inherited, even out of the group
+        assert psutil.Process(handle.process.pid).nice() == base  # the supervisor
+    finally:
+        handle.stop(grace_s=2)
