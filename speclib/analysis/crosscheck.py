@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.prometheus import metric_sum
-from speclib.core.records import tpot_s, ttft_s
+from speclib.core.records import LATE_CHUNKS_FLAG, late_chunks, tpot_s, ttft_s
 
 __all__ = [
     "ADJUSTED_ROW",
@@ -327,7 +327,9 @@ class CrossCheck:
     ``verdict``: ``agree`` (median TPOT within tolerance); ``server differed`` (outside, but
     each client is within tolerance of the server's own TPOT for its runs: the server
     itself ran at different speeds, e.g. under other load, and both clients saw it right);
-    ``vllm bench off`` / ``kit off`` (only the other client matches the server's own TPOT);
+    ``vllm bench off`` / ``kit off`` (only the other client matches the server's own TPOT;
+    ``kit read late`` instead of ``kit off`` when ``kit_late_requests`` of the kit's streams
+    were read late, :func:`speclib.core.records.late_chunks`: its client was not scheduled);
     ``too noisy`` (outside, but by less than one side differs from itself across rounds);
     else ``disagree``.
     """
@@ -339,6 +341,7 @@ class CrossCheck:
     bench: BenchResult | None = field(default=None, repr=False)
     round_medians: tuple[tuple[str, int, float], ...] = ()
     server_tpot: tuple[tuple[str, int, float, int], ...] = ()
+    kit_late_requests: int = 0
 
     @property
     def tpot_agrees(self) -> bool | None:
@@ -385,7 +388,9 @@ class CrossCheck:
             if kit_ok and bench_ok:
                 return "server differed"
             if kit_ok != bench_ok:
-                return "vllm bench off" if kit_ok else "kit off"
+                if kit_ok:
+                    return "vllm bench off"
+                return "kit read late" if self.kit_late_requests else "kit off"
         diff = next(r for r in self.rows if r.metric == "median TPOT").diff
         noise = self.noise
         return "too noisy" if noise is not None and abs(diff or 0.0) <= noise else "disagree"
@@ -395,6 +400,7 @@ class CrossCheck:
             "tolerance": self.tolerance,
             "kit_requests": self.kit_requests,
             "bench_requests": self.bench_requests,
+            "kit_late_requests": self.kit_late_requests,
             "tpot_agrees": self.tpot_agrees,
             "verdict": self.verdict,
             "noise": self.noise,
@@ -524,6 +530,7 @@ def compare_with_kit(
         bench=bench,
         round_medians=tuple((str(a), int(b), float(c)) for a, b, c in round_medians),
         server_tpot=tuple((str(a), int(b), float(c), int(d)) for a, b, c, d in server_tpot),
+        kit_late_requests=sum(late_chunks(r) >= LATE_CHUNKS_FLAG for r in recs),
     )
 
 

@@ -163,7 +163,7 @@ def crosscheck_warnings(checks: tuple[dict[str, Any], ...]) -> list[str]:
             out.append(
                 f"launch {c['launch_id']}: vllm bench cross-check failed: {c['error'][:300]}"
             )
-        elif c.get("verdict") in ("disagree", "too noisy", "kit off"):
+        elif c.get("verdict") in ("disagree", "too noisy", "kit off", "kit read late"):
             out.append(
                 f"launch {c['launch_id']}: the kit's median TPOT and vllm bench serve's on the "
                 f"same server differ by more than {100 * c.get('tolerance', 0):g} % "

@@ -46,7 +46,7 @@ from speclib.core.params import (
     load_params,
     recorded_params,
 )
-from speclib.core.records import read_records
+from speclib.core.records import LATE_CHUNKS_FLAG, read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 
 __all__ = [
@@ -387,10 +387,6 @@ def _warnings(
     if n_lines == 0:
         out.append("requests.jsonl is empty")
     return out
-
-
-LATE_CHUNKS_FLAG = 3
-"""A request whose stream had this many chunks read together with the one before is late."""
 
 
 def late_read_warnings(df: pd.DataFrame) -> list[str]:

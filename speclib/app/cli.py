@@ -47,7 +47,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     params = result.params
     names = ", ".join(_series_label(s) for s in params.series)
     aa = " + A/A arm 'aa'" if params.protocol.aa else ""
-    aa += "".join(f" + draft-alone arm {a!r}" for a in params.draft_cost_arms.values())
+    aa += "".join(f" + draft-alone arm {a!r}" for a in params.draft_alone_arms.values())
     print(
         f"{args.file}: OK — {params.name}: {len(params.arms)} arms: series {names}{aa}; design "
         f"{params.protocol.design}, {params.workload.replicates} replicate block(s), "

@@ -159,27 +159,41 @@ class ExperimentParams(StrictModel):
         arms = list(self.series)
         if self.protocol.aa:
             arms.append(control.model_copy(update={"name": AA_ARM}))
-        for name in self.draft_cost_arms.values():
-            of = name.removesuffix(DRAFT_ALONE_SUFFIX)
+        for of, name in self.draft_alone_arms.items():
             update = {"name": name, "draft_alone_of": of, "per_request_metrics": None}
             arms.append(control.model_copy(update=update))
         return arms
 
     @property
+    def draft_alone_arms(self) -> dict[str, str]:
+        """One draft-alone arm per distinct draft model: the first experiment drafting with
+        it → the arm's name (a sweep over k shares one arm: c does not depend on k)."""
+        out: dict[str, str] = {}
+        for exp, arm in self.draft_cost_arms.items():
+            if arm not in out.values():
+                out[exp] = arm
+        return out
+
+    @property
     def draft_cost_arms(self) -> dict[str, str]:
         """Experiment → the arm that serves its draft alone (analysis.measure_draft_cost).
 
-        Only ``draft_model`` series get one: an n-gram lookup has no model (c = 0), and an
-        EAGLE/MTP head cannot be served on its own.
+        Experiments drafting with the same model share one arm, named after the first one's
+        sweep family (or name). Only ``draft_model`` series get one: an n-gram lookup has no
+        model (c = 0), and an EAGLE/MTP head cannot be served on its own.
         """
         if not self.analysis.measure_draft_cost:
             return {}
-        return {
-            s.name: s.name + DRAFT_ALONE_SUFFIX
-            for s in self.series
-            if (s.speculative_config or {}).get("method") == "draft_model"
-            and isinstance((s.speculative_config or {}).get("model"), str)
-        }
+        out: dict[str, str] = {}
+        by_model: dict[str, str] = {}
+        for s in self.series:
+            spec = s.speculative_config or {}
+            model = spec.get("model")
+            if spec.get("method") != "draft_model" or not isinstance(model, str):
+                continue
+            first = by_model.setdefault(model, (s.sweep_family or s.name) + DRAFT_ALONE_SUFFIX)
+            out[s.name] = first
+        return out
 
     @property
     def sweep_families(self) -> dict[str, list[str]]:

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from speclib.core.jsonutil import json_lines
 
 __all__ = [
+    "LATE_CHUNKS_FLAG",
     "RECORD_VERSION",
     "RequestRecord",
     "append_record",
@@ -123,6 +124,10 @@ def tpot_s(rec: RequestRecord) -> float | None:
     if first is None or total is None or n is None or n < 2:
         return None
     return (total - first) / (n - 1)
+
+
+LATE_CHUNKS_FLAG = 3
+"""A stream with this many :func:`late_chunks` was read late (its stamps are not the server's)."""
 
 
 def late_chunks(rec: RequestRecord) -> int:

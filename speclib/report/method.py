@@ -174,7 +174,9 @@ def crosscheck_html(an: RunAnalysis) -> str:
         "differed</i> (each client matches the server's own TPOT, but the server ran at a "
         "different speed during the two runs, e.g. because one client used more CPU on a "
         "shared machine); <i>vllm bench off</i> / <i>kit off</i> (only the other client "
-        "matches the server's own TPOT); <i>disagree</i> otherwise.</p>"
+        "matches the server's own TPOT; <i>kit read late</i> when the kit's client was not "
+        "scheduled in time for some streams, see the late-read warning); <i>disagree</i> "
+        "otherwise.</p>"
         f"<table class='speclib-table'>{head}{''.join(rows)}</table>"
     )
 

@@ -13,8 +13,7 @@ import statistics
 import psutil
 import pytest
 
-from speclib.analysis.run_analysis import LATE_CHUNKS_FLAG
-from speclib.core.records import late_chunks, read_records, tpot_s
+from speclib.core.records import LATE_CHUNKS_FLAG, late_chunks, read_records, tpot_s
 from tests.helpers import vllm_server_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -198,6 +197,7 @@ def test_vllm_bench_crosscheck_ran_beside_every_launch_of_the_first_block(demo_r
         late = [n for n in late_by_launch.get(lid, []) if n >= LATE_CHUNKS_FLAG]
         if late:
             assert any("streams late" in w for w in summary["warnings"]), (lid, late)
+            assert check["kit_late_requests"] == len(late), (lid, check)
         else:
             assert abs(check["client_vs_server"]["kit"]) < 0.03, (lid, check["client_vs_server"])
         if lid not in (

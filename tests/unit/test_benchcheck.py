@@ -7,6 +7,7 @@ and the metadata shim with a throw-away distribution in a child process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -549,6 +550,13 @@ def test_when_both_clients_match_the_server_the_server_differed() -> None:
     assert ADJUSTED_ROW not in {r.metric for r in compare_with_kit(bench, recs).rows}
     kit_wrong = [("kit", 0, 10.0, 3), ("vllm bench", 0, 10.0, 3)]
     assert compare_with_kit(bench, recs, server_tpot=kit_wrong).verdict == "kit off"
+    # the same miss with a stream the client read late (4 chunks in one read): it says why
+    late = record("p9", 0.03, 0.0110)
+    offs = late.chunk_offsets_s
+    late = dataclasses.replace(late, chunk_offsets_s=(offs[4],) * 5 + offs[5:])
+    check = compare_with_kit(bench, [*recs, late], server_tpot=kit_wrong)
+    assert check.kit_late_requests == 1 and check.verdict == "kit read late"
+    assert check.to_dict()["kit_late_requests"] == 1
     bench_wrong = [("kit", 0, 11.0, 3), ("vllm bench", 0, 11.0, 3)]
     assert compare_with_kit(bench, recs, server_tpot=bench_wrong).verdict == "vllm bench off"
     both_wrong = [("kit", 0, 12.0, 3), ("vllm bench", 0, 12.0, 3)]

@@ -163,3 +163,18 @@ def test_the_draft_cost_is_measured_on_a_served_draft_and_predicts(tmp_path) -> 
     assert 0.1 < cost["c"] < 0.5, cost
     assert "Model (Leviathan et al. 2023)" in why["summary"]
     assert "Why this speed-up?" in (out / "report.html").read_text()
+
+
+def test_a_sweep_over_k_shares_one_draft_alone_arm(tmp_path) -> None:
+    """c does not depend on k: every swept draft_model series with the same draft is
+    predicted from one draft-alone arm, named after the sweep family."""
+    path = _draft_params(tmp_path, measure_draft_cost=True)
+    data = yaml.safe_load(path.read_text())
+    del data["series"][1]["speculative_config"]["num_speculative_tokens"]
+    data["series"][1]["sweep"] = {"num_speculative_tokens": [1, 3]}
+    path.write_text(yaml.safe_dump(data))
+    params = load_params(path)
+    assert params.draft_cost_arms == {"spec-k1": "spec.draft-alone", "spec-k3": "spec.draft-alone"}
+    alone = [a for a in params.arms if a.draft_alone_of is not None]
+    assert [(a.name, a.draft_alone_of) for a in alone] == [("spec.draft-alone", "spec-k1")]
+    assert params.experiments == ["spec-k1", "spec-k3"]
