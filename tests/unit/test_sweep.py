@@ -142,12 +142,12 @@ def test_on_24_gib_the_sweep_runs_in_two_interleaved_groups_per_replicate(tmp_pa
     assert choice.design == "interleaved" and choice.group_size == 5
     assert "interleaved in groups" in choice.reason
     blocks = plan_blocks(params, choice.design, group_size=choice.group_size)
-    assert len(blocks) == 4
-    assert len({b.block for b in blocks}) == 4
+    assert len(blocks) == 2 * params.workload.replicates == 6
+    assert len({b.block for b in blocks}) == 6
     lids = [lid for b in blocks for lid in b.launch_ids]
     assert len(set(lids)) == len(lids) and "control-r0.1" in lids
     others = [a.name for a in params.arms if a.name != "control"]
-    for rep in (0, 1):
+    for rep in (0, 1, 2):
         mine = [b for b in blocks if b.replicate == rep]
         assert all("control" in b.arms and len(b.arms) <= 5 for b in mine)
         assert sum("aa" in b.arms for b in mine) >= 1
