@@ -18,9 +18,10 @@ own, the rest of its tree is stopped and the supervisor exits *with the server's
 the same exit code, or killed by the same signal, so the kit's ``Popen.returncode`` of the
 supervisor is the server's. The supervisor itself never outlives the server.
 
-Protocol. stdin, first line: JSON ``{"argv": [...], "env": {...}, "grace_s": float}``
-(``env`` is the server's whole environment, so a secret never appears on a command line;
-``grace_s`` is the SIGTERM-to-SIGKILL delay for every stop not asked with its own).
+Protocol. stdin, first line: JSON ``{"argv": [...], "env": {...}, "grace_s": float,
+"nice": int}`` (``env`` is the server's whole environment, so a secret never appears on a
+command line; ``grace_s`` is the SIGTERM-to-SIGKILL delay for every stop not asked with its
+own; ``nice`` the niceness the server starts with, inherited by all it starts).
 stdout: one JSON line, ``{"pid": N}`` once the server runs, or
 ``{"errno": ..., "strerror": ..., "filename": ...}`` when it could not be executed (the
 supervisor then exits 127). The server's stdout and stderr are the supervisor's stderr
