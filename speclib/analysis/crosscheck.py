@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.prometheus import metric_sum
-from speclib.core.records import LATE_CHUNKS_FLAG, late_chunks, tpot_s, ttft_s
+from speclib.core.records import read_late, tpot_s, ttft_s
 
 __all__ = [
     "ADJUSTED_ROW",
@@ -329,7 +329,7 @@ class CrossCheck:
     itself ran at different speeds, e.g. under other load, and both clients saw it right);
     ``vllm bench off`` / ``kit off`` (only the other client matches the server's own TPOT;
     ``kit read late`` instead of ``kit off`` when ``kit_late_requests`` of the kit's streams
-    were read late, :func:`speclib.core.records.late_chunks`: its client was not scheduled);
+    were read late, :func:`speclib.core.records.read_late`: its client was not scheduled);
     ``too noisy`` (outside, but by less than one side differs from itself across rounds);
     else ``disagree``.
     """
@@ -530,7 +530,7 @@ def compare_with_kit(
         bench=bench,
         round_medians=tuple((str(a), int(b), float(c)) for a, b, c in round_medians),
         server_tpot=tuple((str(a), int(b), float(c), int(d)) for a, b, c, d in server_tpot),
-        kit_late_requests=sum(late_chunks(r) >= LATE_CHUNKS_FLAG for r in recs),
+        kit_late_requests=sum(read_late(r) for r in recs),
     )
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 from speclib.core.records import (
     RequestRecord,
     e2e_s,
-    late_chunks,
+    read_late,
     read_records,
     tpot_s,
     ttft_s,
@@ -86,7 +86,7 @@ def _row(rec: RequestRecord) -> dict[str, Any]:
     row["e2e_s"] = e2e_s(rec)
     row["attempted"] = rec.extra.get("attempted", True) if rec.extra else True
     row["n_chunks"] = len(rec.chunk_tokens)
-    row["late_chunks"] = late_chunks(rec)
+    row["read_late"] = read_late(rec)
     row["t_end"] = rec.t_start + row["e2e_s"] if row["e2e_s"] is not None else None
     row.update(_spec_fields(rec.spec))
     return row

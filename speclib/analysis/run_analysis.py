@@ -390,25 +390,23 @@ def _warnings(
 
 
 def late_read_warnings(df: pd.DataFrame) -> list[str]:
-    """One warning when the client read some streams late (``records.late_chunks``).
+    """One warning when the client read some streams late (``records.read_late``).
 
     Chunks that wait for the client to be scheduled arrive in one read with the same stamp:
     a late first chunk overstates TTFT and understates TPOT. Both arms of a pair run through
     the same client, so the paired ratio stays unbiased but gets noisier; on a small host
     it means the client competes with the servers for CPU (``protocol.server_nice``).
     """
-    if df.empty or "late_chunks" not in df:
+    if df.empty or "read_late" not in df:
         return []
-    ok = df[df["ok"].astype(bool)]
-    late = ok[ok["late_chunks"] >= LATE_CHUNKS_FLAG]
-    if late.empty:
+    late = df.loc[df["ok"].astype(bool), ["series", "read_late"]]
+    if not late["read_late"].any():
         return []
-    per = ", ".join(
-        f"{name} {int((g['late_chunks'] >= LATE_CHUNKS_FLAG).sum())}/{len(g)}"
-        for name, g in ok.groupby("series", sort=False)
-    )
+    counts = late.groupby("series", sort=False)["read_late"].agg(["sum", "size"])
+    per = ", ".join(f"{name} {int(n)}/{total}" for name, (n, total) in counts.iterrows())
+    n_late = int(counts["sum"].sum())
     return [
-        f"the client read {len(late)} of {len(ok)} streams late ({per}): in each, "
+        f"the client read {n_late} of {len(late)} streams late ({per}): in each, "
         f"{LATE_CHUNKS_FLAG} or more chunks arrived in one read, so the client was not "
         "scheduled in time and their TTFT is overstated, their TPOT understated; on a busy "
         "host raise protocol.server_nice or give the client a free core"

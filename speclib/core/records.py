@@ -28,6 +28,7 @@ __all__ = [
     "append_record",
     "e2e_s",
     "late_chunks",
+    "read_late",
     "read_records",
     "record_to_json",
     "tpot_s",
@@ -140,6 +141,11 @@ def late_chunks(rec: RequestRecord) -> int:
     """
     offs = rec.chunk_offsets_s
     return sum(1 for a, b in itertools.pairwise(offs) if b == a)
+
+
+def read_late(rec: RequestRecord) -> bool:
+    """The stream was read late: :data:`LATE_CHUNKS_FLAG` or more :func:`late_chunks`."""
+    return late_chunks(rec) >= LATE_CHUNKS_FLAG
 
 
 def record_to_json(rec: RequestRecord) -> str:

@@ -150,8 +150,8 @@ def start_supervised(
     """Start ``argv`` under a supervisor, output to the open binary file ``log``.
 
     ``nice`` (0–19) lowers the command's CPU priority: every process and thread it starts
-    inherits it, so on a shared host the kit's client is never starved by the server it
-    measures.
+    inherits it, so on a shared host the server it measures starves the kit's client less
+    often.
 
     Returns once the command runs. Raises :class:`OSError` (as :class:`subprocess.Popen`
     would) when the command cannot be executed, and :class:`SupervisorError` when the
