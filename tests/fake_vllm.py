@@ -7,7 +7,10 @@ shorter per-token time, per-request spec metrics (with
 ``--per-request-spec-decode-metrics``) and growing spec counters on ``/metrics``. A model
 folder named ``draft`` served alone steps ``FAKE_VLLM_DRAFT_STEP_FACTOR`` (0.25) as long.
 Behaviour knobs come from ``FAKE_VLLM_*`` environment variables so tests can script a
-crash mid-series or a slow start. The real kit never uses this file.
+crash mid-series or a slow start; ``FAKE_VLLM_LATE_READ_PLAIN=1`` (or ``_SPEC``) holds a
+plain (speculative) server's token chunks and writes them at once, as a client that was not
+scheduled in time reads them, while ``--enable-per-request-metrics`` stamps stay on time.
+The real kit never uses this file.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +38,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--speculative-config")
     p.add_argument("--per-request-spec-decode-metrics")
     p.add_argument("--served-model-name")
+    p.add_argument("--enable-per-request-metrics", action="store_true")
     args, _ = p.parse_known_args(argv)
     return args
 
@@ -89,7 +94,10 @@ def main(argv: list[str]) -> int:
     time.sleep(float(os.environ.get("FAKE_VLLM_START_S", "0.2")))
     if spec:
         print(f"INFO speculative_config={json.dumps(spec)}", flush=True)
-    state = _State({}, _script(spec, bool(args.per_request_spec_decode_metrics), args.model), None)
+    script = _script(spec, bool(args.per_request_spec_decode_metrics), args.model)
+    late = os.environ.get("FAKE_VLLM_LATE_READ_" + ("SPEC" if spec else "PLAIN")) == "1"
+    script = replace(script, timing_metrics=args.enable_per_request_metrics, late_read=late)
+    state = _State({}, script, None)
     if os.environ.get("FAKE_VLLM_DIE_ONLY_SPEC") and spec is None:
         os.environ.pop("FAKE_VLLM_DIE_AFTER_REQUESTS", None)
     sock = socket.socket()

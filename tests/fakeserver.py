@@ -100,6 +100,10 @@ class Script:
     send_done: bool = True  # end with "data: [DONE]"
     fragment_bytes: int | None = None  # write each event in pieces of this many bytes
     fragment_gap_s: float = 0.002  # pause between pieces, so they arrive in separate reads
+    timing_metrics: bool = False  # vLLM's --enable-per-request-metrics: server-side stamps
+    late_read: bool = False  # hold the token chunks and write them at once after the last
+    # is due, as a client that is not scheduled in time reads them (the server's own stamps
+    # stay on schedule)
 
     def chunk_sizes(self) -> list[int]:
         """Token count of each token chunk, summing to ``n_tokens``."""
@@ -237,9 +241,14 @@ def _last_message(body: dict[str, Any]) -> str:
 class _Stream:
     """Plays one script on one response, logging each event's true send time."""
 
-    def __init__(self, resp: web.StreamResponse, script: Script, body: dict[str, Any]) -> None:
+    def __init__(
+        self, resp: web.StreamResponse, script: Script, body: dict[str, Any], t_recv: float = 0.0
+    ) -> None:
         self.resp = resp
         self.script = script
+        self.t_recv = t_recv
+        self.held: list[bytes] = []  # token chunks held back (late_read)
+        self.token_stamps: list[float] = []  # the server's own stamp of each token chunk
         self.rid = f"chatcmpl-fake-{id(self):x}"
         opts = body.get("stream_options") or {}
         self.usage_each = bool(opts.get("continuous_usage_stats"))
@@ -252,6 +261,14 @@ class _Stream:
         self, kind: str, data: bytes, n_tokens: int = 0, t_due: float | None = None
     ) -> None:
         """Write one event; its send time is taken just before the write that ends it."""
+        if kind == "token":
+            self.token_stamps.append(time.perf_counter())
+            if self.script.late_read:
+                self.held.append(data)
+                self.events.append(SentEvent(kind, time.perf_counter(), n_tokens, t_due))
+                return
+        if self.held:
+            data, self.held = b"".join(self.held) + data, []
         size = self.script.fragment_bytes or len(data)
         for start in range(0, len(data) - size, size):
             await self.resp.write(data[start : start + size])
@@ -304,9 +321,26 @@ class _Stream:
             "choices": [],
             "usage": _usage(self.script.prompt_tokens, self.done_tokens),
         }
+        metrics: dict[str, Any] = self.timing() if self.script.timing_metrics else {}
         if self.script.spec is not None:
-            obj["metrics"] = {"speculative_decoding": dict(self.script.spec)}
+            metrics["speculative_decoding"] = dict(self.script.spec)
+        if metrics:
+            obj["metrics"] = metrics
         await self.send("usage", _sse(obj))
+
+    def timing(self) -> dict[str, float]:
+        """vLLM 0.32's per-request timing metrics, from this server's own stamps."""
+        stamps, n = self.token_stamps, self.done_tokens
+        if not stamps:
+            return {}
+        out = {
+            "queue_time_ms": 0.0,
+            "time_to_first_token_ms": (stamps[0] - self.t_recv) * 1e3,
+            "generation_time_ms": (stamps[-1] - stamps[0]) * 1e3,
+        }
+        if n > 1:
+            out["mean_itl_ms"] = (stamps[-1] - stamps[0]) / (n - 1) * 1e3
+        return out
 
     async def error_event(self) -> None:
         err = {"message": self.script.error_message, "type": "InternalServerError", "code": 500}
@@ -406,7 +440,7 @@ def _make_app(state: _State) -> web.Application:
             resp.enable_chunked_encoding()
             await resp.prepare(request)
             t_headers = time.perf_counter()
-            stream = _Stream(resp, script, body)
+            stream = _Stream(resp, script, body, t_recv)
             try:
                 outcome = await _play(request, stream, t_recv)
             except ConnectionError:

@@ -45,7 +45,7 @@ from speclib.analysis.why import (
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import AA_ARM, AnalysisParams, ExperimentParams
 
-__all__ = ["Comparison", "compare_level"]
+__all__ = ["Comparison", "compare_level", "pair_exclusions"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Comparison:
     load: str
     method: str | None
     k: int | None
-    pairing: dict[str, int]
+    pairing: dict[str, Any]
     n_launches: int
     cis: dict[str, RatioCI | None]
     decision: Decision | None
@@ -401,7 +401,7 @@ def _compare(
         load=load,
         method=spec_cfg.get("method"),
         k=k,
-        pairing=paired.to_dict(),
+        pairing={**paired.to_dict(), **pair_exclusions(pairs, control, name)},
         n_launches=int(pairs["replicate"].nunique()) if len(pairs) else 0,
         cis=cis,
         decision=decision,
@@ -420,6 +420,37 @@ def _compare(
         pairs=pairs,
         plausibility=plaus,
     )
+
+
+def _geo_ratio(pairs: pd.DataFrame, col: str) -> float | None:
+    if f"{col}_c" not in pairs or f"{col}_e" not in pairs:
+        return None
+    c = pd.to_numeric(pairs[f"{col}_c"], errors="coerce").to_numpy(float)
+    e = pd.to_numeric(pairs[f"{col}_e"], errors="coerce").to_numpy(float)
+    ok = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
+    return float(np.exp(np.mean(np.log(e[ok] / c[ok])))) if ok.any() else None
+
+
+def pair_exclusions(pairs: pd.DataFrame, control: str, experiment: str) -> dict[str, Any]:
+    """Pairs (both requests succeeded) the TPOT comparison uses, each excluded one counted
+    under its side and reason, and the point ratio by each instrument over the used pairs."""
+    if not len(pairs) or "tpot_excluded_c" not in pairs:
+        return {"n_pairs_used": len(pairs), "excluded": {}, "ratio_by_instrument": {}}
+    rc, re_ = pairs["tpot_excluded_c"], pairs["tpot_excluded_e"]
+    used = rc.isna() & re_.isna()
+    excluded: dict[str, int] = {}
+    for a, b in zip(rc[~used], re_[~used], strict=True):
+        key = f"{control}: {a}" if isinstance(a, str) else f"{experiment}: {b}"
+        excluded[key] = excluded.get(key, 0) + 1
+    kept = pairs[used]
+    return {
+        "n_pairs_used": int(used.sum()),
+        "excluded": excluded,
+        "ratio_by_instrument": {
+            "client": _geo_ratio(kept, "tpot_client_s"),
+            "server": _geo_ratio(kept, "tpot_server_s"),
+        },
+    }
 
 
 def _usable(pairs: pd.DataFrame) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from speclib.core.prometheus import metric_sum
+from speclib.core.prometheus import histogram_mean
 from speclib.core.records import read_late, tpot_s, ttft_s
 
 __all__ = [
@@ -445,15 +445,8 @@ def server_tpot_ms(before: str, after: str) -> tuple[float, int] | None:
     request: decode time / (output tokens − 1), as the clients compute it); None when the
     server has no such histogram or no request finished in between.
     """
-    name = "vllm:request_time_per_output_token_seconds"
-    try:
-        s0, s1 = metric_sum(before, name + "_sum"), metric_sum(after, name + "_sum")
-        n0, n1 = metric_sum(before, name + "_count"), metric_sum(after, name + "_count")
-    except ValueError:
-        return None
-    if None in (s0, s1, n0, n1) or n1 - n0 <= 0:  # type: ignore[operator]
-        return None
-    return 1000 * (s1 - s0) / (n1 - n0), int(n1 - n0)  # type: ignore[operator]
+    found = histogram_mean(before, after, "vllm:request_time_per_output_token_seconds")
+    return None if found is None else (1000 * found[0], found[1])
 
 
 ADJUSTED_ROW = "median TPOT / server mean TPOT"

@@ -22,6 +22,8 @@ from speclib.core.records import (
     e2e_s,
     read_late,
     read_records,
+    server_tpot_s,
+    server_ttft_s,
     tpot_s,
     ttft_s,
 )
@@ -42,6 +44,10 @@ _CARRIED = (
     "ttft_s",
     "tpot_s",
     "e2e_s",
+    "tpot_client_s",
+    "tpot_server_s",
+    "tpot_excluded",
+    "read_late",
     "output_tokens",
     "text",
     "token_ids",
@@ -84,6 +90,8 @@ def _row(rec: RequestRecord) -> dict[str, Any]:
     row["ttft_s"] = ttft_s(rec)
     row["tpot_s"] = tpot_s(rec)
     row["e2e_s"] = e2e_s(rec)
+    row["tpot_client_s"], row["ttft_client_s"] = row["tpot_s"], row["ttft_s"]
+    row["tpot_server_s"], row["ttft_server_s"] = server_tpot_s(rec), server_ttft_s(rec)
     row["attempted"] = rec.extra.get("attempted", True) if rec.extra else True
     row["n_chunks"] = len(rec.chunk_tokens)
     row["read_late"] = read_late(rec)
@@ -93,14 +101,20 @@ def _row(rec: RequestRecord) -> dict[str, Any]:
 
 
 def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
-    """A DataFrame of records (one row each), derived metrics recomputed from raw fields."""
+    """A DataFrame of records (one row each), derived metrics recomputed from raw fields.
+
+    ``tpot_s``/``ttft_s`` are the client's here (also in ``tpot_client_s``/``ttft_client_s``);
+    ``tpot_server_s``/``ttft_server_s`` the server's own stamps (NaN without them). The
+    analysis sets ``tpot_s`` to the verdict's instrument
+    (:func:`speclib.analysis.instrument.apply_instrument`)."""
     rows = [_row(r) for r in records]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
     if "level" not in df:
         df["level"] = 0
-    for col in ("ttft_s", "tpot_s", "e2e_s", "spec_rate", "spec_mean_len", "t_end"):
+    numeric = ("ttft_s", "tpot_s", "e2e_s", "spec_rate", "spec_mean_len", "t_end")
+    for col in (*numeric, "tpot_client_s", "ttft_client_s", "tpot_server_s", "ttft_server_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
 

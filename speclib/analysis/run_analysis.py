@@ -26,6 +26,13 @@ from speclib.analysis.comparisons import Comparison, compare_level
 from speclib.analysis.drift import drift_table
 from speclib.analysis.frames import finite_median, load_records
 from speclib.analysis.idle_load import idle_load_frame, idle_load_problem
+from speclib.analysis.instrument import (
+    InstrumentChoice,
+    apply_instrument,
+    choose_instrument,
+    exclusion_table,
+    launch_agreement,
+)
 from speclib.analysis.launches import (
     LaunchMetrics,
     crosscheck_summary,
@@ -38,6 +45,7 @@ from speclib.analysis.launches import (
 from speclib.analysis.recommend import Recommendation, sweep_recommendations
 from speclib.analysis.sequential import spending_plan
 from speclib.analysis.tpot_verdict import summary_of
+from speclib.analysis.trust import bench_trust, pre_checks, problem_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import (
     AA_ARM,
@@ -80,6 +88,10 @@ class RunAnalysis:
     sequential_look: str | None = None  # run-until-decided: which look, at which level
     drift: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     recommendations: tuple[Recommendation, ...] = ()  # per sweep family and load level
+    instrument: InstrumentChoice = field(default_factory=lambda: InstrumentChoice("client", "-"))
+    agreement: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    exclusions: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    trust: dict[str, Any] = field(default_factory=dict)
 
     @property
     def design(self) -> dict[str, Any]:
@@ -147,8 +159,19 @@ class RunAnalysis:
                         "block-level t-interval: per replicate block mean paired log-ratio, "
                         "server-instance variance pooled over all arms"
                     ),
-                    "primary_metric": "TPOT = (E2E - TTFT) / (output_tokens - 1), client-side",
+                    "primary_metric": (
+                        "TPOT = (last token - first token) / (output_tokens - 1), from "
+                        + (
+                            "the server's own stamps (vLLM per-request metrics, mean_itl_ms)"
+                            if self.instrument.tpot == "server"
+                            else "the client's stamps of each network read"
+                        )
+                    ),
                 },
+                "instrument": self.instrument.to_dict(),
+                "bench_trust": self.trust,
+                "instrument_agreement": self.agreement.to_dict(orient="records"),
+                "exclusions": self.exclusions.to_dict(orient="records"),
                 "series": self.series.to_dict(orient="records"),
                 "comparisons": [c.to_dict() for c in self.comparisons],
                 "recommendations": [r.to_dict() for r in self.recommendations],
@@ -289,13 +312,19 @@ def analyze_run(
     df = load_records(rd.root)
     statuses = rd.statuses()
     df, mode_problems = _without_wrong_mode(df, statuses)
+    instrument = choose_instrument(df, [params.control_name, *params.experiments])
+    df = apply_instrument(df, instrument)
+    agreement = launch_agreement(df, rd.root)
+    exclusions = exclusion_table(df)
     lms = [launch_metrics(rd, s, df) for s in statuses]
     rows = with_cache_hits(series_table(df, params, statuses), lms)
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     plaus = _plausibility(rd, params)
     idle = idle_load_frame(rd.root, statuses)
     cores = int((rd.read_manifest().get("hardware") or {}).get("cpu_count") or os.cpu_count() or 1)
-    problem = idle_load_problem(idle, cores=cores, max_gap=params.analysis.max_contention_gap)
+    idle_problem = idle_load_problem(idle, cores=cores, max_gap=params.analysis.max_contention_gap)
+    checks = pre_checks(agreement, df, exclusions, idle_problem, idle)
+    problem = problem_of(checks)
     comps: list[Comparison] = []
     noise: list[dict[str, Any]] = []
     n_blocks = int(df["replicate"].nunique()) if len(df) else 0
@@ -315,8 +344,9 @@ def analyze_run(
         comps += found
         if decided is not None:
             noise.append({"level": lvl, **summary_of(decided)})
-    checks = read_crosschecks(rd, statuses)
-    notes = _warnings(rd, statuses, lms, df) + crosscheck_warnings(checks)
+    crosschecks = read_crosschecks(rd, statuses)
+    notes = _warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
+    aa = [c for c in comps if c.experiment == AA_ARM]
     analysis = RunAnalysis(
         run_dir=rd.root,
         params=params,
@@ -328,7 +358,11 @@ def analyze_run(
         manifest=rd.read_manifest(),
         memory=memory_frame(rd, statuses),
         warnings=tuple(notes),
-        crosschecks=checks,
+        crosschecks=crosschecks,
+        instrument=instrument,
+        agreement=agreement,
+        exclusions=exclusions,
+        trust=bench_trust(checks, aa, params.analysis.margin),
         levels=tuple(noise),
         idle_load=idle,
         bench_problem=problem,

@@ -40,6 +40,7 @@ __all__ = [
     "outcome_json",
     "print_verdicts",
     "recommendation_rows",
+    "trust_lines",
     "verdict_rows",
 ]
 
@@ -300,6 +301,28 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
             "\n".join(r["reasons"] or []),
         )
     console.print(table)
+    for line in trust_lines(summary):
+        console.print(line, markup=False)
+
+
+def trust_lines(summary: dict[str, Any]) -> list[str]:
+    """The bench-trust panel of ``summary.json`` as short terminal lines: the verdict's
+    instrument, then one line per check (status, figure)."""
+    trust = summary.get("bench_trust") or {}
+    checks = trust.get("checks") or []
+    if not checks:
+        return []
+    if trust.get("trusted"):
+        head = "bench trust: every check passed"
+    elif trust.get("untrustworthy"):
+        head = "bench trust: FAILED, the bench cannot be trusted and no verdict decides"
+    else:
+        head = "bench trust: not every check could be assessed"
+    inst = (summary.get("instrument") or {}).get("tpot")
+    out = [f"{head} (TPOT from the {inst or 'client'}'s stamps)"]
+    for c in checks:
+        out.append(f"  {c['status']:>12}  {c['check']}: {c['figure']}")
+    return out
 
 
 def outcome_json(result: Any) -> str:

@@ -112,6 +112,12 @@ class ServerParams(StrictModel):
     tensor_parallel_size: int = Field(1, ge=1, description="Target --tensor-parallel-size")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI arguments.")
+    per_request_timing: bool = Field(
+        True,
+        description="--enable-per-request-metrics (vLLM >= 0.32): every response carries the "
+        "engine's own stamps (queue, first token, mean ITL), the second instrument the kit "
+        "checks its client against and the TPOT its verdict uses. Turn off for an older vLLM.",
+    )
     launcher: list[str] | None = Field(
         None,
         description="Command that replaces `<this python> -m vllm.entrypoints.openai.api_server`"

@@ -39,6 +39,7 @@ __all__ = [
     "PrefixCacheDelta",
     "Samples",
     "SpecCounters",
+    "histogram_mean",
     "metric_sum",
     "metrics_delta",
     "parse_prometheus",
@@ -181,6 +182,25 @@ def metric_sum(
             continue
         total = (total or 0.0) + value
     return total
+
+
+def histogram_mean(
+    before: Samples | str, after: Samples | str, name: str
+) -> tuple[float, int] | None:
+    """Mean and count of the observations a histogram ``name`` gained between two
+    snapshots (from its ``_sum`` and ``_count``, over every label set); None when the
+    server has no such histogram, nothing was observed in between, or it went backwards."""
+    try:
+        s0, s1 = metric_sum(before, name + "_sum"), metric_sum(after, name + "_sum")
+        n0, n1 = metric_sum(before, name + "_count"), metric_sum(after, name + "_count")
+    except ValueError:
+        return None
+    if s1 is None or n1 is None:
+        return None
+    n = n1 - (n0 or 0.0)
+    if n <= 0:
+        return None
+    return (s1 - (s0 or 0.0)) / n, round(n)
 
 
 def _counter_delta(

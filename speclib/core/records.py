@@ -31,6 +31,8 @@ __all__ = [
     "read_late",
     "read_records",
     "record_to_json",
+    "server_tpot_s",
+    "server_ttft_s",
     "tpot_s",
     "ttft_s",
 ]
@@ -45,6 +47,10 @@ class RequestRecord:
     ``chunk_offsets_s[i]`` is when the i-th chunk that carried output tokens arrived and
     ``chunk_tokens[i]`` how many tokens it carried (under speculation one chunk can carry
     several). ``t_start`` is wall-clock (epoch) time at send, for timelines across series.
+    ``server_timing`` is what the server itself stamped for this request, as it sent it
+    (vLLM's ``--enable-per-request-metrics``: ``queue_time_ms``,
+    ``time_to_first_token_ms``, ``generation_time_ms``, ``mean_itl_ms``, all from the
+    engine's clock): the second instrument, which no client delay can distort.
     """
 
     series: str
@@ -76,6 +82,7 @@ class RequestRecord:
     finish_reason: str | None = None
     text: str = ""
     spec: dict[str, Any] | None = None
+    server_timing: dict[str, float] | None = None  # the server's own stamps (vLLM metrics)
     host: str | None = None  # where it was sent from (executor ray: the worker's host); None = here
     version: int = RECORD_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
@@ -127,6 +134,27 @@ def tpot_s(rec: RequestRecord) -> float | None:
     return (total - first) / (n - 1)
 
 
+def _server_ms(rec: RequestRecord, key: str) -> float | None:
+    value = (rec.server_timing or {}).get(key) if rec.ok else None
+    return float(value) / 1e3 if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def server_tpot_s(rec: RequestRecord) -> float | None:
+    """Time per output token after the first, as the server stamped it: vLLM's
+    ``mean_itl_ms`` = (last token − first token) / (output tokens − 1) on the engine's
+    clock, the same definition as :func:`tpot_s`. None without server stamps."""
+    return _server_ms(rec, "mean_itl_ms")
+
+
+def server_ttft_s(rec: RequestRecord) -> float | None:
+    """Time to first token as the engine stamped it: queue time + scheduling to first token
+    (``queue_time_ms + time_to_first_token_ms``). It starts when the engine received the
+    request, so it leaves out the API server's own work and the network: the client's
+    :func:`ttft_s` is a few milliseconds longer on a client that keeps up."""
+    ttft, queue = _server_ms(rec, "time_to_first_token_ms"), _server_ms(rec, "queue_time_ms")
+    return None if ttft is None else ttft + (queue or 0.0)
+
+
 LATE_CHUNKS_FLAG = 3
 """A stream with this many :func:`late_chunks` was read late (its stamps are not the server's)."""
 
@@ -149,11 +177,14 @@ def read_late(rec: RequestRecord) -> bool:
 
 
 def record_to_json(rec: RequestRecord) -> str:
-    """One JSON line: the raw record plus the derived ``ttft_s``, ``tpot_s``, ``e2e_s``."""
+    """One JSON line: the raw record plus the derived ``ttft_s``, ``tpot_s``, ``e2e_s``,
+    ``server_ttft_s`` and ``server_tpot_s``."""
     data = asdict(rec)
     data["ttft_s"] = ttft_s(rec)
     data["tpot_s"] = tpot_s(rec)
     data["e2e_s"] = e2e_s(rec)
+    data["server_ttft_s"] = server_ttft_s(rec)
+    data["server_tpot_s"] = server_tpot_s(rec)
     return json.dumps(data, separators=(",", ":"), allow_nan=False, default=_json_default)
 
 

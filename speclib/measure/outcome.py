@@ -11,12 +11,13 @@ caller's sink from one background thread, so a slow disk never delays the event 
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from speclib.core.records import RequestRecord
@@ -60,7 +61,10 @@ class RunOutcome:
     ``loop_lag_p99_s`` / ``loop_lag_max_s``: how late a 10 ms probe timer ran on the event
     loop (p99, max). Arrival stamps can be late by about as much, so a large value means
     the client was starved of CPU (by itself or by other processes) even when it was not
-    ``saturated``.
+    ``saturated``. ``client_pid`` is the process that ran the client (set where the outcome
+    is made, so it survives being sent from the client worker); ``client_process`` says
+    which process that was: ``in-process`` (the caller's), ``worker`` (the kit's client
+    worker, :mod:`speclib.measure.worker`) or ``in-process (worker failed: …)``.
     """
 
     n_ok: int
@@ -81,6 +85,8 @@ class RunOutcome:
     parse_lag_max_s: float = 0.0
     loop_lag_p99_s: float = 0.0
     loop_lag_max_s: float = 0.0
+    client_process: str = "in-process"
+    client_pid: int = field(default_factory=os.getpid)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (tuples as lists), e.g. for a launch's ``status.json``."""
@@ -237,5 +243,6 @@ def to_record(acc: Accumulator, spec: RequestSpec, ctx: RunContext, due: float) 
         finish_reason=acc.finish_reason,
         text="".join(acc.text),
         spec=acc.spec,
+        server_timing=acc.server_timing,
         extra=extra,
     )

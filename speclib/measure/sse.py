@@ -3,7 +3,8 @@
 :class:`SseSplitter` cuts a byte stream into SSE ``data`` payloads across arbitrary read
 boundaries; :func:`handle_event` folds one payload into an :class:`Accumulator` (text,
 reasoning text, tokens per chunk and their arrival offsets, usage, spec-decode metrics,
-finish reason) and raises :class:`StreamFailure` when the stream itself reports a failure.
+the server's own per-request timing, finish reason) and raises :class:`StreamFailure`
+when the stream itself reports a failure.
 Nothing here touches the network or a clock: arrival times are passed in.
 """
 
@@ -113,6 +114,7 @@ class Accumulator:
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     spec: dict[str, Any] | None = None
+    server_timing: dict[str, float] | None = None
     error_kind: str | None = None
     error: str | None = None
 
@@ -173,6 +175,8 @@ def handle_event(acc: Accumulator, t: float, data: bytes) -> bool:
         acc.spec = spec if spec is not None else acc.spec
     spec = _spec_of(obj)
     acc.spec = spec if spec is not None else acc.spec
+    timing = _timing_of(obj)
+    acc.server_timing = timing if timing is not None else acc.server_timing
     choices = obj.get("choices")
     if choices:
         _handle_choice(acc, t, choices[0], usage, previous)
@@ -184,6 +188,20 @@ def _spec_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
         return metrics["speculative_decoding"]
     return None
+
+
+def _timing_of(obj: Mapping[str, Any]) -> dict[str, float] | None:
+    """The server's own per-request timing (vLLM ``--enable-per-request-metrics``): the
+    numeric fields of ``metrics`` (``time_to_first_token_ms``, ``mean_itl_ms``, …)."""
+    metrics = obj.get("metrics")
+    if not isinstance(metrics, dict):
+        return None
+    out = {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    return out or None
 
 
 def _handle_choice(

@@ -21,7 +21,14 @@ from speclib.analysis.run_analysis import RunAnalysis
 from speclib.report.html_format import gib, pct, wrap
 from speclib.report.multirun import machine_label
 
-__all__ = ["conclusion", "conclusion_html", "design_line", "noise_floor_html", "verdict_html"]
+__all__ = [
+    "bench_trust_html",
+    "conclusion",
+    "conclusion_html",
+    "design_line",
+    "noise_floor_html",
+    "verdict_html",
+]
 
 
 def _conf(level: float) -> str:
@@ -44,7 +51,27 @@ def _ratio_cell(c: Comparison) -> str:
         f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI</span> "
         f"<span class='speclib-nowrap'>{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
         f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
-        f"{ci.n_launches} block(s){wilcoxon}</span>"
+        f"{ci.n_launches} block(s){wilcoxon}</span>{_exclusion_note(c)}"
+    )
+
+
+def _exclusion_note(c: Comparison) -> str:
+    """Pairs left out of the TPOT comparison, each reason counted (never silent)."""
+    p = c.pairing or {}
+    failed = {
+        f"{c.control} failed": p.get("dropped_control_failed", 0),
+        f"{c.experiment} failed": p.get("dropped_experiment_failed", 0),
+        "both failed": p.get("dropped_both_failed", 0),
+        "unmatched": p.get("unmatched", 0),
+    }
+    reasons = {**{k: v for k, v in failed.items() if v}, **(p.get("excluded") or {})}
+    if not reasons:
+        return ""
+    total = sum(reasons.values())
+    why = "; ".join(f"{k}: {v}" for k, v in reasons.items())
+    return (
+        f"<br><span class='speclib-small'><b>{total} pair(s) left out</b> "
+        f"({html.escape(why)})</span>"
     )
 
 
@@ -169,16 +196,62 @@ def noise_floor_html(an: RunAnalysis) -> str:
                 f"<b>{ci.estimate:.3f}</b>, {_conf(ci.confidence_level)} CI "
                 f"{ci.ci_low:.3f}–{ci.ci_high:.3f} → <b>{c.word.upper()}</b>. "
             )
-            text += (
-                "The bench shows an effect where none exists: no verdict of this run "
-                "can be trusted."
-                if c.word in ("adopt", "worse", "reject")
-                else "No false effect: the bench's noise is inside its intervals."
-            )
+            if c.word in ("adopt", "worse", "reject"):
+                text += (
+                    "The bench shows an effect where none exists: no verdict of this run "
+                    "can be trusted."
+                )
+            elif (an.trust or {}).get("trusted"):
+                text += "No false effect: the bench's noise is inside its intervals."
+            else:
+                text += (
+                    "Its interval covers 1, but that alone does not vouch for the bench: "
+                    "see the checks below."
+                )
         parts.append(f"<p><b>This bench's noise floor.</b> {text}</p>")
+    parts.append(bench_trust_html(an))
     if an.bench_problem:
         parts.append(f"<p><b>Bench problem:</b> {html.escape(an.bench_problem)}</p>")
     return f"<div class='speclib-noise' id='speclib-noise'>{''.join(parts)}</div>"
+
+
+_TRUST_MARK = {"pass": "✔ pass", "fail": "✘ FAIL", "not assessed": "– not assessed"}
+
+
+def bench_trust_html(an: RunAnalysis) -> str:
+    """The bench-trust panel: each check with its status, figure and per-arm figures, and
+    the instrument the verdict's TPOT comes from (all from ``summary.json``'s fields)."""
+    trust = an.trust or {}
+    checks = trust.get("checks") or []
+    if not checks:
+        return ""
+    rows = []
+    for c in checks:
+        per_arm = "; ".join(f"{k} {v}" for k, v in (c.get("per_arm") or {}).items())
+        rows.append(
+            f"<tr class='speclib-trust-{c['status'].replace(' ', '-')}'>"
+            f"<td><b>{html.escape(c['check'])}</b></td>"
+            f"<td>{_TRUST_MARK.get(c['status'], c['status'])}</td>"
+            f"<td>{html.escape(c['figure'])}</td>"
+            f"<td class='speclib-small'>{html.escape(c['detail'])}"
+            + (f"<br>{html.escape(per_arm)}" if per_arm else "")
+            + "</td></tr>"
+        )
+    if trust.get("trusted"):
+        head = "Bench trust: every check passed."
+    elif trust.get("untrustworthy"):
+        head = "Bench trust: FAILED — no verdict of this run can be acted on."
+    else:
+        head = "Bench trust: not every check could be assessed."
+    inst = an.instrument
+    source = "the servers' own per-request stamps" if inst.tpot == "server" else "the client"
+    return (
+        f"<div id='speclib-trust'><p><b>{head}</b> The verdict's TPOT comes from {source}: "
+        f"<span class='speclib-small'>{html.escape(inst.reason)}</span></p>"
+        f"<table class='speclib-table speclib-trust'>"
+        f"<tr><th>Check</th><th>Status</th><th>Figure</th><th>What it says</th></tr>"
+        f"{''.join(rows)}</table></div>"
+    )
 
 
 def verdict_html(an: RunAnalysis) -> str:
@@ -205,7 +278,7 @@ def verdict_html(an: RunAnalysis) -> str:
     rows += [_recommended_row(r) for r in getattr(an, "recommendations", ())]
     head = (
         "<tr><th>Experiment</th><th>TPOT ratio vs control<br><span class='speclib-small'>"
-        "below 1 = faster</span></th><th>Verdict</th>"
+        f"below 1 = faster; {_instrument_words(an)}</span></th><th>Verdict</th>"
         "<th>Why</th><th>Acceptance</th><th>Greedy output agreement</th>"
         "<th>Failed requests (control / exp.)</th><th>Peak server memory</th>"
         "<th>Load</th></tr>"
@@ -217,6 +290,10 @@ def verdict_html(an: RunAnalysis) -> str:
     )
     table = f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>"
     return wrap(title + noise_floor_html(an) + table)
+
+
+def _instrument_words(an: RunAnalysis) -> str:
+    return "server stamps" if an.instrument.tpot == "server" else "client stamps"
 
 
 def _recommended_row(r: Any) -> str:

@@ -3,11 +3,11 @@
 For each load level :func:`measure_levels` prepares every arm's requests (bodies encoded
 before any clock starts), plans the alternation slots (:func:`speclib.run.design.plan_slots`;
 at concurrency 1 a slot is one prompt sent to every arm back to back in a fresh random
-order; with ``protocol.switch_pause_s``, slots of several prompts and a quiet pause at
-each switch of arm, :func:`settle`), snapshots each server's ``/metrics`` before and after
-the level, sends slot by slot while tagging the CPU sampler with the arm being served,
-stops sending to an arm whose failure share passes ``workload.max_error_rate``, and
-records what was never sent.
+order; with ``protocol.switch_pause_s``, slots of several prompts, sent in an order drawn
+per slot and block, and a quiet pause at each switch of arm, :func:`settle`), snapshots
+each server's ``/metrics`` before and after the level, sends slot by slot while tagging
+the CPU sampler with the arm being served, stops sending to an arm whose failure share
+passes ``workload.max_error_rate``, and records what was never sent.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ __all__ = [
     "prepare_level",
     "serve_slot",
     "settle",
+    "slot_offsets",
 ]
 
 _MIN_SENT_FOR_ABORT = 4  # an arm is stopped for errors only after this many requests
@@ -73,8 +74,14 @@ def settle(lv: Level, name: str, pause_s: float) -> float:
     return max(wait, 0.0)
 
 
-def prepare_level(params, arms: list[Arm], prompts, replicate: int, i: int, level, nonce):
-    """Every arm's prepared requests of load level ``i``, its arrival offsets and its slots."""
+def prepare_level(
+    params, arms: list[Arm], prompts, replicate: int, i: int, level, nonce, block: str = ""
+):
+    """Every arm's prepared requests of load level ``i``, its arrival offsets and its slots.
+
+    The arms' order in each slot is drawn from ``protocol.seed``, the replicate and the
+    level; the order of the requests within each slot from those and the block too (so the
+    groups of one replicate differ), reproducibly."""
     specs = {
         a.name: make_request_specs(
             prompts,
@@ -97,8 +104,19 @@ def prepare_level(params, arms: list[Arm], prompts, replicate: int, i: int, leve
         )
     rng = random.Random(f"{params.protocol.seed}-{replicate}-{i}")
     size = slot_size(params, level.concurrency, len(arms))
-    slots = plan_slots(n, [a.name for a in arms], size=size, rng=rng)
+    item_rng = random.Random(f"{params.protocol.seed}-{replicate}-{block}-{i}-items")
+    slots = plan_slots(n, [a.name for a in arms], size=size, rng=rng, item_rng=item_rng)
     return Level(i, level, specs, offsets, slots)
+
+
+def slot_offsets(offsets: list[float] | None, items: tuple[int, ...]) -> list[float] | None:
+    """The arrival offsets of one slot's requests, from the slot's start: the level's
+    schedule belongs to the positions, so the k-th request sent takes the k-th earliest
+    time of the slot's items whatever order the items were shuffled into."""
+    if offsets is None or not items:
+        return None
+    times = sorted(offsets[j] for j in items)
+    return [t - times[0] for t in times]
 
 
 def serve_slot(params, rd, lv: Level, slot: Slot, arms: dict[str, Arm], ctx) -> None:
@@ -109,10 +127,7 @@ def serve_slot(params, rd, lv: Level, slot: Slot, arms: dict[str, Arm], ctx) -> 
         if arm.aborted or not arm.alive():
             continue
         specs = [lv.specs[name][j] for j in slot.items]
-        offsets = None
-        if lv.offsets is not None:
-            first = lv.offsets[slot.items[0]]
-            offsets = [lv.offsets[j] - first for j in slot.items]
+        offsets = slot_offsets(lv.offsets, slot.items)
         conc = len(specs) if lv.level.request_rate else lv.level.concurrency
         fields = stamp(arm, replicate, block, lv.index, lv.level)
         fields.update(slot=slot.index, slot_pos=pos)
@@ -201,7 +216,7 @@ def measure_levels(params, rd, arms: list[Arm], prompts, replicate: int, block: 
     if not arms:
         return
     for i, level in enumerate(params.workload.levels):
-        lv = prepare_level(params, arms, prompts, replicate, i, level, nonce)
+        lv = prepare_level(params, arms, prompts, replicate, i, level, nonce, block)
         for arm in arms:
             if arm.alive():
                 snapshot(arm.base_url, arm.files.metrics_level(i, "before"), key)

@@ -5,8 +5,11 @@ every arm's server in parallel, each in a :class:`ServerKeeper` thread that hold
 whole block (the kernel's parent-death signal follows the thread that forked a child, so a
 server must be started and stopped by a thread that outlives its use); a start failure stays
 on its arm. :func:`send` sends prepared requests to one arm and appends every record to
-``requests.jsonl`` as it finishes, stamped with its block, level and slot; :func:`warm_up`
-sends an arm's unmeasured warm-up requests.
+``requests.jsonl`` as it finishes, stamped with its block, level and slot; the requests go
+out from the process's client worker (:mod:`speclib.measure.worker`: the load generator in
+a small process of its own, away from the kernel's threads), or from this process when no
+worker can start (the outcome's ``client_process`` says which). :func:`warm_up` sends an
+arm's unmeasured warm-up requests.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Arm:
     crosscheck: dict[str, Any] | None = None
     sampler: Any = None
     died_during: bool = False
+    client_placement: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -146,8 +150,9 @@ def send(
     offsets: list[float] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[RequestRecord], Any]:
-    """Send ``specs`` to one arm; append each record, stamped with the level/slot fields."""
-    from speclib.measure import run_requests_sync
+    """Send ``specs`` to one arm; append each record, stamped with the level/slot fields,
+    as it finishes. The client runs in this process's shared client worker."""
+    from speclib.measure.worker import run_requests_isolated
 
     got: list[RequestRecord] = []
     with rd.requests.open("a", encoding="utf-8") as fh:
@@ -157,7 +162,7 @@ def send(
             append_record(fh, rec)
             got.append(rec)
 
-        outcome = run_requests_sync(
+        outcome = run_requests_isolated(
             base_url=arm.base_url,
             specs=specs,
             concurrency=concurrency,

@@ -29,6 +29,7 @@ from speclib.core.params import ExperimentParams
 from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
 from speclib.core.prompts import load_prompts
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.measure.worker import shared_worker
 from speclib.run.alternate import measure_levels
 from speclib.run.arms import Arm, stamp, start_all, warm_up
 from speclib.run.design import Block, block_id, group_launch_id
@@ -44,6 +45,7 @@ from speclib.run.observe import (
 from speclib.serve import process as srv
 from speclib.serve.cpu import CpuSampler
 from speclib.serve.memory import MemorySampler
+from speclib.serve.priority import place_client
 
 __all__ = ["run_block"]
 
@@ -83,6 +85,10 @@ def _status(params, arm: Arm, replicate: int, block: str, design: str, error: st
         block=block,
         design=design,
         block_arms=[],
+        scheduling={
+            **(arm.handle.scheduling if arm.handle is not None else {}),
+            **arm.client_placement,
+        },
         extra={},
     )
 
@@ -110,9 +116,11 @@ def _conclude(params, rd: RunDir, arm: Arm, replicate, block, design, arms_in_bl
         )
         error = None
         if arm.died_during:
+            cause = srv.root_cause(log_text)
             error = (
-                f"server died during the series (exit code {arm.handle.process.poll()}); last "
-                f"lines of its log:\n{srv.tail(arm.files.server_log, lines=30)}"
+                f"server died during the series (exit code {arm.handle.process.poll()})"
+                + (f": {cause}" if cause else "")
+                + f"; last lines of its log:\n{srv.tail(arm.files.server_log, lines=30)}"
             )
         elif not mode["ok"]:
             error = "mode check failed: " + "; ".join(mode["problems"])
@@ -191,7 +199,9 @@ def _run(params, rd: RunDir, runs: list[Arm], prompts, replicate: int, block: st
                 prompts,
                 stamp(arm, replicate, block, 0, params.workload.levels[0]),
             )
+        placement = place_client(shared_worker().pid, [a.handle.pid for a in live if a.handle])
         for arm in live:
+            arm.client_placement = placement
             arm.before = settled_snapshot(arm.base_url, arm.files.metrics_before, key)
         pids = {a.name: a.handle.pid for a in live if a.handle is not None}
         cpu = CpuSampler(pids, {a.name: a.files.cpu for a in live}) if len(pids) > 1 else None

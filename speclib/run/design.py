@@ -5,13 +5,14 @@ and shifts regime inside one launch, so arms measured one after the other compar
 effect *and* the machine's mood. The **interleaved** design removes the time part: in each
 replicate block the servers of all arms start together and stay up, and requests alternate
 between arms in short slots (at concurrency 1 a slot is one prompt, sent to every arm back
-to back in a fresh random order), so every pair of requests shares the machine's state.
-What remains is the per-instance effect, which the analysis handles with replicate blocks
-and the A/A arm. When the arms of a replicate do not all fit in memory together (a tuning
-sweep), the replicate is **interleaved in groups**: several blocks (``r0``, ``r0.1``, …),
-each holding the control and as many other arms as fit, every arm in exactly one block per
-replicate (the A/A arm included), so every pair still shares its block's machine state and
-the control is measured in each block. The **sequential** design (one server at a time,
+to back in a fresh random order; a slot of several prompts sends them to every arm in one
+order, drawn afresh per slot and block), so every pair of requests shares the machine's
+state. What remains is the per-instance effect, which the analysis handles with replicate
+blocks and the A/A arm. When the arms of a replicate do not all fit in memory together (a
+tuning sweep), the replicate is **interleaved in groups**: several blocks (``r0``, ``r0.1``,
+…), each holding the control and as many other arms as fit, every arm in exactly one block
+per replicate (the A/A arm included), so every pair still shares its block's machine state
+and the control is measured in each block. The **sequential** design (one server at a time,
 ``protocol.order``) stays for arms that cannot be interleaved at all (not even the control
 and one arm fit, or a fixed port).
 
@@ -92,7 +93,8 @@ class Block:
 
 @dataclass(frozen=True)
 class Slot:
-    """One alternation slot of a load level: request indices, and the arms' serving order."""
+    """One alternation slot of a load level: request indices in the order they are sent
+    (the same for every arm), and the arms' serving order."""
 
     index: int
     items: tuple[int, ...]
@@ -278,10 +280,22 @@ def slot_size(params: ExperimentParams, concurrency: int, n_arms: int) -> int | 
 
 
 def plan_slots(
-    n_requests: int, arms: list[str], *, size: int | None, rng: random.Random
+    n_requests: int,
+    arms: list[str],
+    *,
+    size: int | None,
+    rng: random.Random,
+    item_rng: random.Random | None = None,
 ) -> list[Slot]:
     """Cut ``n_requests`` into consecutive slots of ``size``; each slot serves every arm in
-    a fresh random order drawn from ``rng`` (``size`` None: one slot, arms in given order)."""
+    a fresh random order drawn from ``rng`` (``size`` None: one slot, arms in given order).
+
+    With ``item_rng``, each slot's requests are put in a random order drawn from it, the
+    same for every arm of the slot (each arm still gets the slot's whole set): measured at
+    concurrency 1 with ``protocol.switch_pause_s``, the first request after a switch was
+    never read late and later ones were, so a fixed order would put that damage on the same
+    prompts in every block. Without it (and with ``size`` None) requests keep index order.
+    Being a generator of its own, it leaves the arm orders drawn from ``rng`` unchanged."""
     if n_requests < 0:
         raise ValueError(f"`n_requests` must be >= 0 (got {n_requests})")
     if not arms:
@@ -294,6 +308,8 @@ def plan_slots(
     for index, start in enumerate(range(0, n_requests, size)):
         order = list(arms)
         rng.shuffle(order)
-        items = tuple(range(start, min(start + size, n_requests)))
-        slots.append(Slot(index, items, tuple(order)))
+        items = list(range(start, min(start + size, n_requests)))
+        if item_rng is not None:
+            item_rng.shuffle(items)
+        slots.append(Slot(index, tuple(items), tuple(order)))
     return slots

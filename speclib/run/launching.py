@@ -127,6 +127,7 @@ def build_launch_spec(
         served_model_name=sp.served_model_name,
         speculative_config=_resolved_spec_config(series, params),
         per_request_metrics=series.wants_per_request_metrics,
+        timing_metrics=sp.per_request_timing,
         max_model_len=sp.max_model_len,
         seed=sp.seed,
         dtype=sp.dtype,

@@ -64,6 +64,7 @@ class SeriesResult:
     block: str | None = None
     design: str | None = None
     block_arms: list[str] = field(default_factory=list)
+    scheduling: dict[str, Any] = field(default_factory=dict)  # server vs client for CPU
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,11 +165,23 @@ def not_attempted(
     ]
 
 
+def _unique(values: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(v for v in values if v is not None))
+
+
 def merge_clients(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """One launch's client summary from the summaries of its calls (times summed)."""
+    """One launch's client summary from the summaries of its calls (times summed).
+
+    Takes :func:`outcome_dict` items, or summaries made by this function (a level's, merged
+    again into the launch's). The loop-lag figures are the worst over the calls (max of the
+    p99s, max of the maxima): a late read shows as a late probe tick in the same window.
+    ``client_process`` lists where the client ran (``worker``, or ``in-process …``; several
+    joined by ``; ``), ``client_pids`` the processes that ran it.
+    """
     items = [i for i in items if i]
     if not items:
         return {}
+    pids = [p for i in items for p in (i.get("client_pids") or [i.get("client_pid")])]
     return {
         "wall_s": sum(i.get("wall_s") or 0 for i in items),
         "cpu_s": sum(i.get("cpu_s") or 0 for i in items),
@@ -176,6 +189,10 @@ def merge_clients(items: list[dict[str, Any]]) -> dict[str, Any]:
         "saturated": any(i.get("saturated") for i in items),
         "event_loop": items[0].get("event_loop"),
         "stamp_source": items[0].get("stamp_source"),
+        "loop_lag_p99_s": max(i.get("loop_lag_p99_s") or 0.0 for i in items),
+        "loop_lag_max_s": max(i.get("loop_lag_max_s") or 0.0 for i in items),
+        "client_process": "; ".join(_unique([i.get("client_process") for i in items])) or None,
+        "client_pids": _unique(pids),
     }
 
 

@@ -1,7 +1,8 @@
 """vLLM server lifecycle: build the command line, launch, wait for readiness, stop the group.
 
 The server runs under a supervisor (:mod:`speclib.serve.supervisor`), a small child of the
-kit that starts it in its own session (process group), writing to one log file per launch,
+kit that starts it in its own process group (in the kit's session, see
+:mod:`speclib.serve.priority`), writing to one log file per launch,
 and kills its whole tree when the kit stops it *or dies*, even by SIGKILL: no engine
 process outlives the kit. It counts as ready only when ``/health`` answers 200 *and* a
 one-token chat completion succeeds. If the process dies first, :class:`ServerStartError` is
@@ -19,6 +20,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from typing import Any
 
 from speclib.core.httpapi import http_ok
 from speclib.serve.pidfile import reap_pidfile, write_pidfile
+from speclib.serve.priority import place
 from speclib.serve.supervisor import (
     Supervised,
     SupervisorError,
@@ -49,6 +52,7 @@ __all__ = [
     "port_is_free",
     "reap_pidfile",  # defined in speclib.serve.pidfile
     "redact_argv",
+    "root_cause",
     "running",
     "stop_all",
     "tail",
@@ -106,6 +110,7 @@ def build_vllm_argv(
     served_model_name: str | None = None,
     speculative_config: Mapping[str, Any] | None = None,
     per_request_metrics: bool = False,
+    timing_metrics: bool = False,
     max_model_len: int | None = None,
     seed: int | None = None,
     dtype: str | None = None,
@@ -141,6 +146,8 @@ def build_vllm_argv(
     if gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
     argv.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
+    if timing_metrics:
+        argv.append("--enable-per-request-metrics")  # the server's own stamps per request
     if speculative_config is not None:
         argv += ["--speculative-config", json.dumps(dict(speculative_config), sort_keys=True)]
         if per_request_metrics:
@@ -200,8 +207,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError(f"no fresh ephemeral port on {host} after 100 tries")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s*")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit)(?::\s*\S.*)?$")
+
+
 def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
-    """The last ``lines`` lines of a log file (empty string when it does not exist)."""
+    """The last ``lines`` lines of a log file without terminal colour codes (empty string
+    when it does not exist), so no file the kit writes from a log holds ANSI escapes."""
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -210,7 +223,18 @@ def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
             data = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:])
+    return "\n".join(_ANSI.sub("", x) for x in data.splitlines()[-lines:])
+
+
+def root_cause(log_text: str) -> str | None:
+    """The last exception line of a server log (``AssertionError: Synthetic acceptance not
+    supported …``), without vLLM's log prefix: the cause of a crash, not vLLM's pointer
+    line ("See stack trace above for the root cause"). None when the log names none."""
+    for line in reversed(log_text.splitlines()):
+        text = _LOG_PREFIX.sub("", _ANSI.sub("", line).strip())
+        if _EXCEPTION.match(text):
+            return text
+    return None
 
 
 @dataclass
@@ -219,13 +243,16 @@ class ServerHandle:
 
     ``pid`` is the server's own (the leader of its process group; memory sampling walks
     its tree). ``process`` is its supervisor, the kit's direct child, whose ``poll()`` and
-    ``returncode`` give the server's exit code once the server is gone.
+    ``returncode`` give the server's exit code once the server is gone. ``scheduling``
+    says how the server ranks against the kit's client for CPU
+    (:func:`speclib.serve.priority.place`).
     """
 
     spec: LaunchSpec
     supervised: Supervised
     started_at: float
     ready_at: float | None = None
+    scheduling: dict[str, Any] = field(default_factory=dict)
     _stopped: bool = False
 
     @property
@@ -294,9 +321,11 @@ def _wait_ready(handle: ServerHandle) -> None:
     while True:
         code = handle.process.poll()
         if code is not None:
+            cause = root_cause(tail(spec.log_path, lines=400))
             raise ServerStartError(
-                f"vLLM server exited with code {code} before it was ready "
-                f"(log: {spec.log_path})\n--- last lines of the log ---\n{tail(spec.log_path)}",
+                f"vLLM server exited with code {code} before it was ready"
+                + (f": {cause}" if cause else "")
+                + f" (log: {spec.log_path})\n--- last lines of the log ---\n{tail(spec.log_path)}",
                 returncode=code,
                 log_tail=tail(spec.log_path),
                 log_path=spec.log_path,
@@ -345,7 +374,9 @@ def launch(spec: LaunchSpec) -> ServerHandle:
                 log_tail=tail(spec.log_path),
                 log_path=spec.log_path,
             ) from exc
-    handle = ServerHandle(spec=spec, supervised=sup, started_at=time.time())
+    handle = ServerHandle(
+        spec=spec, supervised=sup, started_at=time.time(), scheduling=place(sup.pid, nice=spec.nice)
+    )
     with _LIVE_LOCK:
         _LIVE[sup.pid] = handle
     if spec.pidfile is not None:

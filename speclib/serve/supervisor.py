@@ -2,7 +2,8 @@
 
 The kit never starts a server directly: it starts ``python -m speclib.serve.supervisor``
 with pipes on stdin and stdout, and this small process starts the server as its child in a
-new session (process group). The supervisor stops the server's whole tree — its process
+new process group (in the kit's session, so the server's niceness ranks it below the kit's
+client: :mod:`speclib.serve.priority`). The supervisor stops the server's whole tree — its process
 group, and every descendant, including one that left the group — when
 
 - its stdin pipe reaches end of file: the kit closed it, or died (even by SIGKILL, which
@@ -62,6 +63,14 @@ __all__ = [
     "stop_tree",
 ]
 
+# A new process group, not a new session: a terminal's Ctrl-C (sent to the foreground
+# group) does not reach the supervisor or the server, and both stay in the kit's session and
+# so in its scheduler autogroup, where the server's niceness ranks it below the kit's client
+# (a new session would get an autogroup of its own, weighed equally with the client's
+# whatever the niceness: see speclib.serve.priority).
+_NEW_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.5
@@ -163,7 +172,7 @@ def start_supervised(
         stdout=subprocess.PIPE,
         stderr=log,
         env=_supervisor_env(),
-        start_new_session=True,  # like the server: a terminal's Ctrl-C does not reach it
+        **_NEW_GROUP,  # like the server: a terminal's Ctrl-C does not reach it
     )
     assert proc.stdin is not None
     try:
@@ -244,6 +253,7 @@ def _prctl(option: int, arg: int) -> None:
 
 
 def _server_preexec(nice: int) -> None:  # runs in the server between fork and exec
+    os.setpgid(0, 0)  # its own process group, in the kit's session (see _NEW_GROUP)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor SIGKILLed: the server goes too
     if nice:
         os.nice(nice)  # inherited by every process and thread the server starts
@@ -341,7 +351,6 @@ def _start_server(cfg: SupervisorConfig) -> int:
             stdout=sys.stderr.fileno(),
             stderr=subprocess.STDOUT,
             env=cfg.env,
-            start_new_session=True,
             preexec_fn=functools.partial(_server_preexec, cfg.nice),
         )
     except OSError as exc:

@@ -191,3 +191,21 @@ def test_model_class_facts_are_kept_between_private_launch_caches(tmp_path, monk
     assert seed_modelinfos(second) == 1
     assert (second / "modelinfos" / "vllm-llama-LlamaForCausalLM.json").read_text() == facts
     assert not list((tmp_path / "kit" / "vllm-modelinfos").glob(".*.tmp"))
+
+
+def test_root_cause_is_the_last_exception_line_not_vllms_pointer(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(
+        "(EngineCore pid=12) ERROR 12-01 15:00:00 [core.py:1] EngineCore hit a fatal error.\n"
+        "Traceback (most recent call last):\n"
+        '  File "sampler.py", line 9, in forward\n'
+        "AssertionError: Synthetic acceptance not supported with CPU sampling\n"
+        "\x1b[1;36m(APIServer pid=3)\x1b[0m ERROR 12-01 15:00:01 [serving.py:2] Engine core "
+        "died. See stack trace above for the root cause.\n"
+    )
+    text = srv.tail(log)
+    assert "\x1b" not in text
+    assert srv.root_cause(text) == (
+        "AssertionError: Synthetic acceptance not supported with CPU sampling"
+    )
+    assert srv.root_cause("INFO all fine\n") is None

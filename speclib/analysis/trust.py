@@ -1,0 +1,246 @@
+"""Bench trust: the checks a verdict needs before anyone may act on it, each with its figure.
+
+An A/A arm alone cannot show a broken instrument: when the client reads the control's and
+the A/A arm's streams late alike, their ratio stays near 1 while every absolute number is
+wrong (measured on a fresh 2-core machine: "no false effect" beside a client 41 % off the
+server). So the bench is trusted only when all of these pass:
+
+- **instruments** — on every launch, the client's mean TPOT within
+  :data:`~speclib.analysis.instrument.TPOT_TOLERANCE` of the server's own stamps and its mean
+  TTFT within :data:`~speclib.analysis.instrument.TTFT_TOLERANCE_S`;
+- **late reads** — at most :data:`~speclib.analysis.instrument.LATE_SHARE_LIMIT` of each
+  arm's streams read late, arms within :data:`~speclib.analysis.instrument.LATE_GAP_LIMIT`;
+- **exclusions** — the arms' shares of requests left out of the TPOT comparison within
+  :data:`~speclib.analysis.instrument.EXCLUSION_GAP_LIMIT` of each other;
+- **CPU starvation** — idle servers did not load the arms unequally
+  (:func:`speclib.analysis.idle_load.idle_load_problem`);
+- **A/A** — the A/A arm's interval covers 1 (no false effect), with its resolution.
+
+A check is ``pass``, ``fail`` or ``not assessed`` (no data for it: not a pass). The first four
+are known before any comparison: :func:`pre_checks` returns them and
+:func:`problem_of` the reason string that makes every verdict "untrustworthy" when one
+fails. :func:`bench_trust` adds the A/A check and returns the panel for ``summary.json``.
+Pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from speclib.analysis.instrument import (
+    EXCLUSION_GAP_LIMIT,
+    LATE_GAP_LIMIT,
+    LATE_SHARE_LIMIT,
+    TPOT_TOLERANCE,
+    TTFT_TOLERANCE_S,
+)
+
+__all__ = ["TrustCheck", "bench_trust", "pre_checks", "problem_of"]
+
+PASS, FAIL, NOT_ASSESSED = "pass", "fail", "not assessed"
+
+
+@dataclass(frozen=True)
+class TrustCheck:
+    """One bench-trust check: its status, a short figure, a sentence, and per-arm figures."""
+
+    check: str
+    status: str
+    figure: str
+    detail: str
+    per_arm: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def instrument_check(agreement: pd.DataFrame) -> TrustCheck:
+    """Every launch's client within tolerance of its server's own stamps."""
+    name = "instruments agree"
+    rows = agreement.dropna(subset=["agrees"]) if len(agreement) else agreement
+    if not len(rows):
+        return TrustCheck(
+            name,
+            NOT_ASSESSED,
+            "no server stamps",
+            "no launch had server-side "
+            "timing (an external server without vLLM's per-request metrics)",
+        )
+    bad = rows[~rows["agrees"].astype(bool)]
+    per_arm = {}
+    for series, g in rows.groupby("series", sort=False):
+        tp = g["tpot_gap"].dropna().abs()
+        tt = g["ttft_gap_ms"].dropna().abs()
+        per_arm[str(series)] = (
+            f"TPOT ≤ {_pct(tp.max()) if len(tp) else 'n/a'}, "
+            f"TTFT ≤ {f'{tt.max():.1f} ms' if len(tt) else 'n/a'}"
+        )
+    tol = f"TPOT within {TPOT_TOLERANCE:.0%}, TTFT within {TTFT_TOLERANCE_S * 1e3:g} ms"
+    if len(bad):
+        worst = ", ".join(
+            f"{r.launch_id} (TPOT {_signed(r.tpot_gap)}, TTFT {_signed_ms(r.ttft_gap_ms)})"
+            for r in bad.itertuples()
+        )
+        return TrustCheck(
+            name,
+            FAIL,
+            f"{len(bad)} of {len(rows)} launch windows off",
+            f"the client disagrees with the server's own stamps ({tol}) on {worst}",
+            per_arm,
+        )
+    return TrustCheck(name, PASS, f"{len(rows)} of {len(rows)} within", tol, per_arm)
+
+
+def _signed(x: Any) -> str:
+    return "n/a" if x is None or pd.isna(x) else f"{100 * x:+.1f} %"
+
+
+def _signed_ms(x: Any) -> str:
+    return "n/a" if x is None or pd.isna(x) else f"{x:+.1f} ms"
+
+
+def late_check(records: pd.DataFrame) -> TrustCheck:
+    """Streams read late per arm: each arm at most the limit, arms within the gap."""
+    name = "late reads"
+    if records.empty or "read_late" not in records:
+        return TrustCheck(name, NOT_ASSESSED, "no streams", "no measured stream")
+    ok = records[records["ok"].astype(bool)]
+    if not len(ok):
+        return TrustCheck(name, NOT_ASSESSED, "no streams", "no successful measured stream")
+    shares = ok.groupby("series", sort=False)["read_late"].agg(["sum", "size"])
+    per_arm = {str(s): f"{int(n)}/{int(t)}" for s, (n, t) in shares.iterrows()}
+    frac = shares["sum"] / shares["size"]
+    total = int(shares["sum"].sum())
+    figure = f"{total} of {int(shares['size'].sum())} streams"
+    rule = (
+        f"at most {LATE_SHARE_LIMIT:.0%} of an arm's streams read late, arms within "
+        f"{100 * LATE_GAP_LIMIT:.0f} points"
+    )
+    if frac.max() > LATE_SHARE_LIMIT or frac.max() - frac.min() > LATE_GAP_LIMIT:
+        return TrustCheck(
+            name,
+            FAIL,
+            figure,
+            f"the client was not scheduled in time: {rule} is broken "
+            f"(worst {frac.idxmax()} {_pct(frac.max())})",
+            per_arm,
+        )
+    return TrustCheck(name, PASS, figure, rule, per_arm)
+
+
+def exclusion_check(table: pd.DataFrame) -> TrustCheck:
+    """Requests left out of the TPOT comparison, per arm, with every reason counted."""
+    name = "exclusions"
+    if table.empty:
+        return TrustCheck(name, NOT_ASSESSED, "no requests", "no measured request")
+    per_arm = {}
+    shares = {}
+    for series, g in table.groupby("series", sort=False):
+        n, ex = int(g["n"].sum()), int(g["excluded"].sum())
+        reasons: dict[str, int] = {}
+        for r in g["reasons"]:
+            for k, v in r.items():
+                reasons[k] = reasons.get(k, 0) + v
+        why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+        per_arm[str(series)] = f"{ex}/{n}" + (f" ({why})" if why else "")
+        shares[str(series)] = ex / n if n else 0.0
+    total = int(table["excluded"].sum())
+    figure = f"{total} of {int(table['n'].sum())} requests"
+    gap = max(shares.values()) - min(shares.values())
+    rule = f"arms' excluded shares within {100 * EXCLUSION_GAP_LIMIT:.0f} points"
+    if gap > EXCLUSION_GAP_LIMIT:
+        return TrustCheck(
+            name,
+            FAIL,
+            figure,
+            f"the arms lost different shares of their requests ({rule} is broken: gap "
+            f"{100 * gap:.1f} points), so the pairs left are not like for like",
+            per_arm,
+        )
+    return TrustCheck(name, PASS, figure, rule, per_arm)
+
+
+def starvation_check(idle_problem: str | None, idle: pd.DataFrame) -> TrustCheck:
+    """Idle servers did not load the arms unequally (interleaved blocks only)."""
+    name = "CPU starvation"
+    if idle_problem:
+        return TrustCheck(name, FAIL, "unequal", idle_problem)
+    if idle.empty:
+        return TrustCheck(
+            name,
+            NOT_ASSESSED,
+            "no CPU samples",
+            "one server per block: nothing shared the machine with it",
+        )
+    return TrustCheck(name, PASS, "equal", "idle servers loaded every arm alike")
+
+
+def pre_checks(
+    agreement: pd.DataFrame,
+    records: pd.DataFrame,
+    exclusions: pd.DataFrame,
+    idle_problem: str | None,
+    idle: pd.DataFrame,
+) -> list[TrustCheck]:
+    """The checks known before any comparison (all but the A/A arm)."""
+    return [
+        instrument_check(agreement),
+        late_check(records),
+        exclusion_check(exclusions),
+        starvation_check(idle_problem, idle),
+    ]
+
+
+def problem_of(checks: list[TrustCheck]) -> str | None:
+    """A reason the bench cannot be trusted (every verdict then says so), or None."""
+    failed = [c for c in checks if c.status == FAIL]
+    if not failed:
+        return None
+    return "; ".join(f"{c.check}: {c.detail}" for c in failed)
+
+
+def aa_check(aa: list[Any], margin: float) -> TrustCheck:
+    """The A/A arm's interval covers 1, and how fine the bench resolves (±x %)."""
+    name = "A/A"
+    cis = [(c, c.cis.get("tpot_s")) for c in aa]
+    cis = [(c, ci) for c, ci in cis if ci is not None]
+    if not cis:
+        return TrustCheck(
+            name,
+            NOT_ASSESSED,
+            "no A/A arm",
+            "protocol.aa is off, or the A/A "
+            "arm has no usable pairs: the bench's noise floor is unknown",
+        )
+    worst = max(max(ci.ci_high - 1, 1 - ci.ci_low) for _, ci in cis)
+    figure = f"resolution ±{100 * worst:.1f} %"
+    false = [c for c, ci in cis if not ci.ci_low <= 1 <= ci.ci_high]
+    if false:
+        return TrustCheck(
+            name,
+            FAIL,
+            figure,
+            "the A/A arm (a second copy of the control) "
+            "shows an effect: the bench's noise is outside its intervals",
+        )
+    detail = f"A/A interval covers 1; resolution ±{100 * worst:.1f} % against δ = {margin:.0%}"
+    if worst > margin:
+        detail += " (coarser than δ: more blocks would sharpen it)"
+    return TrustCheck(name, PASS, figure, detail)
+
+
+def bench_trust(pre: list[TrustCheck], aa: list[Any], margin: float) -> dict[str, Any]:
+    """The bench-trust panel: every check, and ``trusted`` only when all of them pass."""
+    checks = [*pre, aa_check(aa, margin)]
+    return {
+        "trusted": all(c.status == PASS for c in checks),
+        "untrustworthy": any(c.status == FAIL for c in checks),
+        "checks": [c.to_dict() for c in checks],
+    }

@@ -1,0 +1,535 @@
+"""The load generator in its own small process: the client worker.
+
+Measured on a busy 2-core machine: the client, run inside the Jupyter kernel next to the
+kit's sampler threads and ipykernel's own, was not scheduled in time and read whole streams
+late (every chunk of a stream in one network read). So the kit runs
+:func:`~speclib.measure.schedule.run_requests_sync` in ``python -m speclib.measure.worker``,
+a process that does nothing else: its event loop shares the GIL with no one, and the
+loop-lag probe (:class:`~speclib.measure.outcome.LagProbe`) measures that loop.
+
+:class:`ClientWorker` is the caller's side: ``run(**kwargs, sink=..., progress=...)`` takes
+the keyword arguments of :func:`~speclib.measure.schedule.run_requests_sync` and calls
+``sink(record)`` in the caller as each record arrives, so the caller still appends every
+record as its request finishes. :func:`shared_worker` keeps one worker per process (started
+on first use, restarted if it died, closed at exit); :func:`run_requests_isolated` runs in
+it and falls back to running in process, saying so in the outcome's ``client_process``,
+when no worker can be started.
+
+The worker is started with :class:`subprocess.Popen` (not :mod:`multiprocessing`, which
+misbehaves inside Jupyter kernels) in the caller's session and process group: never a
+session leader, so it shares the kit's scheduler autogroup, where the servers' niceness
+ranks them below the client (:mod:`speclib.serve.priority`). A terminal's Ctrl-C reaches it
+too and is ignored there: the caller decides (it kills the worker, whose requests are then
+dropped like cancelled ones, and re-raises). It never outlives the caller: it exits when
+its stdin reaches end of file (the caller closed it, or died, even by SIGKILL) or when its
+parent changes (the caller died while a forked child kept a copy of the pipe).
+
+Protocol: length-prefixed pickles (8-byte big-endian length, then the pickle) over the
+worker's stdin and stdout; both ends are this module, on private pipes. To the worker:
+``("job", kwargs, want_progress)`` and ``("stop", reason)`` (the caller's sink failed: the
+worker's sink then fails too, so the run stops sending as it would in process). From the
+worker: ``("ready", pid)`` once; then per job ``("started",)`` before the first request
+goes out (a worker that dies before it is replaced and the job retried: nothing was sent),
+``("record", record)`` for each record, ``("progress", n)`` when asked, and a final
+``("outcome", RunOutcome)`` or ``("error", type name, message, traceback text)``. The API
+key travels inside the job, never on a command line or in a file. The worker's own stdout
+is redirected to its stderr (the caller's), so a stray print cannot corrupt the protocol.
+
+Both ends live here, like :mod:`speclib.serve.supervisor`'s. Import-light: no vLLM, no
+torch, no pandas.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import queue
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from speclib.measure.outcome import Progress, RunOutcome, Sink
+from speclib.measure.schedule import run_requests_sync
+
+__all__ = [
+    "ClientWorker",
+    "ClientWorkerError",
+    "ClientWorkerGoneError",
+    "ClientWorkerStartError",
+    "close_shared_worker",
+    "main",
+    "run_requests_isolated",
+    "shared_worker",
+]
+
+_HEADER = struct.Struct(">Q")
+_READ_SIZE = 1 << 16
+_POLL_S = 0.5  # how often the worker checks that its parent is still the caller
+_START_TIMEOUT_S = 60.0  # python start-up and `import speclib.measure` on a busy machine
+_CLOSE_WAIT_S = 5.0
+_RETRY_START_S = 300.0  # after a failed start, run in process this long before trying again
+
+
+class ClientWorkerError(RuntimeError):
+    """The client worker failed: a job raised there (``kind`` names the exception type,
+    ``remote_traceback`` is its traceback text), or the worker exited during a run."""
+
+    def __init__(self, message: str, *, kind: str | None = None, remote_traceback: str = ""):
+        super().__init__(message)
+        self.kind = kind
+        self.remote_traceback = remote_traceback
+
+
+class ClientWorkerStartError(ClientWorkerError):
+    """The client worker could not be started (or did not report ready in time)."""
+
+
+class ClientWorkerGoneError(ClientWorkerError):
+    """The client worker had exited before it got the job: nothing of the run happened."""
+
+
+# --- framing (both ends) ----------------------------------------------------------------
+
+
+def _frame(message: Any) -> bytes:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(data)) + data
+
+
+class _Frames:
+    """Length-prefixed pickles read from a file descriptor (unbuffered: nothing is lost
+    to a buffer that ``select`` cannot see)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray()
+
+    def read(self, deadline: float | None = None) -> Any:
+        """The next message; ``EOFError`` at end of file, ``TimeoutError`` past
+        ``deadline`` (``time.monotonic()``; a partial message stays buffered)."""
+        self._fill(_HEADER.size, deadline)
+        (size,) = _HEADER.unpack_from(self._buf)
+        end = _HEADER.size + size
+        self._fill(end, deadline)
+        data = bytes(self._buf[_HEADER.size : end])
+        del self._buf[:end]
+        return pickle.loads(data)
+
+    def _fill(self, n: int, deadline: float | None) -> None:
+        while len(self._buf) < n:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    raise TimeoutError
+            chunk = os.read(self.fd, max(_READ_SIZE, n - len(self._buf)))
+            if not chunk:
+                raise EOFError
+            self._buf += chunk
+
+
+# --- the caller's side ------------------------------------------------------------------
+
+
+def _worker_env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the speclib package
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+
+
+class ClientWorker:
+    """A running client worker process; one job at a time (concurrent callers wait).
+
+    Starting it waits until the worker reports ready (``start_timeout_s``) and raises
+    :class:`ClientWorkerStartError` when it cannot. Use it as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, *, start_timeout_s: float = _START_TIMEOUT_S) -> None:
+        self._lock = threading.Lock()
+        self.owner_pid = os.getpid()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "speclib.measure.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=_worker_env(),
+                close_fds=True,
+            )  # no start_new_session: the worker stays in the caller's session and group
+        except OSError as exc:
+            raise ClientWorkerStartError(f"could not start the client worker: {exc}") from exc
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._frames = _Frames(self._proc.stdout.fileno())
+        try:
+            hello = self._frames.read(time.monotonic() + start_timeout_s)
+        except Exception as exc:  # EOFError, TimeoutError, or not our protocol at all
+            self.close(timeout_s=1.0)
+            why = (
+                f"did not report ready within {start_timeout_s:g} s"
+                if isinstance(exc, TimeoutError)
+                else f"exited with code {self._proc.returncode} before it was ready "
+                "(its stderr is the caller's)"
+            )
+            raise ClientWorkerStartError(f"the client worker {why}") from None
+        except BaseException:
+            self.close(timeout_s=1.0)
+            raise
+        if not (isinstance(hello, tuple) and hello[:1] == ("ready",)):
+            self.close(timeout_s=1.0)
+            raise ClientWorkerStartError(f"the client worker said {hello!r} instead of ready")
+        self.pid: int = hello[1]
+
+    def __enter__(self) -> ClientWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def alive(self) -> bool:
+        """Whether the worker process is still running."""
+        return self._proc.poll() is None
+
+    def run(self, *, sink: Sink, progress: Progress | None = None, **kwargs: Any) -> RunOutcome:
+        """:func:`~speclib.measure.schedule.run_requests_sync` in the worker.
+
+        ``kwargs`` are that function's (``sink`` and ``progress`` aside) and must pickle
+        (``TypeError`` here if not; the worker never sees them).
+        ``sink(record)`` is called here as each record arrives; if it raises, the worker
+        stops sending and, once its in-flight requests ended, that exception is re-raised
+        here (as in process). ``progress(n)`` is called as finishes are reported; a
+        broken one is dropped with a warning. An exception in the worker is raised as
+        :class:`ClientWorkerError` naming it; so is the worker's death mid-run (the records
+        already handed to ``sink`` stay). An interrupt (or any error of this side) kills
+        the worker, whose in-flight requests are dropped, and is re-raised.
+        """
+        with self._lock:
+            if not self.alive():
+                raise ClientWorkerGoneError(
+                    f"the client worker (pid {self.pid}) has exited "
+                    f"with code {self._proc.returncode}"
+                )
+            try:
+                job = _frame(("job", kwargs, progress is not None))
+            except Exception as exc:  # pickle raises PicklingError, AttributeError, TypeError
+                raise TypeError(
+                    f"the run's arguments cannot be sent to the client worker: {exc}"
+                ) from exc
+            try:
+                self._write(job)
+                outcome, sink_error = self._collect(sink, progress)
+            except ClientWorkerError:  # the job failed there, or the worker is gone
+                raise
+            except BaseException:  # an interrupt mid-run: the worker's state is unknown
+                self._kill()
+                raise
+        if sink_error is not None:  # the run ended cleanly after the sink failed
+            raise sink_error
+        assert outcome is not None
+        return outcome
+
+    def close(self, *, timeout_s: float = _CLOSE_WAIT_S) -> None:
+        """Close the worker's stdin (it exits) and wait for it; kill it if it lingers."""
+        if os.getpid() != self.owner_pid:  # a forked copy: the worker is not ours to stop
+            return
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._kill()
+
+    def _kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self._proc.kill()
+        self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+    def _write(self, frame: bytes) -> None:
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(frame)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:  # ValueError: the pipe was closed
+            raise ClientWorkerGoneError(
+                f"the client worker (pid {self.pid}) is gone: {exc}"
+            ) from exc
+
+    def _collect(
+        self, sink: Sink, progress: Progress | None
+    ) -> tuple[RunOutcome | None, Exception | None]:
+        """Messages until the job's end: the outcome (None if the job failed after the
+        sink did) and the sink's first error."""
+        sink_error: Exception | None = None
+        started = False
+        while True:
+            try:
+                message = self._frames.read()
+            except EOFError:
+                try:
+                    code = self._proc.wait(timeout=_CLOSE_WAIT_S)
+                except subprocess.TimeoutExpired:  # closed its stdout yet lives on
+                    self._kill()
+                    code = self._proc.returncode
+                error = ClientWorkerError if started else ClientWorkerGoneError
+                when = "during a run" if started else "before it started the run"
+                raise error(
+                    f"the client worker (pid {self.pid}) exited with code {code} {when}"
+                ) from None
+            kind = message[0]
+            if kind == "started":
+                started = True
+            elif kind == "record" and sink_error is None:
+                try:
+                    sink(message[1])
+                except Exception as exc:
+                    sink_error = exc
+                    with contextlib.suppress(ClientWorkerGoneError):  # then EOF comes next
+                        self._write(_frame(("stop", f"{type(exc).__name__}: {exc}")))
+            elif kind == "progress" and progress is not None:
+                progress = _report_progress(progress, message[1])
+            elif kind == "outcome":
+                return message[1], sink_error
+            elif kind == "error":
+                if sink_error is not None:  # the worker failed because the sink did
+                    return None, sink_error
+                _, name, text, remote_tb = message
+                raise ClientWorkerError(
+                    f"the client worker failed: {name}: {text}\n{remote_tb}",
+                    kind=name,
+                    remote_traceback=remote_tb,
+                )
+
+
+def _report_progress(progress: Progress, n: int) -> Progress | None:
+    try:
+        progress(n)
+    except Exception as exc:
+        warnings.warn(
+            f"progress callback failed ({type(exc).__name__}: {exc}); run continues without it",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return progress
+
+
+# --- one shared worker per process --------------------------------------------------------
+
+_shared: ClientWorker | None = None
+_shared_lock = threading.Lock()
+_start_failure: tuple[float, str] | None = None  # (time.monotonic(), why) of the last failure
+_atexit_registered = False
+
+
+def shared_worker() -> ClientWorker:
+    """This process's client worker, started on first use and again if it died.
+
+    Closed at interpreter exit. Raises :class:`ClientWorkerStartError` when it cannot start;
+    after a failure, for the next five minutes, without trying again.
+    """
+    global _shared, _start_failure, _atexit_registered
+    with _shared_lock:
+        if _shared is not None and _shared.owner_pid == os.getpid() and _shared.alive():
+            return _shared
+        if _shared is not None:
+            _shared.close(timeout_s=1.0)
+            _shared = None
+        if _start_failure is not None and time.monotonic() - _start_failure[0] < _RETRY_START_S:
+            raise ClientWorkerStartError(_start_failure[1])
+        try:
+            _shared = ClientWorker()
+        except ClientWorkerStartError as exc:
+            _start_failure = (time.monotonic(), str(exc))
+            raise
+        _start_failure = None
+        if not _atexit_registered:
+            atexit.register(close_shared_worker)
+            _atexit_registered = True
+        return _shared
+
+
+def close_shared_worker() -> None:
+    """Stop this process's shared client worker, if one runs (also run at exit), and
+    forget a failed start: the next :func:`shared_worker` tries again."""
+    global _shared, _start_failure
+    with _shared_lock:
+        _start_failure = None
+        if _shared is not None:
+            _shared.close()
+            _shared = None
+
+
+def _forget_shared_in_child() -> None:
+    """After ``os.fork``: the child forgets the parent's worker and points its copies of
+    the worker's pipes at ``/dev/null``, so it never talks to that worker nor keeps its
+    stdin open (the fd numbers stay valid for the file objects that still hold them)."""
+    global _shared, _shared_lock
+    _shared_lock = threading.Lock()
+    if _shared is None:
+        return
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR)
+        for pipe in (_shared._proc.stdin, _shared._proc.stdout):
+            with contextlib.suppress(OSError, ValueError):
+                if pipe is not None:
+                    os.dup2(null, pipe.fileno(), inheritable=False)
+        os.close(null)
+    _shared = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_shared_in_child)
+
+
+def run_requests_isolated(**kwargs: Any) -> RunOutcome:
+    """:func:`~speclib.measure.schedule.run_requests_sync` in the shared client worker.
+
+    Same arguments (``sink`` and ``progress`` are called in this process) and the same
+    result; the outcome's ``client_process`` is ``worker``. When no worker can be started,
+    the run happens in this process and ``client_process`` reads ``in-process (worker
+    failed: <why>)``. A worker found dead before it got the job is replaced once.
+    """
+    try:
+        return _shared_or_in_process(kwargs)
+    except ClientWorkerGoneError:  # it died between runs; nothing was sent: start another
+        return _shared_or_in_process(kwargs)
+
+
+def _shared_or_in_process(kwargs: dict[str, Any]) -> RunOutcome:
+    try:
+        worker = shared_worker()
+    except ClientWorkerStartError as exc:
+        outcome = run_requests_sync(**kwargs)
+        return replace(outcome, client_process=f"in-process (worker failed: {exc})")
+    try:
+        return worker.run(**kwargs)
+    except ClientWorkerGoneError:
+        _discard_shared(worker)
+        raise
+
+
+def _discard_shared(worker: ClientWorker) -> None:
+    global _shared
+    with _shared_lock:
+        if _shared is worker:
+            _shared = None
+    worker.close(timeout_s=1.0)
+
+
+# --- the worker's side --------------------------------------------------------------------
+
+
+class _Outbox:
+    """Messages to the caller, written by one thread: neither the event loop nor the sink
+    thread ever waits for the pipe. A closed pipe (the caller died) ends the worker."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="speclib-outbox", daemon=True)
+        self._thread.start()
+
+    def put(self, message: Any) -> None:
+        """Queue ``message`` (never blocks)."""
+        self._queue.put(message)
+
+    def flush(self) -> None:
+        """Wait until everything queued so far was written."""
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait()
+
+    def _run(self) -> None:
+        while True:
+            message = self._queue.get()
+            if isinstance(message, threading.Event):
+                message.set()
+                continue
+            data = memoryview(_frame(message))
+            try:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            except OSError:  # BrokenPipeError: no one is listening any more
+                os._exit(0)
+
+
+class _Inbox:
+    """Reads the caller's messages on its own thread: jobs are queued for the main thread,
+    a ``stop`` marks the current job; end of file or a new parent ends the worker."""
+
+    def __init__(self, fd: int) -> None:
+        self.jobs: queue.SimpleQueue[tuple[dict[str, Any], bool]] = queue.SimpleQueue()
+        self.stop_reason: str | None = None
+        self._frames = _Frames(fd)
+        self._parent = os.getppid()
+        threading.Thread(target=self._run, name="speclib-inbox", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                message = self._frames.read(time.monotonic() + _POLL_S)
+            except TimeoutError:
+                if os.getppid() != self._parent:
+                    os._exit(0)  # the caller died; a forked child of it holds the pipe
+                continue
+            except (EOFError, OSError):
+                os._exit(0)  # the caller closed the pipe, or died
+            if message[0] == "job":
+                self.jobs.put((message[1], message[2]))
+            elif message[0] == "stop":
+                self.stop_reason = message[1]
+
+
+def _run_job(kwargs: dict[str, Any], want_progress: bool, inbox: _Inbox, out: _Outbox) -> None:
+    inbox.stop_reason = None
+
+    def sink(rec: Any) -> None:
+        if inbox.stop_reason is not None:
+            raise RuntimeError(f"the caller's sink failed: {inbox.stop_reason}")
+        out.put(("record", rec))
+
+    def progress(n: int) -> None:
+        out.put(("progress", n))
+
+    out.put(("started",))
+    out.flush()  # the caller knows before any request goes out: a death before is retried
+    try:
+        outcome = run_requests_sync(
+            **kwargs, sink=sink, progress=progress if want_progress else None
+        )
+    except BaseException as exc:
+        out.put(("error", type(exc).__name__, str(exc), traceback.format_exc()))
+    else:
+        out.put(("outcome", replace(outcome, client_process="worker")))
+    out.flush()
+
+
+def main() -> None:
+    """The worker: report ready, then run jobs one after another until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides what an interrupt does
+    out = _Outbox(os.dup(1))
+    os.dup2(2, 1)  # a stray print goes to stderr, never into the protocol
+    inbox = _Inbox(0)
+    out.put(("ready", os.getpid()))
+    while True:
+        kwargs, want_progress = inbox.jobs.get()
+        _run_job(kwargs, want_progress, inbox, out)
+
+
+if __name__ == "__main__":
+    main()
