@@ -115,7 +115,14 @@ async def _run(state: _State, sock: socket.socket) -> None:
     while True:
         await asyncio.sleep(0.02)
         if die_after and len(state.log) >= int(die_after):
-            print("ERROR engine core died (scripted)", flush=True)
+            print(
+                "ERROR engine core died (scripted)\nTraceback (most recent call last):\n"
+                '  File "fake_vllm.py", line 1, in step\n'
+                "AssertionError: Synthetic acceptance not supported with CPU sampling\n"
+                "\x1b[1;36m(APIServer pid=1)\x1b[0m ERROR 12-01 15:00:01 [serving.py:2] "
+                "Engine core died. See stack trace above for the root cause.",
+                flush=True,
+            )
             os._exit(3)
 
 

@@ -1,4 +1,4 @@
-"""Block-level ratio CIs for the interleaved design: one t-interval per arm, variance pooled.
+"""Block-level ratio CIs for the interleaved design: one t-interval per arm, on its own noise.
 
 In the interleaved design every replicate **block** starts a fresh server for each arm
 (control, optionally an ``aa`` arm that is a second copy of the control, and the
@@ -11,66 +11,62 @@ live in :mod:`speclib.analysis.decision`.
 
 **Model.** With ``y[arm, b]`` the mean log TPOT of an arm's server in block ``b``::
 
-    y[arm, b] = beta_b + theta_arm + e[arm, b],   e ~ N(0, sigma^2) independent,
-    sigma^2 = sigma_L^2 + sigma_w^2 / n,
+    y[arm, b] = beta_b + theta_arm + e[arm, b],   e ~ N(0, sigma_arm^2) independent,
+    sigma_arm^2 = sigma_L,arm^2 + sigma_w,arm^2 / n,
 
 ``beta_b`` absorbs everything the arms of a block share (drift, regime, the prompt mix),
-``sigma_L`` is the SD of the instance effect of one server (assumed **the same for every
-arm** – control, aa and experiments – and independent across servers), and
-``sigma_w^2 / n`` the request noise of a mean over ``n`` prompts. Then
-``d[a, b] = y[a, b] - y[control, b] = theta_a + e[a, b] - e[control, b]`` and every
-``d`` has the same variance ``2 sigma^2``. Note that the arms of one block share the
-control's error, so their ``d`` are correlated (correlation 1/2 when instance effects
-dominate).
+``sigma_L,arm`` is the SD of the instance effect of one server of that arm and
+``sigma_w,arm^2 / n`` the request noise of a mean over ``n`` prompts. **Each arm has its own
+variance**: a speculative arm's per-pair variance was 10–50× the A/A arm's in the demo, and
+with one variance pooled over all arms a noisy arm's 95 % interval covered only 89–92 %.
+Only the control and the ``aa`` arm (two copies of one server) are exchangeable.
 
-**Interval.** The function fits the additive two-way model (block + arm) to the cell
-means by least squares; the residual mean square estimates ``sigma^2`` with
-``df = cells - rank`` degrees of freedom (``(A - 1)(B - 1)`` for A arms, control included,
-in all of B blocks), pooled over all arms. The arm's estimate is its least-squares effect
-(in a complete design exactly ``mean_b d[a, b]``) and its interval
-``estimate ± t[df, 1 - α/2] · se`` is exact under the model, also with two or three
-blocks. It is reported as a ratio (``exp``). This is the exact form of pooling "each arm's
-residuals around its own mean": summing those residuals over arms as if they were
-independent (ignoring the shared control) gives an unbiased variance but not a scaled
-chi-square, and in simulation it covered 94.0–95.7 % instead of 95 %.
+**Interval.** For each arm the function forms one *contrast* per block in which the arm
+ran, ``c[a, b] = y[a, b] - reference_b``, which removes ``beta_b``:
 
-``reference`` says what an arm is compared with:
+* ``reference="control"`` (default): ``c[a, b] = d[a, b]``, the arm against the control;
+* ``reference="controls"``: ``c[a, b] = d[a, b] - d[aa, b] / 2``, the arm against the mean
+  of the two control servers (the aa arm's effect is 0 by construction). It averages two
+  instance draws, so the interval is narrower. An arm that ran in a block without the aa
+  arm (a sweep interleaved in groups) is compared with the control alone.
 
-* ``"control"`` (default): the estimate is the mean log-ratio vs the control; the aa arm is
-  an ordinary arm (its own interval is the bench's noise floor) and adds ``B - 1`` df;
-* ``"controls"``: the aa arm is a second control (its effect is fixed at 0, which is
-  true by construction), so each estimate is taken against the mean of the two control
-  servers. This uses the aa arm's known mean, adding one df, and averages two instance
-  draws: at two or three blocks the interval is about 15–30 % narrower. The aa arm's own
-  interval is still computed as under ``"control"``, so a bench whose copies disagree is
-  still seen.
+The contrasts of one arm are independent across blocks with one common variance
+(``sigma_a^2 + sigma_c^2`` or ``sigma_a^2 + sigma_c^2 / 2``) whatever the other arms' noise,
+so the **paired t-interval on the arm's own contrasts** – ``mean ± t[m-1, 1-α/2] · s / sqrt(m)``
+over its ``m`` blocks – is exact under the model, and one arm's interval does not move when
+another arm gets noisier. Blocks get equal weights: the instance part of a block's variance
+does not shrink with its pair count, and weights proportional to the pairs (right only
+when request noise dominates) would make ``s`` the wrong scale. The price of honesty is
+degrees of freedom: an arm's own instance variance has ``m - 1`` of them, whatever is
+pooled elsewhere (see ``tests/benchmarks/bench_coverage.py`` for coverage and power by
+number of blocks). It is reported as a ratio (``exp``).
 
-**One block.** With one block and ``reference="control"`` (or no aa arm) there are no
-degrees of freedom: one launch per arm cannot separate the effect from launch-to-launch
-noise. The interval is then ``(0, inf)``, ``df == 0``, ``decidable`` is False and ``note``
-says why; any interval rule then says "inconclusive". With ``reference="controls"`` one
-block and an aa arm give one df (valid under the model, but it rests entirely on the
-equal-instance-variance assumption; the sequential plan starts at two blocks).
+**One block.** With one block there are no degrees of freedom: one launch per arm cannot
+separate the effect from launch-to-launch noise. The interval is then ``(0, inf)``,
+``df == 0``, ``decidable`` is False and ``note`` says why; any interval rule then says
+"inconclusive". (An aa arm does not change this: the arm's own instance variance is still
+unseen.)
 
-The module is longer than most (about 500 lines) because the model, the fit, its
-diagnostics and the two input builders only make sense together; a third of it is
-docstrings.
+**Pooled fit (diagnostics).** The additive two-way model (block + arm) fitted to all cells
+by least squares gives a pooled residual variance ``BlockAnalysis.sigma2`` with
+``BlockAnalysis.df`` degrees of freedom. No TPOT interval uses it; it is the scale of the
+heterogeneity check below and of the sweep recommendation
+(:mod:`speclib.analysis.recommend`).
 
-**Components.** When the within-block variance of the pair log-ratios is known,
-each arm also carries the standard error that prompt-level noise alone would give
+**Components.** When the within-block variance of the pair log-ratios is known, each arm
+also carries the standard error that prompt-level noise alone would give
 (``se_within_log``), the estimated instance share of the variance of its estimate, and
 ``more_blocks_help`` (True when the instance part dominates: more prompts per block
-cannot narrow the interval much, more blocks can). The within part of a cell assumes that
-the request noise is the same in the arms of a block. ``heterogeneity_p`` compares an
-arm's own block-to-block variance with the pooled one (an F ratio; approximate, since the
-arm's residuals are part of the pool): information, not a gate.
+cannot narrow the interval much, more blocks can). ``heterogeneity_p`` compares an arm's
+own block-to-block variance of ``d`` with the pooled one (an F ratio; approximate, since
+the arm's residuals are part of the pool): information, not a gate.
 
 Example::
 
     summary = summarize_blocks(df.log_ratio, arm=df.arm, block=df.replicate)
-    result = block_ratio_cis(summary, aa_arm="aa", confidence_level=0.95)
+    result = block_ratio_cis(summary, aa_arm="aa", reference="controls")
     for ci in result.arms.values():
-        print(ci.arm, ci.estimate, ci.ci_low, ci.ci_high, ci.df, ci.note)
+        print(ci.arm, ci.estimate, ci.ci_low, ci.ci_high, ci.df, ci.method)
     print("noise floor", result.aa.ci_low, result.aa.ci_high)
 """
 
@@ -134,14 +130,16 @@ class BlockArmCI:
     """One arm's ratio (arm / reference) with its block-level t-interval and diagnostics.
 
     ``estimate``, ``ci_low``, ``ci_high`` are ratios (below 1: the arm is faster).
-    ``df`` is the pooled residual degrees of freedom (0: cannot decide, the interval is
-    ``(0, inf)``), ``se_log`` the standard error of the log estimate (inf when ``df == 0``).
+    ``reference`` is what the arm's contrasts are against (``"control"``, or ``"controls"``:
+    the mean of the control and the aa arm). ``df`` is the interval's degrees of freedom,
+    the arm's own blocks minus one (0: cannot decide, the interval is ``(0, inf)``),
+    ``se_log`` the standard error of the log estimate (inf when ``df == 0``).
     ``se_within_log`` is the part of it due to prompt-level noise, ``instance_share`` the
     share of the estimate's variance due to instance effects, and ``more_blocks_help``
     whether that share exceeds one half (None when within-block variances are unknown).
     ``own_df``, ``heterogeneity_f`` and ``heterogeneity_p``: the arm's own block-to-block
     variance of ``d`` over the pooled ``2 sigma^2`` and its approximate two-sided F-test
-    p-value (None below 2 own df).
+    p-value (None below 2 own df). :attr:`method` describes the interval in words.
     """
 
     arm: str
@@ -167,10 +165,16 @@ class BlockArmCI:
         """False when the interval has no degrees of freedom (it is ``(0, inf)``)."""
         return self.df > 0 and math.isfinite(self.se_log)
 
+    @property
+    def method(self) -> str:
+        """What the interval is, e.g. ``"blocks (own-arm paired t vs control, df=1)"``."""
+        return _method(self.reference, self.df)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping (includes ``decidable``)."""
+        """JSON-safe mapping (includes ``decidable`` and ``method``)."""
         out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
         out["decidable"] = self.decidable
+        out["method"] = self.method
         return out
 
 
@@ -180,9 +184,12 @@ class BlockAnalysis:
 
     ``arms`` maps each experiment arm (every arm but the aa arm) to its :class:`BlockArmCI`;
     ``aa`` is the aa arm's own interval against the control (None without an aa arm).
-    ``sigma2`` is the pooled residual variance of one server's block mean (log scale,
-    ``sigma_L^2 + sigma_w^2 / n``) and ``var_instance`` its instance part ``sigma_L^2``
-    (None when within-block variances are unknown).
+    ``reference`` is the requested reference (each arm's own is in its interval). ``df`` and
+    ``sigma2`` come from the pooled additive fit, a diagnostic that no TPOT interval uses:
+    its residual degrees of freedom and variance of one server's block mean (log scale,
+    ``sigma_L^2 + sigma_w^2 / n`` averaged over arms); ``var_instance`` is the instance part
+    (None when within-block variances are unknown). ``note`` is set when no experiment's
+    interval can decide.
     """
 
     arms: dict[str, BlockArmCI]
@@ -398,39 +405,85 @@ def _own_spread(d: NDArray, pooled_var_d: float, df: int) -> tuple[int, float | 
     return own_df, f, float(min(1.0, p))
 
 
-def _arm_ci(
-    k: int, fit: _Fit, within: NDArray | None, summary: BlockSummary, *, reference: str,
-    confidence_level: float,
-) -> BlockArmCI:  # fmt: skip
-    """The interval and diagnostics of arm ``summary.arms[k]`` from one fit."""
+@dataclass(frozen=True)
+class _Contrasts:
+    """One arm's per-block contrasts against its reference, and their within variances."""
+
+    values: NDArray  # (m,) c[a, b] over the blocks the arm ran in
+    within: NDArray | None  # (m,) request-noise variance of each c (None: unknown)
+    reference: str
+
+
+def _contrasts(summary: BlockSummary, k: int, aa_k: int | None, reference: str) -> _Contrasts:
+    """``c[a, b]`` of arm ``k``: ``d`` (vs control) or ``d - d_aa / 2`` (vs both controls).
+
+    With ``reference="controls"`` an arm that ran in a block without the aa arm is compared
+    with the control alone (every block of one arm must have the same contrast variance).
+    """
     present = summary.n_pairs[k] > 0
     d = summary.mean[k][present]
-    est = float(fit.estimate[k])
-    sigma2 = fit.rss / fit.df if fit.df > 0 else math.nan
+    n = summary.n_pairs[k][present]
+    var = None if summary.pair_var is None else summary.pair_var[k][present] / n
+    use_aa = reference == "controls" and aa_k is not None and aa_k != k
+    if use_aa and not np.all(summary.n_pairs[aa_k][present] > 0):
+        use_aa = False
+    if not use_aa:
+        ok = var is not None and np.all(np.isfinite(var))
+        return _Contrasts(d, var if ok else None, "control")
+    d_aa = summary.mean[aa_k][present]
+    within = None
+    if var is not None:
+        var_aa = summary.pair_var[aa_k][present] / summary.n_pairs[aa_k][present]
+        # Var(d - d_aa/2) = Var d + Var d_aa / 4 - Var(control mean), Var d_aa = 2 Var(control)
+        within = np.maximum(var - var_aa / 4, 0.0)
+        within = within if np.all(np.isfinite(within)) else None
+    return _Contrasts(d - d_aa / 2, within, "controls")
+
+
+def _method(reference: str, df: int) -> str:
+    """The interval's description, as the report shows it."""
+    against = "vs mean of control and aa" if reference == "controls" else "vs control"
+    return f"blocks (own-arm paired t {against}, df={df})"
+
+
+def _arm_ci(
+    k: int, summary: BlockSummary, contrasts: _Contrasts, pooled: _Fit, *,
+    confidence_level: float,
+) -> BlockArmCI:  # fmt: skip
+    """The paired t-interval of arm ``summary.arms[k]`` on its own block contrasts."""
+    c = contrasts.values
+    m = c.size
+    df = m - 1
+    est = float(c.mean())
+    d = summary.mean[k][summary.n_pairs[k] > 0]
+    pooled_var_d = 2 * pooled.rss / pooled.df if pooled.df > 0 else 0.0
+    own_df, f, p = _own_spread(d, pooled_var_d, pooled.df)
     common = {
-        "arm": summary.arms[k], "reference": reference, "estimate": math.exp(est),
-        "confidence_level": float(confidence_level), "df": fit.df,
-        "n_blocks": int(present.sum()), "n_pairs": int(summary.n_pairs[k].sum()),
+        "arm": summary.arms[k], "reference": contrasts.reference, "estimate": math.exp(est),
+        "confidence_level": float(confidence_level), "df": df, "n_blocks": m,
+        "n_pairs": int(summary.n_pairs[k].sum()), "own_df": own_df, "heterogeneity_f": f,
+        "heterogeneity_p": p,
     }  # fmt: skip
-    if fit.df == 0:
+    if df == 0:
         return BlockArmCI(ci_low=0.0, ci_high=math.inf, se_log=math.inf, se_within_log=None,
-                          instance_share=None, more_blocks_help=None, own_df=d.size - 1,
-                          heterogeneity_f=None, heterogeneity_p=None, note=ONE_BLOCK_NOTE,
+                          instance_share=None, more_blocks_help=None, note=ONE_BLOCK_NOTE,
                           **common)  # fmt: skip
-    var_total = sigma2 * fit.unscaled_var[k]
+    var_total = float(np.var(c, ddof=1)) / m
+    if var_total <= 1e-24 * max(1.0, est * est):
+        var_total = 0.0
     se = math.sqrt(var_total)
-    half = special.stdtrit(fit.df, 0.5 + confidence_level / 2) * se
-    var_within = None if within is None else float((fit.weights[k] ** 2 * within).sum())
+    half = special.stdtrit(df, 0.5 + confidence_level / 2) * se
+    within = contrasts.within
+    var_within = None if within is None else float(within.sum()) / m**2
     share = None
     if var_within is not None and var_total > 0:
         share = float(max(0.0, var_total - var_within) / var_total)
-    own_df, f, p = _own_spread(d, 2 * sigma2, fit.df)
     return BlockArmCI(
         ci_low=math.exp(est - half), ci_high=math.exp(est + half), se_log=se,
         se_within_log=None if var_within is None else math.sqrt(var_within),
         instance_share=share, more_blocks_help=None if share is None else bool(share > 0.5),
-        own_df=own_df, heterogeneity_f=f, heterogeneity_p=p,
-        note="all block means agree exactly: zero-width interval" if se == 0 else None, **common,
+        note="all block contrasts agree exactly: zero-width interval" if se == 0 else None,
+        **common,
     )  # fmt: skip
 
 
@@ -441,46 +494,46 @@ def block_ratio_cis(
     reference: str = "control",
     confidence_level: float = 0.95,
 ) -> BlockAnalysis:
-    """Block-level t-intervals of every arm's ratio to the control, variance pooled.
+    """Block-level t-intervals of every arm's ratio to the control, each on its own noise.
 
     ``summary`` holds ``d[a, b]`` for every non-control arm (see :func:`summarize_blocks`
     and :func:`block_summary`); ``aa_arm`` names the arm that is a second copy of the
     control, if any; ``reference`` is ``"control"`` or ``"controls"`` (see the module
-    docstring). All-equal block means give a zero-width interval and a
+    docstring; the aa arm's own interval is always against the control). An arm whose
+    block contrasts all agree exactly gets a zero-width interval and a
     :class:`~speclib.analysis.stats.DegenerateDataWarning`.
     """
     summary = _check_summary(summary)
     _check_options(summary, aa_arm, reference, confidence_level)
     y, present = _levels(summary)
-    within = _cell_within(summary, present)
     fixed = np.zeros(len(summary.arms) + 1, bool)
     fixed[0] = True
-    free_fit = _fit(y, present, fixed)
-    fit = free_fit
-    if reference == "controls":
-        fixed[1 + summary.arms.index(aa_arm)] = True
-        fit = _fit(y, present, fixed)
+    pooled = _fit(y, present, fixed)
     tiny = 1e-24 * max(1.0, float(np.abs(y).max()) ** 2) * y.size
-    if fit.df > 0 and fit.rss <= tiny:
-        warnings.warn("all block means agree exactly: the intervals have zero width",
-                      DegenerateDataWarning, stacklevel=2)  # fmt: skip
-    fit, free_fit = (replace(f, rss=0.0) if f.rss <= tiny else f for f in (fit, free_fit))
+    if pooled.rss <= tiny:
+        pooled = replace(pooled, rss=0.0)
+    aa_k = None if aa_arm is None else summary.arms.index(aa_arm)
     opts = {"confidence_level": confidence_level}
     arms = {
-        a: _arm_ci(k, fit, within, summary, reference=reference, **opts)
+        a: _arm_ci(k, summary, _contrasts(summary, k, aa_k, reference), pooled, **opts)
         for k, a in enumerate(summary.arms)
         if a != aa_arm
     }
     aa = None
-    if aa_arm is not None:
-        k = summary.arms.index(aa_arm)
-        aa = _arm_ci(k, free_fit, within, summary, reference="control", **opts)
-    sigma2 = fit.rss / fit.df if fit.df > 0 else None
+    if aa_k is not None:
+        aa = _arm_ci(aa_k, summary, _contrasts(summary, aa_k, None, "control"), pooled, **opts)
+    flat = [ci.arm for ci in (*arms.values(), aa) if ci is not None and ci.se_log == 0]
+    if flat:
+        warnings.warn(f"arm(s) {flat}: all block contrasts agree exactly: the intervals have "
+                      "zero width", DegenerateDataWarning, stacklevel=2)  # fmt: skip
+    within = _cell_within(summary, present)
+    sigma2 = pooled.rss / pooled.df if pooled.df > 0 else None
     var_instance = None
     if sigma2 is not None and within is not None:
         var_instance = float(max(0.0, sigma2 - float(within[present].mean())))
+    undecidable = all(not ci.decidable for ci in arms.values()) if arms else True
     return BlockAnalysis(
         arms=arms, aa=aa, reference=reference, confidence_level=float(confidence_level),
-        df=fit.df, n_blocks=int(present[0].sum()), sigma2=sigma2, var_instance=var_instance,
-        note=ONE_BLOCK_NOTE if fit.df == 0 else None,
+        df=pooled.df, n_blocks=int(present[0].sum()), sigma2=sigma2, var_instance=var_instance,
+        note=ONE_BLOCK_NOTE if undecidable else None,
     )  # fmt: skip

@@ -45,7 +45,7 @@ from speclib.analysis.why import (
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import AA_ARM, AnalysisParams, ExperimentParams
 
-__all__ = ["Comparison", "compare_level", "pair_exclusions"]
+__all__ = ["Comparison", "compare_level", "level_pairs", "pair_exclusions"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,40 @@ class Comparison:
         """Geometric-mean TPOT ratio and pair count per prompt category (point estimates)."""
         return ratio_by_category(self.pairs)
 
+    def exclusion_notes(self) -> list[str]:
+        """What the TPOT comparison left out, and a sensitivity line where the choice of
+        instrument could change the verdict (the two instruments' point ratios fall on
+        different sides of 1 − δ or 1 + δ, or differ by more than 2 %)."""
+        out = []
+        p = self.pairing or {}
+        dropped = {
+            f"{self.control} failed": p.get("dropped_control_failed", 0),
+            f"{self.experiment} failed": p.get("dropped_experiment_failed", 0),
+            "both failed": p.get("dropped_both_failed", 0),
+            "unmatched": p.get("unmatched", 0),
+            **(p.get("excluded") or {}),
+        }
+        dropped = {k: v for k, v in dropped.items() if v}
+        if dropped:
+            why = "; ".join(f"{k}: {v}" for k, v in dropped.items())
+            out.append(
+                f"{sum(dropped.values())} pair(s) left out of the TPOT comparison ({why}); "
+                f"{p.get('n_pairs_used', p.get('n_pairs', 0))} used"
+            )
+        ratios = p.get("ratio_by_instrument") or {}
+        client, server = ratios.get("client"), ratios.get("server")
+        margin = self.decision.margin if self.decision else 0.05
+        if client and server:
+            bounds = (1 - margin, 1 + margin)
+            sides = [sum(r > b for b in bounds) for r in (client, server)]
+            if sides[0] != sides[1] or abs(client / server - 1) > 0.02:
+                out.append(
+                    f"sensitivity: the TPOT ratio is {client:.3f} by the client's stamps and "
+                    f"{server:.3f} by the server's over the same pairs: the choice of "
+                    "instrument could change this verdict"
+                )
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """The comparison's entry in ``summary.json`` (JSON-safe)."""
         tpot = self.cis.get("tpot_s")
@@ -114,7 +148,10 @@ class Comparison:
                 "ci_method": tpot.method if tpot else None,
                 "tpot_decision": dec.word if dec else "inconclusive",
                 "decision": self.word,
-                "reasons": list(self.verdict.reasons) if self.verdict else ["no valid pairs"],
+                "reasons": [
+                    *(self.verdict.reasons if self.verdict else ["no valid pairs"]),
+                    *self.exclusion_notes(),
+                ],
                 "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
                 "extra_launches_needed": dec.extra_launches_needed if dec else None,
                 "metrics": {
@@ -390,8 +427,8 @@ def _compare(
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")
     acc = _acceptance(d_e, [m for m in lms if m.series == name])
-    med_c = finite_median(pairs["tpot_s_c"]) if len(pairs) else None
-    med_e = finite_median(pairs["tpot_s_e"]) if len(pairs) else None
+    med_c = finite_median(pairs["tpot_s_c"], positive=True) if len(pairs) else None
+    med_e = finite_median(pairs["tpot_s_e"], positive=True) if len(pairs) else None
     levels = params.workload.levels
     load = levels[level].label if level < len(levels) else f"level {level}"
     return Comparison(
@@ -466,6 +503,15 @@ def _finite(pairs: pd.DataFrame) -> pd.DataFrame:
     return pairs[np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)]
 
 
+def level_pairs(df: pd.DataFrame, params: ExperimentParams, level: int) -> dict[str, pd.DataFrame]:
+    """Every arm's usable TPOT pairs with the control at one load level (arms without any
+    left out): the input of :func:`speclib.analysis.tpot_verdict.decide_family`."""
+    d = df[df["level"] == level]
+    pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs
+             for n in params.experiments}  # fmt: skip
+    return {n: _finite(p) for n, p in pairs.items() if _usable(p)}
+
+
 def compare_level(
     df: pd.DataFrame,
     params: ExperimentParams,
@@ -477,6 +523,7 @@ def compare_level(
     bench_problem: str | None = None,
     confidence: float | None = None,
     mode_problems: dict[str, str] | None = None,
+    decided: LevelDecision | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
     """Every arm against the control at one load level: the experiments decided with
     block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
@@ -488,7 +535,10 @@ def compare_level(
     ``confidence`` the family confidence of this look (default ``analysis.confidence``;
     lower at an early look of a run-until-decided plan), ``mode_problems`` per arm the
     launches whose mode check failed (their records must already be left out of ``df``;
-    the arm's verdict is then "reject", gate ``mode``). When
+    the arm's verdict is then "reject", gate ``mode``), ``decided`` the level's TPOT
+    decisions when they were made over a larger family (every load level, looks; see
+    :func:`speclib.analysis.tpot_verdict.decide_family`), else they are decided here with
+    this level's experiments as the family. When
     the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is
     "untrustworthy". Returns the comparisons (experiments first, the A/A arm last) and the
     level's block analysis.
@@ -501,8 +551,7 @@ def compare_level(
     pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs for n in arms}
     salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(arms)}
     usable = {n: _finite(pairs[n]) for n in arms if _usable(pairs[n])}
-    decided = None
-    if usable:
+    if decided is None and usable:
         decided = decide_level(
             usable,
             experiments=[n for n in experiments if n in usable],

@@ -43,7 +43,7 @@ would decide, the gates and Holm's procedure are one decision and share its vali
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 DECISION_WORDS = ("adopt", "equivalent", "worse", "inconclusive")
-VERDICT_WORDS = (*DECISION_WORDS, "reject", "untrustworthy")
+VERDICT_WORDS = (*DECISION_WORDS, "reject", "untrustworthy", "failed")
 BENCH_WORD = "untrustworthy"  # the verdict when the bench itself shows an effect (A/A gate)
 MAX_EXTRA_PAIRS = 100_000
 """Above this many extra pairs the planning answer is ``None`` (no practical n decides)."""
@@ -203,15 +203,18 @@ def _extra_pairs(ci: RatioCI, shrink: float) -> int | None:
 def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
     """Extra launches (same pairs per launch) so that the half-widths shrink by ``shrink``.
 
-    Both variance terms of the mean scale with ``1/L``, and the CI uses ``t[L-1]``, so the
-    half-width at ``L'`` launches is ``t[L'-1] / t[L-1] * sqrt(L / L')`` times today's.
+    Both variance terms of the mean scale with ``1/L``, and the CI uses a t quantile on
+    ``df`` degrees of freedom (the interval's own ``ci.df``, else ``L - 1``), which grow by
+    one per added launch, so the half-width at ``L'`` launches is
+    ``t[df + L' - L] / t[df] * sqrt(L / L')`` times today's.
     """
     n_launch = ci.n_launches
-    if n_launch < 2:
+    df = ci.df if ci.df is not None else n_launch - 1
+    if n_launch < 2 or df < 1:
         return None
     q = 0.5 + ci.confidence_level / 2
     more = np.arange(n_launch + 1, n_launch + MAX_EXTRA_LAUNCHES + 1)
-    scale = stats.t.ppf(q, more - 1) / stats.t.ppf(q, n_launch - 1) * np.sqrt(n_launch / more)
+    scale = stats.t.ppf(q, df + more - n_launch) / stats.t.ppf(q, df) * np.sqrt(n_launch / more)
     hit = np.flatnonzero(scale < shrink)
     return int(more[hit[0]] - n_launch) if hit.size else None
 
@@ -380,18 +383,19 @@ def apply_gates(
 
 
 def holm_decide(
-    compute_ci: Callable[[str, float], RatioCI],
-    names: Sequence[str],
+    compute_ci: Callable[[Any, float], RatioCI],
+    names: Sequence[Hashable],
     *,
     family_confidence: float = 0.95,
     margin: float,
-) -> dict[str, tuple[RatioCI, Decision]]:
+) -> dict[Any, tuple[RatioCI, Decision]]:
     """Decide several experiments against one control with Holm's step-down procedure.
 
     ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioCI` of experiment
     ``name`` at that level (e.g. a closure over :func:`speclib.analysis.stats.paired_ratio_ci`).
     Returns ``{name: (ci, decision)}``, each CI at the level its decision was made; see the
-    module docstring for the procedure.
+    module docstring for the procedure. ``names`` may be any hashable keys, e.g.
+    ``(load level, arm)`` pairs when the family spans load levels.
     """
     names = list(names)
     if not names or len(set(names)) != len(names):

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from speclib.core.records import (
@@ -231,7 +232,11 @@ def ratio_by_category(pairs: pd.DataFrame, metric: str = "tpot_s") -> dict[str, 
     return out
 
 
-def finite_median(values: pd.Series) -> float | None:
-    """Median of the numeric values of a column (non-numbers and NaN skipped); ``None`` if none."""
-    vals = pd.to_numeric(values, errors="coerce").dropna()
+def finite_median(values: pd.Series, *, positive: bool = False) -> float | None:
+    """Median of the finite numeric values of a column (non-numbers, NaN and inf skipped);
+    ``None`` if none. With ``positive`` only values above 0 count (a TPOT of 0 or below is a
+    measurement artefact, e.g. one chunk, not a fast request)."""
+    vals = pd.to_numeric(values, errors="coerce")
+    keep = np.isfinite(vals.to_numpy(float)) & ((vals > 0).to_numpy() if positive else True)
+    vals = vals[keep]
     return float(vals.median()) if len(vals) else None

@@ -14,7 +14,7 @@ sweep family at each load level (:mod:`speclib.analysis.recommend`). The result 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ import pandas as pd
 
 from speclib.analysis.agreement import count_bad_outputs
 from speclib.analysis.chunks import tokens_per_chunk_distribution
-from speclib.analysis.comparisons import Comparison, compare_level
+from speclib.analysis.comparisons import Comparison, compare_level, level_pairs
+from speclib.analysis.decision import Decision, Verdict
 from speclib.analysis.drift import drift_table
 from speclib.analysis.frames import finite_median, load_records
 from speclib.analysis.idle_load import idle_load_frame, idle_load_problem
@@ -44,7 +45,7 @@ from speclib.analysis.launches import (
 )
 from speclib.analysis.recommend import Recommendation, sweep_recommendations
 from speclib.analysis.sequential import spending_plan
-from speclib.analysis.tpot_verdict import summary_of
+from speclib.analysis.tpot_verdict import decide_family, summary_of
 from speclib.analysis.trust import bench_trust, pre_checks, problem_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import (
@@ -62,8 +63,10 @@ __all__ = [
     "analyze_run",
     "block_host_warnings",
     "decision_confidence",
+    "decision_looks",
     "late_read_warnings",
     "series_table",
+    "with_failed_arms",
 ]
 
 
@@ -92,6 +95,7 @@ class RunAnalysis:
     agreement: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     exclusions: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     trust: dict[str, Any] = field(default_factory=dict)
+    family: str = ""  # the Holm family of the TPOT verdicts, in words
 
     @property
     def design(self) -> dict[str, Any]:
@@ -151,13 +155,12 @@ class RunAnalysis:
                     "margin": a.margin,
                     "n_resamples": a.n_resamples,
                     "seed": a.seed,
-                    "multiple_comparisons": (
-                        f"Holm step-down over {len(self.experiments)} experiment(s) at family "
-                        f"confidence {a.confidence:.0%}"
-                    ),
+                    "multiple_comparisons": self.family or "no TPOT comparison",
                     "interval": (
-                        "block-level t-interval: per replicate block mean paired log-ratio, "
-                        "server-instance variance pooled over all arms"
+                        "block-level paired t-interval per arm: the arm's per-replicate-block "
+                        "mean paired log-ratio against the control (with an A/A arm: against "
+                        "the mean of the two control servers), on the arm's own "
+                        "block-to-block variance with blocks - 1 degrees of freedom"
                     ),
                     "primary_metric": (
                         "TPOT = (last token - first token) / (output_tokens - 1), from "
@@ -172,6 +175,7 @@ class RunAnalysis:
                 "bench_trust": self.trust,
                 "instrument_agreement": self.agreement.to_dict(orient="records"),
                 "exclusions": self.exclusions.to_dict(orient="records"),
+                "request_instruments": _request_instruments(self.records),
                 "series": self.series.to_dict(orient="records"),
                 "comparisons": [c.to_dict() for c in self.comparisons],
                 "recommendations": [r.to_dict() for r in self.recommendations],
@@ -220,7 +224,7 @@ def _series_row(
         "not_attempted": len(d) - len(attempted),
         "bad_outputs": count_bad_outputs(ok.to_dict(orient="records")) if has else 0,
         "median_ttft_s": finite_median(ok["ttft_s"]) if has else None,
-        "median_tpot_s": finite_median(ok["tpot_s"]) if has else None,
+        "median_tpot_s": finite_median(ok["tpot_s"], positive=True) if has else None,
         "p90_tpot_s": _quantile(ok["tpot_s"], 0.9) if has else None,
         "median_e2e_s": finite_median(ok["e2e_s"]) if has else None,
         "mean_output_tokens": float(ok["output_tokens"].mean()) if has else None,
@@ -277,6 +281,23 @@ def decision_confidence(params: ExperimentParams, n_blocks: int) -> tuple[float,
     )
 
 
+def decision_looks(params: ExperimentParams, n_blocks: int) -> list[tuple[int, float]] | None:
+    """The looks of a run-until-decided plan seen so far: ``(replicates, confidence)`` each.
+
+    None without ``protocol.max_replicates`` (one decision at ``analysis.confidence``).
+    The analysis replays these looks from the records, so a comparison settled at an early
+    look keeps that decision (:func:`speclib.analysis.tpot_verdict.decide_family`).
+    """
+    most = params.protocol.max_replicates
+    first = params.workload.replicates
+    if not most or most <= first:
+        return None
+    plan = spending_plan(most, min_blocks=first, alpha=1 - params.analysis.confidence)
+    seen = [(k, c) for k, c in zip(plan.looks, plan.confidence_levels, strict=True)
+            if k <= n_blocks]  # fmt: skip
+    return seen or [(plan.looks[0], plan.confidence_levels[0])]
+
+
 def _without_wrong_mode(
     df: pd.DataFrame, statuses: list[dict[str, Any]]
 ) -> tuple[pd.DataFrame, dict[str, str]]:
@@ -301,6 +322,51 @@ def _load_params(rd: RunDir, params_file: str | None) -> ExperimentParams:
         override = load_params(params_file, check_files=False)
         params = params.model_copy(update={"analysis": override.analysis})
     return params
+
+
+def with_failed_arms(
+    comps: list[Comparison], statuses: list[dict[str, Any]], *, margin: float, confidence: float
+) -> list[Comparison]:
+    """An arm none of whose launches ended well is "failed", named by its root cause (the
+    last exception line of its server's log), not "inconclusive — no valid pairs"."""
+    by_series: dict[str, list[dict[str, Any]]] = {}
+    for s in statuses:
+        by_series.setdefault(s["series"], []).append(s)
+    out = []
+    for c in comps:
+        launches = by_series.get(c.experiment) or []
+        if not launches or any(s.get("ok") for s in launches):
+            out.append(c)
+            continue
+        first = launches[0]
+        cause = first.get("error_cause") or (first.get("error") or "unknown").splitlines()[0]
+        why = f"every launch of {c.experiment} failed: {cause}"
+        dec = c.decision or Decision("inconclusive", why, margin, confidence)
+        out.append(replace(c, verdict=Verdict("failed", (why,), dec, ())))
+    return out
+
+
+_INSTRUMENT_COLUMNS = (
+    "launch_id",
+    "level",
+    "prompt_id",
+    "repeat",
+    "ok",
+    "read_late",
+    "tpot_client_s",
+    "tpot_server_s",
+    "ttft_client_s",
+    "ttft_server_s",
+    "tpot_excluded",
+)
+
+
+def _request_instruments(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Both instruments of every measured request (``summary.json``), from the records."""
+    if df.empty:
+        return []
+    cols = [c for c in _INSTRUMENT_COLUMNS if c in df.columns]
+    return df[cols].to_dict(orient="records")
 
 
 def analyze_run(
@@ -329,6 +395,15 @@ def analyze_run(
     noise: list[dict[str, Any]] = []
     n_blocks = int(df["replicate"].nunique()) if len(df) else 0
     level_conf, look = decision_confidence(params, n_blocks)
+    aa_arm = AA_ARM if params.protocol.aa else None
+    family = decide_family(
+        {lvl: level_pairs(df, params, lvl) for lvl in levels},
+        experiments=[n for n in params.experiments if n != aa_arm],
+        aa_arm=aa_arm,
+        confidence=level_conf,
+        margin=params.analysis.margin,
+        looks=decision_looks(params, n_blocks),
+    )
     for lvl in levels:
         found, decided = compare_level(
             df,
@@ -340,10 +415,14 @@ def analyze_run(
             bench_problem=problem,
             confidence=level_conf,
             mode_problems=mode_problems,
+            decided=family.get(lvl),
         )
         comps += found
         if decided is not None:
             noise.append({"level": lvl, **summary_of(decided)})
+    comps = with_failed_arms(
+        comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
+    )
     crosschecks = read_crosschecks(rd, statuses)
     notes = _warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
     aa = [c for c in comps if c.experiment == AA_ARM]
@@ -367,6 +446,7 @@ def analyze_run(
         idle_load=idle,
         bench_problem=problem,
         sequential_look=look,
+        family=next((d.family for d in family.values() if d.family), ""),
         drift=drift_table(df, control=params.control_name, arms=params.experiments)
         if len(df)
         else pd.DataFrame(),

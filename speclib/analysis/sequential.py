@@ -26,11 +26,16 @@ look gets its own, stricter level from an **alpha-spending function**.
 * :func:`first_decisive_look` takes the intervals computed so far, each at its look's level,
   and returns the first look that decides, or says whether to go on.
 
-Several experiments: at each look, decide the arms still undecided with Holm's procedure
-at family level ``1 - α_k`` (:func:`speclib.analysis.decision.holm_decide` with
-``family_confidence=plan.confidence_levels[i]``); an arm that decides stops, and the run
-continues while any arm is undecided. The union bound over looks then keeps the chance of
-any false decision at most α.
+Several experiments (and load levels): at each look, decide the comparisons still
+undecided with Holm's procedure at family level ``1 - α_k``
+(:func:`speclib.analysis.tpot_verdict.decide_family` with ``looks``); a comparison that
+decides at look k is **frozen**: it keeps that decision and that interval, built at the
+level of that look and Holm step (which is what the report shows as its confidence, never
+the overall ``1 - α``). The run continues while any comparison is undecided, and only the
+last look leaves one inconclusive. The analysis replays the looks from the records
+(replicates ``< k`` at look k), so re-analysing a finished run gives the same frozen
+decisions. The union bound over looks then keeps the chance of any false decision at most
+α. The first look is at ``min_blocks >= 2``: one block has no degrees of freedom.
 
 Example::
 
@@ -164,13 +169,15 @@ def obrien_fleming_spending(t: ArrayLike, *, alpha: float = 0.05) -> NDArray[np.
 def spending_plan(max_blocks: int, *, min_blocks: int = 2, alpha: float = 0.05) -> SpendingPlan:
     """Looks after ``min_blocks .. max_blocks`` blocks with O'Brien–Fleming-type levels.
 
-    ``max_blocks`` is ``protocol.max_replicates`` (N). The default ``min_blocks = 2``
-    spends nothing on a one-block look, which cannot decide with the block interval (no
-    degrees of freedom) anyway.
+    ``max_blocks`` is ``protocol.max_replicates`` (N). ``min_blocks`` must be at least 2
+    (``workload.replicates``): a one-block look cannot decide with the block interval (no
+    degrees of freedom) and would only waste α.
     """
     n = _check_count(max_blocks, "max_blocks")
     first = _check_count(min_blocks, "min_blocks")
     alpha = _check_alpha(alpha)
+    if first < 2:
+        raise ValueError(f"`min_blocks` must be at least 2 (got {first}): one block cannot decide")
     if first > n:
         raise ValueError(f"`min_blocks` ({first}) must not exceed `max_blocks` ({n})")
     looks = np.arange(first, n + 1)

@@ -93,7 +93,9 @@ class RatioCI:
     ``between_launch_share`` is ``var_between / (var_between + var_within)`` and
     ``more_launches_help`` says whether the between-launch term dominates the variance of
     the mean, so that more launches (rather than more prompts per launch) would narrow the
-    interval faster. Launch fields are ``None`` without at least two launches.
+    interval faster. Launch fields are ``None`` without at least two launches. ``df`` is
+    the degrees of freedom of a t-based interval (the block interval: the arm's blocks
+    minus one), ``None`` for the bootstrap intervals.
     """
 
     estimate: float
@@ -111,6 +113,7 @@ class RatioCI:
     var_within: float | None
     n_resamples: int
     note: str | None = None
+    df: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping: plain Python numbers, non-finite floats become ``None``."""

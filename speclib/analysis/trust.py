@@ -14,7 +14,8 @@ server). So the bench is trusted only when all of these pass:
   :data:`~speclib.analysis.instrument.EXCLUSION_GAP_LIMIT` of each other;
 - **CPU starvation** — idle servers did not load the arms unequally
   (:func:`speclib.analysis.idle_load.idle_load_problem`);
-- **A/A** — the A/A arm's interval covers 1 (no false effect), with its resolution.
+- **A/A** — the A/A arm's interval covers 1 (no false effect), with its resolution; an
+  interval wider than :func:`coarse_limit` cannot show a false effect and is "not assessed".
 
 A check is ``pass``, ``fail`` or ``not assessed`` (no data for it: not a pass). The first four
 are known before any comparison: :func:`pre_checks` returns them and
@@ -38,7 +39,7 @@ from speclib.analysis.instrument import (
     TTFT_TOLERANCE_S,
 )
 
-__all__ = ["TrustCheck", "bench_trust", "pre_checks", "problem_of"]
+__all__ = ["TrustCheck", "bench_trust", "coarse_limit", "pre_checks", "problem_of"]
 
 PASS, FAIL, NOT_ASSESSED = "pass", "fail", "not assessed"
 
@@ -230,10 +231,24 @@ def aa_check(aa: list[Any], margin: float) -> TrustCheck:
             "the A/A arm (a second copy of the control) "
             "shows an effect: the bench's noise is outside its intervals",
         )
+    limit = coarse_limit(margin)
+    if worst > limit:
+        return TrustCheck(
+            name,
+            NOT_ASSESSED,
+            figure,
+            f"the A/A interval covers 1, but it is too wide (coarser than ±{100 * limit:.0f} %) "
+            "to show a false effect of the size that would matter: more blocks would sharpen it",
+        )
     detail = f"A/A interval covers 1; resolution ±{100 * worst:.1f} % against δ = {margin:.0%}"
     if worst > margin:
         detail += " (coarser than δ: more blocks would sharpen it)"
     return TrustCheck(name, PASS, figure, detail)
+
+
+def coarse_limit(margin: float) -> float:
+    """The widest A/A half-width that still vouches for the bench: 4 δ, at least ±20 %."""
+    return max(4 * margin, 0.2)
 
 
 def bench_trust(pre: list[TrustCheck], aa: list[Any], margin: float) -> dict[str, Any]:

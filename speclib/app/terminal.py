@@ -283,7 +283,7 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
     table = Table(title="verdict", title_justify="left", show_lines=True)
     for name in ("experiment", "load", "TPOT ratio", "CI", "verdict", "reason"):
         table.add_column(name, overflow="fold")
-    colour = {"adopt": "green", "reject": "red"}
+    colour = {"adopt": "green", "reject": "red", "failed": "red"}
     colour |= {
         r["decision"]: "green"
         for r in rows

@@ -118,6 +118,12 @@ class ExperimentParams(StrictModel):
                 f"protocol.max_replicates ({self.protocol.max_replicates}) must be >= "
                 f"workload.replicates ({reps})"
             )
+        if self.protocol.max_replicates is not None and reps < 2:
+            raise ValueError(
+                f"workload.replicates ({reps}) must be >= 2 with protocol.max_replicates: it is "
+                "the first look of run-until-decided, and one block has no degrees of freedom "
+                "for an arm's own variance (a look there could never decide)"
+            )
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate series names: {dupes}")

@@ -25,7 +25,7 @@ CSS = """
   border: 1px solid #666; border-radius: 3px; color: #000; }
 .speclib .speclib-adopt { background: #c4eadd; }
 .speclib .speclib-equivalent { background: #e4e4e4; }
-.speclib .speclib-worse, .speclib .speclib-reject { background: #f6cfb5; }
+.speclib .speclib-worse, .speclib .speclib-reject, .speclib .speclib-failed { background: #f6cfb5; }
 .speclib .speclib-untrustworthy { background: #d9c2e9; }
 .speclib .speclib-noise { border-left: 4px solid #888; padding: 0.2em 0.8em; margin: 0.6em 0; }
 .speclib .speclib-inconclusive { background: #f7efa0; }

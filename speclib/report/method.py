@@ -309,10 +309,11 @@ def method_html(an: RunAnalysis) -> str:
             "above 1; else inconclusive; gates: errors, outputs, memory, TTFT/E2E"
         ),
         "statistics": (
-            "TPOT: t-interval over replicate blocks of the per-block mean log ratio, the "
-            "server-instance variance pooled across arms (one launch per arm: never adopt "
-            "or worse), Holm step-down across experiments; a Wilcoxon signed-rank p-value "
-            "of the TPOT pairs in the ratio cell, as information; TTFT/E2E gates: paired "
+            "TPOT: per arm, a paired t-interval over replicate blocks of its per-block mean "
+            "log ratio (with an A/A arm: against the mean of the two control servers), on "
+            "that arm's own block-to-block variance, blocks - 1 df (one launch per arm: "
+            "never adopt or worse); Holm step-down over every experiment arm and load level "
+            "(the A/A arm apart); TTFT/E2E gates: paired "
             f"bootstrap ({p.analysis.n_resamples} resamples, seed {p.analysis.seed}), "
             "two-stage over launches when there are several"
         ),

@@ -362,8 +362,9 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         "reject": "rejected by a gate: "
         + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if not g.passed),
         "inconclusive": "not enough data to decide",
-        "untrustworthy": "not decided: the bench itself shows an effect where none exists "
-        "(see the noise floor above)",
+        "untrustworthy": "not decided: the bench cannot be trusted (see the bench-trust "
+        "panel above)",
+        "failed": "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
     }[word]
     extra = ""
     note = ci.note or ""
@@ -416,16 +417,17 @@ def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]
         )
     wl = an.params.workload
     note = (
-        f"Measured client-side over streaming chat completions ({wl.max_tokens} max tokens, "
+        f"Measured over streaming chat completions, TPOT from {_instrument_words(an)} "
+        f"({wl.max_tokens} max tokens, "
         f"temperature {wl.temperature:g}, load {', '.join(lv.label for lv in wl.levels)}); "
-        "TPOT excludes the first token; intervals are block-level t-intervals over replicate "
-        "blocks with the server-instance variance pooled across arms (Holm-adjusted across "
-        "experiments); the method is at the end of this page."
+        "TPOT excludes the first token; intervals are block-level paired t-intervals over "
+        "replicate blocks, each on its own arm's block-to-block variance (Holm-adjusted over "
+        "every experiment arm and load level); the method is at the end of this page."
     )
     if any(c.word == "untrustworthy" for c in an.experiments):
         headline = (
-            "No verdict: this bench is not trustworthy for this run (see the noise floor); "
-            "re-run on a quieter machine or with more replicate blocks."
+            "No verdict: this bench is not trustworthy for this run (see the bench-trust "
+            "panel); re-run on a quieter machine or with more replicate blocks."
         )
     return headline, [_sentence(c, an) for c in an.experiments], note, _warning_pointer(an)
 

@@ -128,7 +128,8 @@ def _conclude(params, rd: RunDir, arm: Arm, replicate, block, design, arms_in_bl
             error = "no request succeeded"
         result = replace(_status(params, arm, replicate, block, design, error), mode_check=mode)
     extra = {"crosscheck": arm.crosscheck} if arm.crosscheck is not None else {}
-    result = replace(result, block_arms=list(arms_in_block), extra=extra)
+    cause = srv.root_cause(srv.tail(arm.files.server_log, lines=400)) if result.error else None
+    result = replace(result, block_arms=list(arms_in_block), extra=extra, error_cause=cause)
     write_json_atomic(arm.files.status, result.to_dict())
     return result
 

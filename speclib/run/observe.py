@@ -65,6 +65,7 @@ class SeriesResult:
     design: str | None = None
     block_arms: list[str] = field(default_factory=list)
     scheduling: dict[str, Any] = field(default_factory=dict)  # server vs client for CPU
+    error_cause: str | None = None  # the last exception line of the server's log
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

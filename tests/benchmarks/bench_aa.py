@@ -4,7 +4,7 @@ Runs the CPU demo target against a second copy of itself (``params/cpu-demo-aa.y
 control plus ``protocol.aa``) through ``speclib run``, many times in a row on this machine:
 
 * **new design** (the default): interleaved arms, ≥ 2 replicate blocks, the block-level
-  interval with the instance variance pooled across arms;
+  interval on each arm's own block-to-block variance;
 * **old design**: one sequential launch per arm, decided as the kit used to decide, by a
   prompt-level paired bootstrap over that single launch (computed here from the run's own
   ``requests.jsonl`` with :func:`speclib.analysis.stats.paired_ratio_ci`); the kit's own

@@ -117,7 +117,7 @@ def test_two_blocks_with_aa_decide_a_large_effect_and_show_the_noise_floor(tmp_p
     an = analyze_run(run)
     comps = _by(json.loads((run / "summary.json").read_text()))
     assert comps["spec"]["decision"] == "adopt", comps["spec"]["reasons"]
-    assert comps["spec"]["ci_method"].startswith("blocks (controls")
+    assert comps["spec"]["ci_method"].startswith("blocks (own-arm paired t vs mean of control")
     assert comps["aa"]["role"] == "aa"
     assert comps["aa"]["decision"] in ("equivalent", "inconclusive")
     assert [c.experiment for c in an.noise_floor] == ["aa"]

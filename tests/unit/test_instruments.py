@@ -258,8 +258,10 @@ def test_the_aa_check_reports_resolution_and_fails_on_a_false_effect():
     assert aa_check([], 0.05).status == "not assessed"
     ok = aa_check([_Comp(0.97, 1.04)], 0.05)
     assert ok.status == "pass" and ok.figure == "resolution ±4.0 %"
-    coarse = aa_check([_Comp(0.8, 1.3)], 0.05)
+    coarse = aa_check([_Comp(0.88, 1.15)], 0.05)
     assert coarse.status == "pass" and "coarser than δ" in coarse.detail
+    useless = aa_check([_Comp(0.1, 9.3)], 0.05)
+    assert useless.status == "not assessed" and "too wide" in useless.detail
     assert aa_check([_Comp(0.85, 0.95)], 0.05).status == "fail"
     panel = bench_trust([], [_Comp(0.97, 1.04)], 0.05)
     assert panel["trusted"]

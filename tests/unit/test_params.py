@@ -240,6 +240,18 @@ def test_token_counts_that_measure_nothing(tmp_path, workload, needle):
     assert needle in _error(tmp_path, data)
 
 
+def test_run_until_decided_needs_two_first_blocks(tmp_path):
+    """The first look of run-until-decided is workload.replicates: one block cannot decide."""
+    data = _base(tmp_path)
+    data["workload"]["replicates"] = 1
+    data.setdefault("protocol", {})["max_replicates"] = 4
+    assert "workload.replicates (1) must be >= 2 with protocol.max_replicates" in _error(
+        tmp_path, data
+    )
+    data["workload"]["replicates"] = 2
+    assert load_params(_write(tmp_path, data), check_files=False).protocol.max_replicates == 4
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_speculative_keys_checked_against_installed_vllm(tmp_path):
     data = _base(tmp_path)

@@ -143,6 +143,28 @@ def test_crash_mid_series_keeps_records_marks_rest_and_reports(tmp_path):
     assert _wait_gone() == []
 
 
+def test_a_server_that_dies_at_the_first_request_fails_its_arm_named_by_its_cause(tmp_path):
+    params = _params(
+        tmp_path,
+        server={"env": {"FAKE_VLLM_DIE_AFTER_REQUESTS": "0", "FAKE_VLLM_DIE_ONLY_SPEC": "1"}},
+    )
+    run = tmp_path / "run"
+    proc = _run(["run", str(params), "--out", str(run)])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    cause = "AssertionError: Synthetic acceptance not supported with CPU sampling"
+    status = json.loads((run / "launches" / "spec-r0" / "status.json").read_text())
+    assert status["error_cause"] == cause, status
+    summary = json.loads((run / "summary.json").read_text())
+    spec = next(c for c in summary["comparisons"] if c["experiment"] == "spec")
+    assert spec["decision"] == "failed" and cause in spec["reasons"][0], spec["reasons"]
+    report = (run / "report.html").read_text()
+    assert "FAILED" in report and cause in report
+    assert cause in proc.stdout + proc.stderr
+    for path in (run / "summary.json", run / "report.html", *run.glob("launches/*/*.json")):
+        assert "\x1b" not in path.read_text(), path
+    assert _wait_gone() == []
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_stops_servers_and_keeps_records(tmp_path, sig):
     params = _params(tmp_path, n_prompts=40)

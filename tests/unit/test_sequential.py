@@ -111,7 +111,7 @@ def test_spending_plan_for_four_blocks():
     assert plan.alpha_spent == pytest.approx((0.005575, 0.018051, 0.026375), abs=1e-5)
     assert sum(plan.alpha_spent) == pytest.approx(0.05)
     assert plan.level_at(4) == pytest.approx(1 - plan.alpha_spent[-1])
-    assert spending_plan(1, min_blocks=1).confidence_levels == pytest.approx((0.95,))
+    assert spending_plan(2, min_blocks=2).confidence_levels == pytest.approx((0.95,))
     assert json.dumps(plan.to_dict())
 
 
@@ -161,6 +161,8 @@ def test_inputs_are_validated():
         spending_plan(0)
     with pytest.raises(ValueError, match="`min_blocks`"):
         spending_plan(3, min_blocks=4)
+    with pytest.raises(ValueError, match="`min_blocks` must be at least 2"):
+        spending_plan(3, min_blocks=1)
     with pytest.raises(ValueError, match="`t`"):
         obrien_fleming_spending([1.2])
     with pytest.raises(ValueError, match="`margin`"):
@@ -176,3 +178,57 @@ def test_inputs_are_validated():
     with pytest.raises(ValueError, match="`blocks`"):
         plan.level_at(1)
     assert isinstance(plan, SpendingPlan)
+
+
+# ------------------------------------------------------ the family and frozen looks
+
+
+def _pairs(block_log_ratios, n=6, seed=0):
+    """Pairs with the control whose replicate ``b`` has mean log-ratio ``block_log_ratios[b]``."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    frames = []
+    for b, d in enumerate(block_log_ratios):
+        noise = rng.normal(0, 0.01, n)
+        noise -= noise.mean()
+        c = np.full(n, 0.05)
+        frames.append(pd.DataFrame({"tpot_s_c": c, "tpot_s_e": c * np.exp(d + noise),
+                                    "replicate": b, "prompt_id": np.arange(n)}))  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_holm_runs_over_every_arm_and_load_level():
+    """Two arms at two load levels are one family of four: the first Holm round is at
+    1 - α/4 for every comparison, and the family is said in words."""
+    from speclib.analysis.tpot_verdict import decide_family
+
+    arms = {"a": _pairs([-0.5, -0.52, -0.49]), "b": _pairs([-0.3, -0.31, -0.29], seed=1)}
+    found = decide_family({0: arms, 1: arms}, experiments=["a", "b"], aa_arm=None,
+                          confidence=0.95, margin=MARGIN)  # fmt: skip
+    for level in (0, 1):
+        for arm in ("a", "b"):
+            ci, decision = found[level].experiments[arm]
+            assert decision.word == "adopt"
+            assert ci.confidence_level == pytest.approx(1 - 0.05 / 4)
+    assert "over 4 comparisons: 2 arms × 2 load levels" in found[0].family
+    assert "A/A arm is not in the family" in found[0].family
+
+
+def test_a_decision_at_an_early_look_is_frozen():
+    """Adopted at look 1 (2 blocks), the arm keeps that decision and its interval at that
+    look's level, although all four blocks together would be inconclusive."""
+    from speclib.analysis.tpot_verdict import decide_family
+
+    plan = spending_plan(4, min_blocks=2, alpha=ALPHA)
+    arms = {"x": _pairs([-0.40, -0.401, 0.6, -0.9])}
+    looks = list(zip(plan.looks, plan.confidence_levels, strict=True))
+    frozen = decide_family({0: arms}, experiments=["x"], aa_arm=None, confidence=0.95,
+                           margin=MARGIN, looks=looks)[0]  # fmt: skip
+    ci, decision = frozen.experiments["x"]
+    assert decision.word == "adopt" and frozen.looks == {"x": 0}
+    assert ci.confidence_level == pytest.approx(plan.confidence_levels[0])
+    assert ci.n_launches == 2 and ci.df == 1
+    at_once = decide_family({0: arms}, experiments=["x"], aa_arm=None,
+                            confidence=plan.confidence_levels[-1], margin=MARGIN)[0]  # fmt: skip
+    assert at_once.experiments["x"][1].word == "inconclusive"

@@ -247,6 +247,33 @@ def test_launch_noise_floor_makes_more_prompts_useless():
     assert "more launches" in plan.reason
 
 
+def test_extra_launches_use_the_intervals_own_df():
+    """A t-interval on fewer df than launches - 1 needs fewer extra launches to shrink: the
+    plan follows ``ci.df`` (growing by one per launch), not ``n_launches - 1``."""
+    common = dict(
+        estimate=0.93, ci_low=0.80, ci_high=1.08, confidence_level=0.95, method="blocks",
+        n_pairs=30, n_launches=3, median_delta=-0.001, wilcoxon_p=None,
+        between_launch_share=0.9, more_launches_help=True, var_between=0.01,
+        var_within=0.001, n_resamples=0,
+    )  # fmt: skip
+    by_launches = decide(RatioCI(**common), margin=0.05).extra_launches_needed
+    same = decide(RatioCI(**common, df=2), margin=0.05).extra_launches_needed
+    fewer = decide(RatioCI(**common, df=1), margin=0.05).extra_launches_needed
+    assert by_launches == same and fewer is not None and fewer < same
+    assert decide(RatioCI(**common, df=0), margin=0.05).extra_launches_needed is None
+
+
+def test_finite_median_can_skip_non_positive_tpots():
+    import pandas as pd
+
+    from speclib.analysis.frames import finite_median
+
+    values = pd.Series([0.0, 0.0, 0.0, 0.02, 0.03, "x", float("inf"), -1.0])
+    assert finite_median(values, positive=True) == pytest.approx(0.025)
+    assert finite_median(values) == 0.0  # acceptance rates: 0 is a value
+    assert finite_median(pd.Series([0.0, -0.1]), positive=True) is None
+
+
 def test_estimate_on_a_boundary_needs_no_finite_amount():
     ci = RatioCI(
         estimate=0.95, ci_low=0.90, ci_high=1.00, confidence_level=0.95, method="BCa",
