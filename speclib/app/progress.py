@@ -248,6 +248,8 @@ class RunWatcher:
                 if status.get("ok") or status.get("started_at", 0) < self.started_wall - 1:
                     continue
                 first = str(status.get("error") or "launch failed").splitlines()[0][:300]
+                if status.get("error_cause"):
+                    first = f"{first.split(':', 1)[0]}: {status['error_cause']}"
                 if first.startswith(("KeyboardInterrupt", "SystemExit")):
                     self.on_event(RunEvent(f"{lid}: stopped by the interruption"))
                 else:

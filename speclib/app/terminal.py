@@ -88,6 +88,23 @@ def describe(state: RunState) -> str:
     return text + ("" if state.eta_s is None else f", ETA {_clock(state.eta_s)}")
 
 
+MAX_LINE = 160
+"""No plain progress line is longer than this (logs and pipes stay readable)."""
+
+
+def _fit(line: str, width: int = MAX_LINE) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _starting_note(state: RunState) -> str:
+    """`` — 2/4 ready · control-r0: <its last log message>`` while servers start."""
+    if state.phase != "starting" or not state.starting:
+        return ""
+    n = len(state.arms)
+    first = state.starting[0]
+    return f" — {n - len(state.starting)}/{n} ready · {first.launch_id}: {first.last_line}"
+
+
 class Display:
     """Plain lines: the base of every display (also the ``log`` callback of the runner)."""
 
@@ -123,7 +140,7 @@ class Display:
 
     def write(self, text: str) -> None:
         with self._lock:
-            print(text, file=self.stream, flush=True)
+            print(_fit(text), file=self.stream, flush=True)
 
     def log(self, msg: str) -> None:
         """The runner's log callback: every line (failures only when quiet)."""
@@ -158,8 +175,7 @@ class Display:
         due = state.block is not None and now - self._last_line >= PLAIN_EVERY_S
         if (changed and state.block is not None) or due:
             self._last_line = now
-            logs = "; ".join(f"{s.launch_id}: {s.last_line[:80]}" for s in state.starting)
-            self.write(_stamp(describe(state) + (f" — {logs}" if logs else "")))
+            self.write(_fit(_stamp(describe(state) + _starting_note(state))))
 
 
 class LiveDisplay(Display):
@@ -195,7 +211,7 @@ class LiveDisplay(Display):
     def write(self, text: str) -> None:
         style = "red" if any(w in text for w in _ERROR_WORDS) else None
         with self._lock:
-            self.console.print(text, style=style, markup=False, soft_wrap=True)
+            self.console.print(_fit(text), style=style, markup=False, soft_wrap=True)
 
     def show(self, state: RunState) -> None:
         self.state = state

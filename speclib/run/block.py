@@ -62,7 +62,7 @@ def _status(params, arm: Arm, replicate: int, block: str, design: str, error: st
         replicate=replicate,
         launch_id=arm.lid,
         ok=error is None,
-        error=error[-4000:] if error else None,
+        error=_clip(error) if error else None,
         started_at=arm.started,
         ended_at=time.time(),
         server_ready_s=ready,
@@ -91,6 +91,15 @@ def _status(params, arm: Arm, replicate: int, block: str, design: str, error: st
         },
         extra={},
     )
+
+
+def _clip(error: str, limit: int = 4000) -> str:
+    """An error for ``status.json``: its first line (the message) and the end of the rest
+    (the log's last lines), at most about ``limit`` characters."""
+    if len(error) <= limit:
+        return error
+    head, _, rest = error.partition("\n")
+    return f"{head[:500]}\n…\n{rest[-(limit - 500) :]}"
 
 
 def _count_prompts(params: ExperimentParams) -> int:

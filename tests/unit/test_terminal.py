@@ -344,3 +344,17 @@ def test_verdict_table_and_json_from_a_summary(tmp_path):
     empty = io.StringIO()
     print_verdicts(tmp_path / "missing.json", stream=empty)
     assert empty.getvalue().strip() == "no comparison in the summary"
+
+
+def test_plain_lines_never_exceed_160_characters():
+    import io
+
+    from speclib.app.terminal import MAX_LINE, Display
+
+    out = io.StringIO()
+    display = Display("/nonexistent", stream=out)
+    display.write("FAILED draft-k4-r0: " + "x" * 500)
+    display.write("short")
+    lines = out.getvalue().splitlines()
+    assert [len(x) <= MAX_LINE for x in lines] == [True, True]
+    assert lines[0].endswith("…") and lines[1] == "short"
