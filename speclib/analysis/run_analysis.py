@@ -328,14 +328,16 @@ def with_failed_arms(
     comps: list[Comparison], statuses: list[dict[str, Any]], *, margin: float, confidence: float
 ) -> list[Comparison]:
     """An arm none of whose launches ended well is "failed", named by its root cause (the
-    last exception line of its server's log), not "inconclusive — no valid pairs"."""
+    last exception line of its server's log), not "inconclusive — no valid pairs". An arm
+    whose server ran in the wrong mode keeps its "reject" (the mode gate says why)."""
     by_series: dict[str, list[dict[str, Any]]] = {}
     for s in statuses:
         by_series.setdefault(s["series"], []).append(s)
     out = []
     for c in comps:
         launches = by_series.get(c.experiment) or []
-        if not launches or any(s.get("ok") for s in launches):
+        wrong_mode = any((s.get("mode_check") or {}).get("ok") is False for s in launches)
+        if not launches or wrong_mode or any(s.get("ok") for s in launches):
             out.append(c)
             continue
         first = launches[0]
@@ -389,7 +391,7 @@ def analyze_run(
     idle = idle_load_frame(rd.root, statuses)
     cores = int((rd.read_manifest().get("hardware") or {}).get("cpu_count") or os.cpu_count() or 1)
     idle_problem = idle_load_problem(idle, cores=cores, max_gap=params.analysis.max_contention_gap)
-    checks = pre_checks(agreement, df, exclusions, idle_problem, idle)
+    checks = pre_checks(agreement, df, exclusions, idle_problem, idle, instrument=instrument.tpot)
     problem = problem_of(checks)
     comps: list[Comparison] = []
     noise: list[dict[str, Any]] = []

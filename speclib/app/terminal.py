@@ -333,7 +333,7 @@ def trust_lines(summary: dict[str, Any]) -> list[str]:
     elif trust.get("untrustworthy"):
         head = "bench trust: FAILED, the bench cannot be trusted and no verdict decides"
     else:
-        head = "bench trust: not every check could be assessed"
+        head = "bench trust: not every check passed or was assessed (none bears on a verdict)"
     inst = (summary.get("instrument") or {}).get("tpot")
     out = [f"{head} (TPOT from the {inst or 'client'}'s stamps)"]
     for c in checks:

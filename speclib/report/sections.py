@@ -57,7 +57,9 @@ def _ratio_cell(c: Comparison) -> str:
 
 def _exclusion_note(c: Comparison) -> str:
     """Pairs left out of the TPOT comparison, each reason counted (never silent)."""
-    p = c.pairing or {}
+    p = getattr(c, "pairing", None) or {}
+    if not p:
+        return ""
     failed = {
         f"{c.control} failed": p.get("dropped_control_failed", 0),
         f"{c.experiment} failed": p.get("dropped_experiment_failed", 0),
@@ -201,7 +203,7 @@ def noise_floor_html(an: RunAnalysis) -> str:
                     "The bench shows an effect where none exists: no verdict of this run "
                     "can be trusted."
                 )
-            elif (an.trust or {}).get("trusted"):
+            elif (getattr(an, "trust", None) or {}).get("trusted"):
                 text += "No false effect: the bench's noise is inside its intervals."
             else:
                 text += (
@@ -221,7 +223,7 @@ _TRUST_MARK = {"pass": "✔ pass", "fail": "✘ FAIL", "not assessed": "– not 
 def bench_trust_html(an: RunAnalysis) -> str:
     """The bench-trust panel: each check with its status, figure and per-arm figures, and
     the instrument the verdict's TPOT comes from (all from ``summary.json``'s fields)."""
-    trust = an.trust or {}
+    trust = getattr(an, "trust", None) or {}
     checks = trust.get("checks") or []
     if not checks:
         return ""
@@ -242,7 +244,10 @@ def bench_trust_html(an: RunAnalysis) -> str:
     elif trust.get("untrustworthy"):
         head = "Bench trust: FAILED — no verdict of this run can be acted on."
     else:
-        head = "Bench trust: not every check could be assessed."
+        head = (
+            "Bench trust: not every check passed or could be assessed; none that failed "
+            "bears on the verdicts."
+        )
     inst = an.instrument
     source = "the servers' own per-request stamps" if inst.tpot == "server" else "the client"
     return (
@@ -293,7 +298,8 @@ def verdict_html(an: RunAnalysis) -> str:
 
 
 def _instrument_words(an: RunAnalysis) -> str:
-    return "server stamps" if an.instrument.tpot == "server" else "client stamps"
+    inst = getattr(an, "instrument", None)
+    return "server stamps" if inst is not None and inst.tpot == "server" else "client stamps"
 
 
 def _recommended_row(r: Any) -> str:

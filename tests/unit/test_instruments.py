@@ -287,3 +287,27 @@ def test_the_client_is_pinned_only_where_two_cores_are_free_of_server_threads():
         for proc in (server, client):
             proc.kill()
             proc.wait()
+
+
+def test_late_reads_gate_the_verdict_only_when_it_uses_the_clients_stamps(tmp_path):
+    df = apply_instrument(_frame(late_control=4), InstrumentChoice("server", "test"))
+    agreement = pd.DataFrame(
+        [
+            {
+                "series": "control",
+                "launch_id": "control-r0",
+                "agrees": True,
+                "tpot_gap": 0.01,
+                "ttft_gap_ms": 2.0,
+            }
+        ]
+    )
+    idle = pd.DataFrame({"block": ["r0"], "arm": ["control"]})
+    server = pre_checks(agreement, df, exclusion_table(df), None, idle, instrument="server")
+    late = next(c for c in server if c.check == "late reads")
+    assert late.status == "fail" and not late.gating
+    assert problem_of(server) is None  # shown, but the verdict does not rest on the client
+    panel = bench_trust(server, [_Comp(0.97, 1.04)], 0.05)
+    assert not panel["trusted"] and not panel["untrustworthy"]
+    client = pre_checks(agreement, df, exclusion_table(df), None, idle, instrument="client")
+    assert "late reads" in problem_of(client)
