@@ -61,7 +61,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     params = write_params(
         REPO / "params" / "cpu-demo.yaml",
         tmp / "ci-demo.yaml",
-        workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1},
+        # 2 blocks (the demo runs 3): the tests check the machinery, not the verdict's power
+        workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1, "replicates": 2},
         protocol={"crosscheck_vllm_bench": True},  # on in the tests, off in the demo
     )
     out = tmp / "run"
