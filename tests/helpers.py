@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
-__all__ = ["servers_on_port", "vllm_server_pids"]
+__all__ = ["process_gone", "servers_on_port", "vllm_server_pids"]
+
+
+def process_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether ``pid`` exited (or is a zombie no one reaped) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def vllm_server_pids() -> list[int]:

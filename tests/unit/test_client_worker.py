@@ -31,6 +31,7 @@ from speclib.measure.worker import (
     shared_worker,
 )
 from tests.fakeserver import FakeServer, Script
+from tests.helpers import process_gone
 from tests.unit.test_client import SPEC, spec_for
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
@@ -67,19 +68,6 @@ def _job(server: FakeServer, keys: list[str], **kwargs) -> dict:
 
 def _facts(records: list[RequestRecord]) -> list[tuple]:
     return sorted(tuple(getattr(r, f) for f in SAME) for r in records)
-
-
-def _gone(pid: int, timeout_s: float) -> bool:
-    """Whether ``pid`` exited (or is a zombie no one reaped) within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_the_worker_gives_the_records_the_client_gives_in_process(server, worker) -> None:
@@ -223,20 +211,20 @@ def test_the_worker_stays_in_its_callers_session_and_exits_when_the_caller_dies(
         assert os.getpgid(pid) == os.getpgid(caller.pid)
         assert psutil.Process(pid).ppid() == caller.pid
         os.kill(caller.pid, signal.SIGKILL)  # no cleanup code runs: only the pipe closes
-        assert _gone(pid, 5.0), "the worker outlived its caller"
+        assert process_gone(pid, 5.0), "the worker outlived its caller"
 
 
 def test_the_worker_exits_when_its_caller_dies_even_if_a_fork_holds_the_pipe() -> None:
     with _parent("fork") as (caller, pid):
         os.kill(caller.pid, signal.SIGKILL)  # stdin stays open in the forked child
-        assert _gone(pid, 5.0), "the worker outlived its caller"
+        assert process_gone(pid, 5.0), "the worker outlived its caller"
 
 
 def test_closing_the_worker_ends_its_process(worker) -> None:
     pid = worker.pid
     assert psutil.pid_exists(pid)
     worker.close()
-    assert _gone(pid, 5.0)
+    assert process_gone(pid, 5.0)
 
 
 def test_the_shared_worker_is_reused_replaced_when_dead_and_closed(server) -> None:
@@ -255,7 +243,7 @@ def test_the_shared_worker_is_reused_replaced_when_dead_and_closed(server) -> No
         assert [r.prompt_id for r in got] == ["a", "b", "c"]
     finally:
         close_shared_worker()
-    assert _gone(second.pid, 5.0)
+    assert process_gone(second.pid, 5.0)
 
 
 def test_without_a_worker_the_run_happens_in_process_and_says_why(server, monkeypatch) -> None:

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from speclib.serve import process as srv
+from tests.helpers import process_gone
 
 FAKE = Path(__file__).resolve().parents[1] / "fakeserver.py"
 
@@ -31,18 +32,6 @@ def _spec(tmp_path: Path, argv: list[str], port: int, **kw) -> srv.LaunchSpec:
         pidfile=tmp_path / "server.pid",
         **kw,
     )
-
-
-def _gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_build_argv_control_has_no_spec_flags():
@@ -105,7 +94,7 @@ def test_start_timeout_is_reported_and_child_killed(tmp_path):
         for p in psutil.process_iter(["cmdline"])
         if p.info["cmdline"] and "time.sleep(600)" in " ".join(p.info["cmdline"])
     ]
-    assert all(_gone(pid) for pid in pids)
+    assert all(process_gone(pid) for pid in pids)
 
 
 def test_port_in_use_is_refused_before_launch(tmp_path):
@@ -132,8 +121,8 @@ def test_ready_then_stop_kills_whole_group(tmp_path):
         assert any("sleep" in " ".join(k.cmdline()) for k in kids)
     finally:
         handle.stop(grace_s=5)
-    assert _gone(handle.pid)
-    assert all(_gone(k.pid) for k in kids)
+    assert process_gone(handle.pid)
+    assert all(process_gone(k.pid) for k in kids)
     assert not spec.pidfile.exists()
 
 
@@ -156,7 +145,7 @@ def test_reap_pidfile_kills_a_server_left_behind(tmp_path):
         killed = srv.reap_pidfile(tmp_path / "server.pid")
         assert killed == [server.pid]
         server.wait(timeout=10)
-        assert all(_gone(k.pid) for k in kids)
+        assert all(process_gone(k.pid) for k in kids)
         assert not (tmp_path / "server.pid").exists()
     finally:
         server.kill()
