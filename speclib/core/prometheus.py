@@ -188,19 +188,19 @@ def histogram_mean(
     before: Samples | str, after: Samples | str, name: str
 ) -> tuple[float, int] | None:
     """Mean and count of the observations a histogram ``name`` gained between two
-    snapshots (from its ``_sum`` and ``_count``, over every label set); None when the
-    server has no such histogram, nothing was observed in between, or it went backwards."""
+    snapshots (from its ``_sum`` and ``_count``, over every label set); None when either
+    snapshot lacks it, nothing was observed in between, or it went backwards."""
     try:
         s0, s1 = metric_sum(before, name + "_sum"), metric_sum(after, name + "_sum")
         n0, n1 = metric_sum(before, name + "_count"), metric_sum(after, name + "_count")
     except ValueError:
         return None
-    if s1 is None or n1 is None:
+    if None in (s0, s1, n0, n1):  # a snapshot without it: no window to measure
         return None
-    n = n1 - (n0 or 0.0)
+    n = n1 - n0  # type: ignore[operator]
     if n <= 0:
         return None
-    return (s1 - (s0 or 0.0)) / n, round(n)
+    return (s1 - s0) / n, round(n)  # type: ignore[operator]
 
 
 def _counter_delta(

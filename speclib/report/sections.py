@@ -217,6 +217,18 @@ def noise_floor_html(an: RunAnalysis) -> str:
     return f"<div class='speclib-noise' id='speclib-noise'>{''.join(parts)}</div>"
 
 
+def _partial_trust(checks: list[dict[str, Any]]) -> str:
+    """The panel's head when the bench is neither trusted nor untrustworthy."""
+    failed = [c["check"] for c in checks if c["status"] == "fail"]
+    missing = [c["check"] for c in checks if c["status"] == "not assessed"]
+    parts = []
+    if failed:
+        parts.append(f"failed {', '.join(failed)}, which the verdicts do not rest on")
+    if missing:
+        parts.append(f"not assessed: {', '.join(missing)}")
+    return "; ".join(parts) + " (so no claim of “no false effect”)."
+
+
 _TRUST_MARK = {"pass": "✔ pass", "fail": "✘ FAIL", "not assessed": "– not assessed"}
 
 
@@ -244,18 +256,24 @@ def bench_trust_html(an: RunAnalysis) -> str:
     elif trust.get("untrustworthy"):
         head = "Bench trust: FAILED — no verdict of this run can be acted on."
     else:
-        head = (
-            "Bench trust: not every check passed or could be assessed; none that failed "
-            "bears on the verdicts."
-        )
-    inst = an.instrument
-    source = "the servers' own per-request stamps" if inst.tpot == "server" else "the client"
+        head = "Bench trust: " + _partial_trust(checks)
+    inst = getattr(an, "instrument", None)
+    server = inst is not None and inst.tpot == "server"
+    source = "the servers' own per-request stamps" if server else "the client's stamps"
+    marks = " · ".join(
+        f"{html.escape(c['check'])} {_TRUST_MARK.get(c['status'], c['status'])} "
+        f"({html.escape(c['figure'])})"
+        for c in checks
+    )
+    reason = html.escape(inst.reason) if inst is not None else ""
     return (
-        f"<div id='speclib-trust'><p><b>{head}</b> The verdict's TPOT comes from {source}: "
-        f"<span class='speclib-small'>{html.escape(inst.reason)}</span></p>"
-        f"<table class='speclib-table speclib-trust'>"
-        f"<tr><th>Check</th><th>Status</th><th>Figure</th><th>What it says</th></tr>"
-        f"{''.join(rows)}</table></div>"
+        f"<div id='speclib-trust'><p><b>{head}</b> TPOT from {source}.<br>"
+        f"<span class='speclib-small'>{marks}</span></p>"
+        "<details><summary class='speclib-small'>the checks in detail</summary>"
+        f"<p class='speclib-small'>{reason}</p>"
+        "<table class='speclib-table speclib-trust'>"
+        "<tr><th>Check</th><th>Status</th><th>Figure</th><th>What it says</th></tr>"
+        f"{''.join(rows)}</table></details></div>"
     )
 
 
