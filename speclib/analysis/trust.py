@@ -14,7 +14,8 @@ server). So the bench is trusted only when all of these pass:
   :data:`~speclib.analysis.instrument.EXCLUSION_GAP_LIMIT` of each other;
 - **CPU starvation** — idle servers did not load the arms unequally
   (:func:`speclib.analysis.idle_load.idle_load_problem`);
-- **A/A** — the A/A arm's interval covers 1 (no false effect), with its resolution; an
+- **A/A** — the A/A arm shows no effect the rule would act on (no false effect), with its
+  resolution; an
   interval wider than :func:`coarse_limit` cannot show a false effect and is "not assessed".
 
 A check is ``pass``, ``fail`` or ``not assessed`` (no data for it: not a pass); the bench is
@@ -220,7 +221,8 @@ def problem_of(checks: list[TrustCheck]) -> str | None:
 
 
 def aa_check(aa: list[Any], margin: float) -> TrustCheck:
-    """The A/A arm's interval covers 1, and how fine the bench resolves (±x %)."""
+    """The A/A arm shows no effect the rule would act on (its word is neither adopt nor
+    worse), and how fine the bench resolves (±x %)."""
     name = "A/A"
     cis = [(c, c.cis.get("tpot_s")) for c in aa]
     cis = [(c, ci) for c, ci in cis if ci is not None]
@@ -234,25 +236,27 @@ def aa_check(aa: list[Any], margin: float) -> TrustCheck:
         )
     worst = max(max(ci.ci_high - 1, 1 - ci.ci_low) for _, ci in cis)
     figure = f"resolution ±{100 * worst:.1f} %"
-    false = [c for c, ci in cis if not ci.ci_low <= 1 <= ci.ci_high]
+    false = [c for c, _ in cis if getattr(c, "word", None) in ("adopt", "worse", "reject")]
     if false:
         return TrustCheck(
             name,
             FAIL,
             figure,
-            "the A/A arm (a second copy of the control) "
-            "shows an effect: the bench's noise is outside its intervals",
+            "the A/A arm (a second copy of the control) shows an effect the rule would act "
+            "on: the bench's noise is outside its intervals",
         )
+    covers = all(ci.ci_low <= 1 <= ci.ci_high for _, ci in cis)
+    side = "covers 1" if covers else "excludes 1 (an instance effect the rule does not act on)"
     limit = coarse_limit(margin)
     if worst > limit:
         return TrustCheck(
             name,
             NOT_ASSESSED,
             figure,
-            f"the A/A interval covers 1, but it is too wide (coarser than ±{100 * limit:.0f} %) "
+            f"the A/A interval {side}, but it is too wide (coarser than ±{100 * limit:.0f} %) "
             "to show a false effect of the size that would matter: more blocks would sharpen it",
         )
-    detail = f"A/A interval covers 1; resolution ±{100 * worst:.1f} % against δ = {margin:.0%}"
+    detail = f"A/A interval {side}; resolution ±{100 * worst:.1f} % against δ = {margin:.0%}"
     if worst > margin:
         detail += " (coarser than δ: more blocks would sharpen it)"
     return TrustCheck(name, PASS, figure, detail)

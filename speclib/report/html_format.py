@@ -30,6 +30,8 @@ CSS = """
 .speclib .speclib-noise { border-left: 4px solid #888; padding: 0.2em 0.8em; margin: 0.6em 0; }
 .speclib .speclib-inconclusive { background: #f7efa0; }
 .speclib .speclib-small { font-size: 0.85em; color: #444; }
+.speclib #speclib-trust p { margin: 0.3em 0; }
+.speclib #speclib-trust details { margin: 0 0 0.3em; }
 .speclib .speclib-conclusion { border-left: 4px solid #0173b2; background: #f3f7fa;
   padding: 0.35em 1em; margin: 0.2em 0 0.8em; }
 .speclib .speclib-conclusion p, .speclib .speclib-conclusion ul { margin: 0.3em 0; }

@@ -187,7 +187,7 @@ def design_line(an: RunAnalysis) -> str:
 
 def noise_floor_html(an: RunAnalysis) -> str:
     """The A/A arm first: this bench's noise floor, and whether the bench can be trusted."""
-    parts = [f"<p class='speclib-small'>{html.escape(design_line(an))}</p>"]
+    parts = []
     for c in an.noise_floor:
         ci = c.cis.get("tpot_s")
         if ci is None:
@@ -204,16 +204,14 @@ def noise_floor_html(an: RunAnalysis) -> str:
                     "can be trusted."
                 )
             elif (getattr(an, "trust", None) or {}).get("trusted"):
-                text += "No false effect: the bench's noise is inside its intervals."
+                text += "No false effect."
             else:
-                text += (
-                    "Its interval covers 1, but that alone does not vouch for the bench: "
-                    "see the checks below."
-                )
+                text += "Alone it does not vouch for the bench: see the checks below."
         parts.append(f"<p><b>This bench's noise floor.</b> {text}</p>")
-    parts.append(bench_trust_html(an))
+    more = [f"<p class='speclib-small'>{html.escape(design_line(an))}</p>"]
     if an.bench_problem:
-        parts.append(f"<p><b>Bench problem:</b> {html.escape(an.bench_problem)}</p>")
+        more.append(f"<p><b>Bench problem:</b> {html.escape(an.bench_problem)}</p>")
+    parts.append(bench_trust_html(an, more=more))
     return f"<div class='speclib-noise' id='speclib-noise'>{''.join(parts)}</div>"
 
 
@@ -229,10 +227,10 @@ def _partial_trust(checks: list[dict[str, Any]]) -> str:
     return "; ".join(parts) + " (so no claim of “no false effect”)."
 
 
-_TRUST_MARK = {"pass": "✔ pass", "fail": "✘ FAIL", "not assessed": "– not assessed"}
+_TRUST_MARK = {"pass": "✔", "fail": "✘", "not assessed": "–"}
 
 
-def bench_trust_html(an: RunAnalysis) -> str:
+def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
     """The bench-trust panel: each check with its status, figure and per-arm figures, and
     the instrument the verdict's TPOT comes from (all from ``summary.json``'s fields)."""
     trust = getattr(an, "trust", None) or {}
@@ -245,7 +243,7 @@ def bench_trust_html(an: RunAnalysis) -> str:
         rows.append(
             f"<tr class='speclib-trust-{c['status'].replace(' ', '-')}'>"
             f"<td><b>{html.escape(c['check'])}</b></td>"
-            f"<td>{_TRUST_MARK.get(c['status'], c['status'])}</td>"
+            f"<td>{_TRUST_MARK.get(c['status'], c['status'])} {c['status']}</td>"
             f"<td>{html.escape(c['figure'])}</td>"
             f"<td class='speclib-small'>{html.escape(c['detail'])}"
             + (f"<br>{html.escape(per_arm)}" if per_arm else "")
@@ -261,16 +259,16 @@ def bench_trust_html(an: RunAnalysis) -> str:
     server = inst is not None and inst.tpot == "server"
     source = "the servers' own per-request stamps" if server else "the client's stamps"
     marks = " · ".join(
-        f"{html.escape(c['check'])} {_TRUST_MARK.get(c['status'], c['status'])} "
-        f"({html.escape(c['figure'])})"
+        f"{html.escape(c['check'])} {_TRUST_MARK.get(c['status'], c['status'])}"
+        f"{'' if c['status'] == 'pass' else ' ' + c['status'].upper()} "
+        f"{html.escape(c['figure'])}"
         for c in checks
     )
     reason = html.escape(inst.reason) if inst is not None else ""
     return (
-        f"<div id='speclib-trust'><p><b>{head}</b> TPOT from {source}.<br>"
-        f"<span class='speclib-small'>{marks}</span></p>"
-        "<details><summary class='speclib-small'>the checks in detail</summary>"
-        f"<p class='speclib-small'>{reason}</p>"
+        f"<div id='speclib-trust'><p><b>{head}</b> TPOT from {source}.</p>"
+        f"<details><summary class='speclib-small'>{marks} — details</summary>"
+        f"{''.join(more or [])}<p class='speclib-small'>{reason}</p>"
         "<table class='speclib-table speclib-trust'>"
         "<tr><th>Check</th><th>Status</th><th>Figure</th><th>What it says</th></tr>"
         f"{''.join(rows)}</table></details></div>"

@@ -250,8 +250,9 @@ class _Ci:
 
 
 class _Comp:
-    def __init__(self, lo, hi):
+    def __init__(self, lo, hi, word="inconclusive"):
         self.cis = {"tpot_s": _Ci(lo, hi)}
+        self.word = word
 
 
 def test_the_aa_check_reports_resolution_and_fails_on_a_false_effect():
@@ -262,7 +263,9 @@ def test_the_aa_check_reports_resolution_and_fails_on_a_false_effect():
     assert coarse.status == "pass" and "coarser than δ" in coarse.detail
     useless = aa_check([_Comp(0.1, 9.3)], 0.05)
     assert useless.status == "not assessed" and "too wide" in useless.detail
-    assert aa_check([_Comp(0.85, 0.95)], 0.05).status == "fail"
+    assert aa_check([_Comp(0.85, 0.94, "adopt")], 0.05).status == "fail"
+    near = aa_check([_Comp(0.907, 0.973)], 0.05)  # excludes 1, inside the rule's reach
+    assert near.status == "pass" and "excludes 1" in near.detail
     panel = bench_trust([], [_Comp(0.97, 1.04)], 0.05)
     assert panel["trusted"]
 

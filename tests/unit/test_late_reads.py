@@ -30,7 +30,9 @@ def _run(tmp: Path, *, late: bool) -> tuple[Path, subprocess.CompletedProcess]:
     data["workload"].update(replicates=2)
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"
-    env = {**os.environ, "FAKE_VLLM_TOKENS": "12", "FAKE_VLLM_STEP_S": "0.006"}
+    # on time: 20 ms steps, so only a stall of 40 ms or more reads 3 chunks together
+    step = "0.006" if late else "0.02"
+    env = {**os.environ, "FAKE_VLLM_TOKENS": "12", "FAKE_VLLM_STEP_S": step}
     if late:
         env["FAKE_VLLM_LATE_READ_PLAIN"] = "1"
     proc = subprocess.run(
