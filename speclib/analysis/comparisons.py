@@ -87,11 +87,9 @@ class Comparison:
         """Geometric-mean TPOT ratio and pair count per prompt category (point estimates)."""
         return ratio_by_category(self.pairs)
 
-    def exclusion_notes(self) -> list[str]:
-        """What the TPOT comparison left out, and a sensitivity line where the choice of
-        instrument could change the verdict (the two instruments' point ratios fall on
-        different sides of 1 − δ or 1 + δ, or differ by more than 2 %)."""
-        out = []
+    def dropped_pairs(self) -> dict[str, int]:
+        """Pairs the TPOT comparison could not use, counted by side and reason (failed,
+        unmatched, or excluded by the instrument); only non-zero counts."""
         p = self.pairing or {}
         dropped = {
             f"{self.control} failed": p.get("dropped_control_failed", 0),
@@ -100,7 +98,15 @@ class Comparison:
             "unmatched": p.get("unmatched", 0),
             **(p.get("excluded") or {}),
         }
-        dropped = {k: v for k, v in dropped.items() if v}
+        return {k: v for k, v in dropped.items() if v}
+
+    def exclusion_notes(self) -> list[str]:
+        """What the TPOT comparison left out, and a sensitivity line where the choice of
+        instrument could change the verdict (the two instruments' point ratios fall on
+        different sides of 1 − δ or 1 + δ, or differ by more than 2 %)."""
+        out = []
+        p = self.pairing or {}
+        dropped = self.dropped_pairs()
         if dropped:
             why = "; ".join(f"{k}: {v}" for k, v in dropped.items())
             out.append(

@@ -57,16 +57,7 @@ def _ratio_cell(c: Comparison) -> str:
 
 def _exclusion_note(c: Comparison) -> str:
     """Pairs left out of the TPOT comparison, each reason counted (never silent)."""
-    p = getattr(c, "pairing", None) or {}
-    if not p:
-        return ""
-    failed = {
-        f"{c.control} failed": p.get("dropped_control_failed", 0),
-        f"{c.experiment} failed": p.get("dropped_experiment_failed", 0),
-        "both failed": p.get("dropped_both_failed", 0),
-        "unmatched": p.get("unmatched", 0),
-    }
-    reasons = {**{k: v for k, v in failed.items() if v}, **(p.get("excluded") or {})}
+    reasons = c.dropped_pairs() if hasattr(c, "dropped_pairs") else {}
     if not reasons:
         return ""
     total = sum(reasons.values())
