@@ -71,6 +71,16 @@ def _autogroups_enabled() -> bool | None:
         return None
 
 
+def _same_session(server_pid: int, client_pid: int | str) -> bool | None:
+    """Whether two processes share a session, hence an autogroup (the kernel makes a new
+    autogroup at ``setsid`` and nowhere else): the fallback where ``/proc/<pid>/autogroup``
+    cannot be read (some kernels and sandboxes hide it while autogroups are on)."""
+    try:
+        return os.getsid(server_pid) == os.getsid(0 if client_pid == "self" else int(client_pid))
+    except OSError:
+        return None
+
+
 def _nice_of(pid: int) -> int | None:
     try:
         return os.getpriority(os.PRIO_PROCESS, pid)
@@ -87,8 +97,12 @@ def place(server_pid: int, *, nice: int, client_pid: int | str = "self") -> dict
     enabled = _autogroups_enabled()
     mine, theirs = autogroup_of(client_pid), autogroup_of(server_pid)
     same_group = None if mine is None or theirs is None else mine[0] == theirs[0]
+    if same_group is None and enabled:
+        same_group = _same_session(server_pid, client_pid)
     action = "none needed"
-    if enabled and same_group is False and nice > 0 and theirs is not None and theirs[1] < nice:
+    if enabled and same_group is False and theirs is None:
+        action = "server in another session; its autogroup cannot be read or niced here"
+    elif enabled and same_group is False and nice > 0 and theirs[1] < nice:
         try:
             Path(f"/proc/{server_pid}/autogroup").write_text(f"{nice}\n")
             action = f"set the server's autogroup nice to {nice}"
