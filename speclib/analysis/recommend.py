@@ -7,21 +7,17 @@ smallest one (smallest ``k``) whose TPOT ratio is shown to be within δ
 control is ADOPT. When no arm of the family is ADOPT the answer is "no k pays" (``None``).
 
 **The test.** The best arm is the one with the lowest mean per-block log-ratio ``d``
-against the control. For every other arm ``a`` the ratio of ratios ``a / best`` is
-estimated as ``exp(mean_b d[a, b] - mean_b' d[best, b'])`` (each mean over the blocks the
-arm ran in). Under the block model of :mod:`speclib.analysis.blocks`
-(``var d = 2σ²``; two arms of one block share the control's error, covariance ``σ²``) its
-log variance is ``σ² (2/n_a + 2/n_best - 2 s / (n_a n_best))`` with ``s`` the blocks both
-arms share. So the one formula uses the per-block differences where both arms share a block
-(the control's error cancels: ``2σ²/n`` when they share all ``n`` blocks) and a combined
-standard error where they do not (``4σ²/n``). ``σ²`` and its degrees of freedom are pooled
-over every arm of the level (the free fit of :func:`~speclib.analysis.blocks.block_ratio_cis`)
-and the interval is a t-interval. An arm is *within δ* when the upper bound is below
-``1 + δ``. Holm's step-down runs over the family's other arms exactly as
-:func:`~speclib.analysis.decision.holm_decide` does (round with ``m`` open arms at
-confidence ``1 - α/m``; settled arms leave; stop when a round settles none). The best arm is
-chosen from the same data, which the test does not correct for: "within δ of the best" is
-read as "not shown worse than the best by more than δ".
+against the control. For every other arm ``a`` the ratio of ratios ``a / best`` rests on
+the two arms' own noise (each arm has its own instance variance, see
+:mod:`speclib.analysis.blocks`): where they share at least two blocks, a paired t-interval
+on the per-block differences ``d[a, b] - d[best, b]`` (the control's error cancels;
+df = shared blocks − 1); otherwise Welch's t on the two arms' block means (Satterthwaite
+df). An arm is *within δ* when the upper bound is below ``1 + δ``. Holm's step-down runs
+over the family's other arms exactly as :func:`~speclib.analysis.decision.holm_decide`
+does (round with ``m`` open arms at confidence ``1 - α/m``; settled arms leave; stop when a
+round settles none). The best arm is chosen from the same data, which the test does not
+correct for: "within δ of the best" is read as "not shown worse than the best by more
+than δ".
 
 Example::
 
@@ -42,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from speclib.analysis.blocks import BlockSummary, block_ratio_cis, summarize_blocks
+from speclib.analysis.blocks import BlockSummary, summarize_blocks
 from speclib.analysis.comparisons import Comparison
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import ExperimentParams
@@ -148,26 +144,38 @@ def _validate(arms: Any, summary: Any, margin: Any, confidence_level: Any) -> li
     return arms
 
 
-def _pooled(summary: BlockSummary) -> tuple[float | None, int]:
-    """σ² of one cell (log scale) and its degrees of freedom, pooled over every arm."""
-    try:
-        fit = block_ratio_cis(summary, reference="control")
-    except ValueError:
-        return None, 0
-    return fit.sigma2, fit.df
+def _welch(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
+    """``(variance of mean(x) - mean(y), Satterthwaite df)``; None without two of each."""
+    if len(x) < 2 or len(y) < 2:
+        return None
+    vx, vy = float(np.var(x, ddof=1)) / len(x), float(np.var(y, ddof=1)) / len(y)
+    var = vx + vy
+    if var <= 0:
+        return 0.0, float(len(x) + len(y) - 2)
+    return var, var**2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
 
 
 def _test(
-    a: str, best: str, summary: BlockSummary, sigma2: float | None, df: int, level: float
+    a: str, best: str, summary: BlockSummary, level: float
 ) -> tuple[float, float, float, int]:
-    """``(ratio, low, high, shared blocks)`` of ``a / best`` at confidence ``level``."""
+    """``(ratio, low, high, shared blocks)`` of ``a / best`` at confidence ``level``, on
+    the two arms' own noise: a paired t on the per-block differences where they share at
+    least two blocks, else Welch's t on their block means (Satterthwaite df)."""
     i, j = summary.arms.index(a), summary.arms.index(best)
     in_a, in_b = summary.n_pairs[i] > 0, summary.n_pairs[j] > 0
-    n_a, n_b, shared = int(in_a.sum()), int(in_b.sum()), int((in_a & in_b).sum())
-    est = float(summary.mean[i][in_a].mean() - summary.mean[j][in_b].mean())
-    if sigma2 is None or df < 1:
-        return math.exp(est), 0.0, math.inf, shared
-    var = sigma2 * (2 / n_a + 2 / n_b - 2 * shared / (n_a * n_b))
+    both = in_a & in_b
+    shared = int(both.sum())
+    if shared >= 2:
+        diff = summary.mean[i][both] - summary.mean[j][both]
+        est = float(diff.mean())
+        var, df = float(np.var(diff, ddof=1)) / shared, float(shared - 1)
+    else:
+        x, y = summary.mean[i][in_a], summary.mean[j][in_b]
+        est = float(x.mean() - y.mean())
+        welch = _welch(x, y)
+        if welch is None:
+            return math.exp(est), 0.0, math.inf, shared
+        var, df = welch
     half = float(special.stdtrit(df, 0.5 + level / 2)) * math.sqrt(max(var, 0.0))
     return math.exp(est), math.exp(est - half), math.exp(est + half), shared
 
@@ -176,7 +184,6 @@ def _holm(
     others: list[SweepArm], best: str, summary: BlockSummary, margin: float, confidence: float
 ) -> list[ArmTest]:
     """Holm's step-down over ``others``: which are shown within δ of ``best``."""
-    sigma2, df = _pooled(summary)
     alpha = 1 - confidence
     open_ = list(others)
     done: list[ArmTest] = []
@@ -184,7 +191,7 @@ def _holm(
         level = 1 - alpha / len(open_)
         tests = []
         for arm in open_:
-            ratio, lo, hi, shared = _test(arm.arm, best, summary, sigma2, df, level)
+            ratio, lo, hi, shared = _test(arm.arm, best, summary, level)
             tests.append(ArmTest(arm.arm, dict(arm.value), arm.verdict, ratio, lo, hi, level,
                                  shared, hi < 1 + margin))  # fmt: skip
         settled = [t for t in tests if t.within_margin]

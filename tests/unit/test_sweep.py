@@ -250,11 +250,18 @@ def test_an_arm_that_pays_but_is_not_within_delta_of_a_non_paying_best_is_undeci
     assert rec.outcome == "undecided" and rec.arm is None and rec.best_arm == "k4"
 
 
-def test_arms_in_different_blocks_get_the_combined_and_wider_interval() -> None:
-    shared = _summary({"k2": -0.30, "k4": -0.32}, sd=0.03)
+def test_arms_sharing_blocks_are_paired_so_the_controls_error_cancels() -> None:
+    """d[a, b] = effect + the block's control error + the arm's own error: arms that share
+    blocks are compared block by block (the control's error cancels); arms in different
+    blocks are compared on their means (Welch), and their interval is wider."""
+    rng = np.random.default_rng(7)
+    control_error = rng.normal(0, 0.05, 4)
+    own = {a: rng.normal(0, 0.005, 4) for a in ("k2", "k4")}
+    means = {"k2": -0.30 + control_error + own["k2"], "k4": -0.32 + control_error + own["k4"]}
+    shared = block_summary(means, n_pairs={a: [8] * 4 for a in means})
     nan = np.full(4, np.nan)
     apart = block_summary(
-        {"k2": np.r_[shared.mean[0], nan], "k4": np.r_[nan, shared.mean[1]]},
+        {"k2": np.r_[means["k2"], nan], "k4": np.r_[nan, means["k4"]]},
         n_pairs={"k2": [8] * 4 + [0] * 4, "k4": [0] * 4 + [8] * 4},
     )
     arms = _arms({"k2": "adopt", "k4": "adopt"})
@@ -262,7 +269,22 @@ def test_arms_in_different_blocks_get_the_combined_and_wider_interval() -> None:
     two = recommend(arms, summary=apart, margin=0.05).tests[0]
     assert one.shared_blocks == 4 and two.shared_blocks == 0
     assert one.ratio_to_best == pytest.approx(two.ratio_to_best)
-    assert (two.ci_high - two.ci_low) > (one.ci_high - one.ci_low)
+    assert (two.ci_high - two.ci_low) > 3 * (one.ci_high - one.ci_low)
+    assert one.within_margin and not two.within_margin
+
+
+def test_a_noisy_arm_does_not_narrow_or_widen_another_arms_test() -> None:
+    """Each test rests on its own two arms: a third, very noisy arm changes nothing."""
+    quiet = _summary({"k2": -0.30, "k4": -0.32})
+    rng = np.random.default_rng(3)
+    noisy = block_summary(
+        {"k2": quiet.mean[0], "k4": quiet.mean[1], "k8": -0.1 + rng.normal(0, 0.5, 4)},
+        n_pairs={a: [8] * 4 for a in ("k2", "k4", "k8")},
+    )
+    arms = _arms({"k2": "adopt", "k4": "adopt"})
+    a = recommend(arms, summary=quiet, margin=0.05).tests[0]
+    b = recommend(arms, summary=noisy, margin=0.05).tests[0]
+    assert (a.ci_low, a.ci_high) == pytest.approx((b.ci_low, b.ci_high))
 
 
 def test_recommend_validates_its_inputs() -> None:
