@@ -34,6 +34,13 @@ def help_cell(src: str) -> nbformat.NotebookNode:
     return cell
 
 
+def notebook_only_code(src: str) -> nbformat.NotebookNode:
+    """A code cell for JupyterLab users (its output is left out of the report)."""
+    cell = new_code_cell(src.strip())
+    cell.metadata["tags"] = ["notebook-only"]
+    return cell
+
+
 def save(name: str, cells: list[nbformat.NotebookNode]) -> None:
     for i, cell in enumerate(cells):
         cell["id"] = f"{name.replace('_', '-')}-{i}"
@@ -100,6 +107,28 @@ results
     ],
 )
 
+FIGURE_CELLS = (
+    ("sweep_figures", "which k of a tuning sweep (runs with a sweep only)"),
+    ("latency_figures", "TTFT, TPOT and end-to-end latency per arm"),
+    ("paired_ratio_figures", "per-prompt TPOT ratio, one figure per comparison"),
+    ("load_figures", "speed-up against load (several concurrencies only)"),
+    ("acceptance_figures", "acceptance by draft position, and against speed-up"),
+    ("chunk_figures", "tokens per streamed chunk"),
+    ("timeline_figures", "TPOT over the run, and drift when found"),
+    ("sampling_figures", "output likelihood under the target (sampled runs only)"),
+    ("memory_figures", "server memory per arm"),
+)
+
+
+NEWLINE = "\n"
+IMPORT_LINES = NEWLINE.join(f"    {f}," for f, _ in FIGURE_CELLS)
+
+
+def figure_cell(function: str, what: str) -> nbformat.NotebookNode:
+    """One evidence group per cell: change its arguments and re-run this cell alone."""
+    return new_code_cell(f"display(*numbers({function}(analysis)))  # {what}")
+
+
 save(
     "20_analysis",
     [
@@ -108,19 +137,24 @@ save(
 Reads a run folder (no server is contacted), decides every experiment against the control
 and shows the report: verdict table and conclusion, evidence figures, method and provenance.
 Set `run_dir` below to any run folder (`speclib run` writes them under `runs/`), then run
-the cells in order. `analysis.records` holds one row per request for your own pandas.
+the cells in order. Each figure cell calls one function of `speclib.report.evidence`
+(they take the analysis and return captioned figures): change one and re-run that cell
+alone. `records` holds one row per request for your own pandas.
 """),
         params_cell("""
 run_dir: str = "../runs/cpu-demo"  # run folder holding requests.jsonl (any speclib run)
 params_file: str = ""  # optional params file whose analysis settings override the run's
 """),
         new_code_cell(
-            """
+            f"""
 from IPython.display import HTML, Markdown, display
 
 from speclib.analysis.run_analysis import analyze_run
 from speclib.run.scoring import ensure_scored
-from speclib.report.evidence import evidence_figures
+from speclib.report.evidence import (
+    FigureNumbers,
+{IMPORT_LINES}
+)
 from speclib.report.method import method_html
 from speclib.report.sections import conclusion_html, verdict_html
 
@@ -129,12 +163,14 @@ analysis = analyze_run(run_dir, params_file=params_file)  # writes summary.json
 records = analysis.records  # one row per measured request: explore it with pandas
 """.strip()
         ),
+        notebook_only_code("records  # the per-request frame every number below comes from"),
         new_code_cell("display(HTML(verdict_html(analysis)), HTML(conclusion_html(analysis)))"),
         new_code_cell(
-            """
-display(Markdown("## Evidence"), *evidence_figures(analysis))
-""".strip()
+            "numbers = FigureNumbers()  # one figure count for the page"
+            + NEWLINE
+            + 'display(Markdown("## Evidence"))'
         ),
+        *(figure_cell(f, what) for f, what in FIGURE_CELLS),
         new_code_cell("display(HTML(method_html(analysis)))"),
     ],
 )

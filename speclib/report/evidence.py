@@ -11,7 +11,7 @@ memory) and numbers their captions. Drawing is in :mod:`speclib.report.request_f
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -38,63 +38,156 @@ from speclib.report.spec_figures import (
 )
 from speclib.report.sweep_figures import sweep_figure
 
-__all__ = ["evidence_figures"]
+__all__ = [
+    "EVIDENCE",
+    "FigureNumbers",
+    "acceptance_figures",
+    "chunk_figures",
+    "evidence_figures",
+    "latency_figures",
+    "load_figures",
+    "memory_figures",
+    "paired_ratio_figures",
+    "sampling_figures",
+    "sweep_figures",
+    "timeline_figures",
+]
+
+
+def _palette(an: RunAnalysis) -> dict[str, str]:
+    return series_palette([s.name for s in an.params.arms], control=an.control)
+
+
+def sweep_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """Which k of a tuning sweep? (the sweep's TPOT ratio against the swept value)."""
+    fig = sweep_figure(an) if len(an.records) else None
+    return [fig] if fig is not None else []
+
+
+def latency_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """How are TTFT, TPOT and end-to-end latency distributed per arm? (ECDFs)"""
+    if an.records.empty:
+        return []
+    return [plot_latency_ecdf(an.records, control=an.control, palette=_palette(an))]
+
+
+def paired_ratio_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """Per prompt, how much faster is each experiment? (one figure per comparison)"""
+    df, pal, out = an.records, _palette(an), []
+    for c in an.comparisons if len(df) else ():
+        ci = c.cis.get("tpot_s")
+        if ci is not None:
+            out.append(
+                plot_paired_ratio(
+                    df[df["level"] == c.level],
+                    experiment=c.experiment,
+                    ci=(ci.ci_low, ci.ci_high),
+                    estimate=ci.estimate,
+                    confidence_level=ci.confidence_level,
+                    control=an.control,
+                    palette=pal,
+                )
+            )
+    return out
+
+
+def load_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """Does the speed-up hold as the load rises? (closed-loop runs at several concurrencies)"""
+    load = an.load_frame() if len(an.records) else pd.DataFrame()
+    closed = load[load["request_rate"].isna()] if len(load) else load
+    if not len(closed) or closed["concurrency"].nunique() < 2:
+        return []
+    return [plot_speedup_vs_load(closed, control=an.control, palette=_palette(an))]
+
+
+def acceptance_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """How often are drafts accepted, by position, and does acceptance track speed-up?"""
+    if an.records.empty:
+        return []
+    pal, out = _palette(an), []
+    counters = _series_counters(an)
+    if counters:
+        out.append(plot_acceptance(counters, palette=pal, control=an.control))
+    if an.records["spec_rate"].notna().any():
+        out.append(plot_acceptance_vs_speedup(an.records, control=an.control, palette=pal))
+    return out
+
+
+def chunk_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """How many tokens does one streamed chunk carry? (why ITL is not TPOT under speculation)"""
+    if an.records.empty:
+        return []
+    return [plot_tokens_per_chunk(an.records, control=an.control, palette=_palette(an))]
+
+
+def timeline_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """Did the machine's speed move during the run? (timeline, and drift when found)"""
+    df = an.records
+    if df.empty:
+        return []
+    pal = _palette(an)
+    out = [plot_timeline(df, control=an.control, palette=pal)]
+    if len(an.drift):
+        sentence = drift_sentence(an.drift)
+        out.append(plot_drift(df, an.drift, sentence=sentence, control=an.control, palette=pal))
+    return out
+
+
+def sampling_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """Are sampled outputs as likely under the target with speculation as without?"""
+    scores = _scores_frame(an) if len(an.records) else None
+    if scores is None:
+        return []
+    thresholds = [
+        c.plausibility.degenerate_threshold for c in an.comparisons if c.plausibility is not None
+    ]
+    threshold = thresholds[0] if thresholds else None
+    return [
+        plot_output_logprob(scores, control=an.control, palette=_palette(an), threshold=threshold)
+    ]
+
+
+def memory_figures(an: RunAnalysis) -> list[FigureWithCaption]:
+    """How much memory does each arm's server take?"""
+    if an.records.empty or an.memory.empty or not an.memory["rss_bytes"].notna().any():
+        return []
+    return [plot_memory(an.memory, control=an.control, palette=_palette(an))]
+
+
+EVIDENCE = (
+    sweep_figures,
+    latency_figures,
+    paired_ratio_figures,
+    load_figures,
+    acceptance_figures,
+    chunk_figures,
+    timeline_figures,
+    sampling_figures,
+    memory_figures,
+)
+"""The evidence figure groups in report order; the notebook runs one per cell."""
+
+
+class FigureNumbers:
+    """Numbers captions across calls (``Figure 1.``, ``Figure 2.``, …): the notebook draws
+    one group per cell and keeps one counter, so a re-run cell takes the next numbers."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, figures: Iterable[FigureWithCaption]) -> list[FigureWithCaption]:
+        out = []
+        for fig in figures:
+            self.count += 1
+            out.append(dataclasses.replace(fig, caption=f"Figure {self.count}. {fig.caption}"))
+        return out
 
 
 def evidence_figures(an: RunAnalysis) -> Iterator[FigureWithCaption]:
     """Every evidence figure in report order (skipping those without data), numbered."""
-    for i, fig in enumerate(_evidence_figures(an), start=1):
-        yield dataclasses.replace(fig, caption=f"Figure {i}. {fig.caption}")
-
-
-def _evidence_figures(an: RunAnalysis) -> Iterator[FigureWithCaption]:
-    df, control = an.records, an.control
-    if df.empty:
-        return
-    pal = series_palette([s.name for s in an.params.arms], control=control)
-    sweep = sweep_figure(an)
-    if sweep is not None:
-        yield sweep
-    yield plot_latency_ecdf(df, control=control, palette=pal)
-    for c in an.comparisons:
-        ci = c.cis.get("tpot_s")
-        if ci is not None:
-            yield plot_paired_ratio(
-                df[df["level"] == c.level],
-                experiment=c.experiment,
-                ci=(ci.ci_low, ci.ci_high),
-                estimate=ci.estimate,
-                confidence_level=ci.confidence_level,
-                control=control,
-                palette=pal,
-            )
-    load = an.load_frame()
-    closed = load[load["request_rate"].isna()] if len(load) else load
-    if len(closed) and closed["concurrency"].nunique() > 1:
-        yield plot_speedup_vs_load(closed, control=control, palette=pal)
-    counters = _series_counters(an)
-    if counters:
-        yield plot_acceptance(counters, palette=pal, control=control)
-    if df["spec_rate"].notna().any():
-        yield plot_acceptance_vs_speedup(df, control=control, palette=pal)
-    yield plot_tokens_per_chunk(df, control=control, palette=pal)
-    yield plot_timeline(df, control=control, palette=pal)
-    if len(an.drift):
-        yield plot_drift(
-            df, an.drift, sentence=drift_sentence(an.drift), control=control, palette=pal
-        )
-    scores = _scores_frame(an)
-    if scores is not None:
-        thresholds = [
-            c.plausibility.degenerate_threshold
-            for c in an.comparisons
-            if c.plausibility is not None
-        ]
-        yield plot_output_logprob(
-            scores, control=control, palette=pal, threshold=thresholds[0] if thresholds else None
-        )
-    if not an.memory.empty and an.memory["rss_bytes"].notna().any():
-        yield plot_memory(an.memory, control=control, palette=pal)
+    numbers = FigureNumbers()
+    for group in EVIDENCE:
+        yield from numbers(group(an))
 
 
 def _scores_frame(an: RunAnalysis) -> pd.DataFrame | None:

@@ -241,3 +241,39 @@ def test_vllm_bench_crosscheck_ran_beside_every_launch_of_the_first_block(demo_r
             )
         assert (demo_run / "launches" / lid / "vllm_bench" / "vllm_bench_result.json").is_file()
     assert "Cross-check: vllm bench serve" in (demo_run / "report.html").read_text()
+
+
+def test_each_figure_cell_reruns_alone_in_a_kernel(demo_run, tmp_path):
+    """`20_analysis` as a JupyterLab user runs it (on a copy of the run: analysis rewrites
+    summary.json): every cell once, then one figure cell changed and re-run alone."""
+    import shutil
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    run = tmp_path / "run"
+    shutil.copytree(demo_run, run)
+    nb = nbformat.read(run / "notebooks" / "20_analysis.ipynb", as_version=4)
+    for cell in nb.cells:
+        cell.source = cell.source.replace(str(demo_run), str(run))
+    assert any(str(run) in c.source for c in nb.cells), "papermill's injected run_dir"
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    figure_cells = [c for c in cells if "_figures(analysis)" in c.source]
+    assert len(figure_cells) >= 8, "one cell per evidence group"
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={})
+    with client.setup_kernel():
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                client.execute_cell(cell, i)
+        latency = next(c for c in figure_cells if "latency_figures" in c.source)
+        before = [o for o in latency.outputs if o.output_type == "display_data"]
+        assert before and "Figure" in str(before[0].data.get("text/html", ""))
+        latency.source = latency.source.replace(
+            "latency_figures(analysis)", "latency_figures(analysis)[:1]"
+        )
+        latency.outputs = []
+        client.execute_cell(latency, nb.cells.index(latency))
+        after = [o for o in latency.outputs if o.output_type == "display_data"]
+        assert len(after) == 1 and "image/png" in str(after[0].data.get("text/html", ""))
+        errors = [o for c in cells for o in c.get("outputs", []) if o.output_type == "error"]
+        assert not errors, errors[0]
