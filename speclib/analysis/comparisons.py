@@ -2,10 +2,14 @@
 
 :func:`compare_level` builds the :class:`Comparison` of every experiment at one load level:
 it pairs requests by replicate, prompt and repeat; decides TPOT with Holm's step-down across
-the experiments; computes TTFT and E2E ratio CIs for the gates (two-stage when there are
-several launches); weighs the gates (errors, outputs, memory, TTFT/E2E); sums acceptance per
-request and from the launches' ``/metrics`` deltas; compares greedy outputs; and explains
-the speed-up with the standard model of speculative decoding.
+the experiments; computes TTFT and E2E ratio CIs for the gates with the same block model as
+TPOT (:func:`gate_cis`: per-arm paired t over replicate blocks, same reference); weighs the
+gates (errors, outputs, memory, TTFT/E2E; each "pass", "fail" or "not assessed"); sums
+acceptance per request and from the launches' ``/metrics`` deltas; compares greedy outputs;
+gives each prompt category its TPOT ratio with a descriptive block-level interval
+(:mod:`speclib.analysis.categories`); and explains the speed-up with the standard model of
+speculative decoding. A launch-blind prompt-level bootstrap of TPOT is kept as labelled
+information (``tpot_prompt_level``), never a gate or the verdict.
 
 The module is over 400 lines because a comparison's record (:class:`Comparison` and its
 ``summary.json`` entry) and its assembly from pairs, intervals and gates change together.
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from speclib.analysis.absolute import absolute_summary
 from speclib.analysis.acceptance import request_acceptance, sum_counters
 from speclib.analysis.agreement import (
     Agreement,
@@ -30,11 +35,18 @@ from speclib.analysis.agreement import (
     count_bad_outputs,
     summarize_agreement,
 )
+from speclib.analysis.categories import CATEGORY_NOTE, CategoryRatio, category_ratios
 from speclib.analysis.decision import Decision, Verdict, apply_gates
-from speclib.analysis.frames import PairedFrame, finite_median, pair_frame, ratio_by_category
+from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
 from speclib.analysis.launches import LaunchMetrics
+from speclib.analysis.resolution import bench_check
 from speclib.analysis.stats import DegenerateDataWarning, RatioCI, paired_ratio_ci
-from speclib.analysis.tpot_verdict import LevelDecision, decide_level
+from speclib.analysis.tpot_verdict import (
+    LevelDecision,
+    as_ratio_ci,
+    block_analysis,
+    decide_level,
+)
 from speclib.analysis.why import (
     DraftCost,
     WhySpeedup,
@@ -45,7 +57,17 @@ from speclib.analysis.why import (
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import AA_ARM, AnalysisParams, ExperimentParams
 
-__all__ = ["Comparison", "compare_level", "level_pairs", "pair_exclusions"]
+__all__ = [
+    "GATE_METRICS",
+    "Comparison",
+    "compare_level",
+    "gate_cis",
+    "level_pairs",
+    "pair_exclusions",
+]
+
+GATE_METRICS = ("ttft_s", "e2e_s")
+"""The latency metrics with a gate, each interval from the block model of TPOT."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,7 @@ class Comparison:
     peak_rss_bytes: int | None
     pairs: pd.DataFrame = field(repr=False)
     plausibility: Any = None  # speclib.analysis.sampling.PlausibilityResult (sampled runs)
+    by_category: dict[str, CategoryRatio] = field(default_factory=dict)
 
     @property
     def word(self) -> str:
@@ -83,9 +106,17 @@ class Comparison:
         return self.verdict.word if self.verdict else "inconclusive"
 
     @property
-    def tpot_ratio_by_category(self) -> dict[str, tuple[float, int]]:
-        """Geometric-mean TPOT ratio and pair count per prompt category (point estimates)."""
-        return ratio_by_category(self.pairs)
+    def absolute(self) -> dict[str, dict[str, Any]]:
+        """TPOT/TTFT p50 and p90 (ms) and per-stream tokens/s of each side, from the pairs
+        the verdict uses (:func:`speclib.analysis.absolute.absolute_summary`)."""
+        return absolute_summary(self.pairs)
+
+    @property
+    def tpot_ratio_by_category(self) -> dict[str, CategoryRatio]:
+        """TPOT ratio per prompt category with its descriptive block-level interval (None
+        where the category has too few pairs or blocks; see
+        :mod:`speclib.analysis.categories`)."""
+        return self.by_category
 
     def dropped_pairs(self) -> dict[str, int]:
         """Pairs the TPOT comparison could not use, counted by side and reason (failed,
@@ -140,16 +171,15 @@ class Comparison:
                 "load": self.load,
                 "method": self.method,
                 "num_speculative_tokens": self.k,
+                "absolute": self.absolute,
                 "n_pairs": self.pairing.get("n_pairs", 0),
                 "n_launches": self.n_launches,
                 "median_tpot_control_s": self.median_tpot_control_s,
                 "median_tpot_experiment_s": self.median_tpot_experiment_s,
                 "tpot_ratio": tpot.estimate if tpot else None,
                 "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
-                "tpot_ratio_by_category": {
-                    cat: {"ratio": r, "n_pairs": n}
-                    for cat, (r, n) in self.tpot_ratio_by_category.items()
-                },
+                "tpot_ratio_by_category": {cat: r.to_dict() for cat, r in self.by_category.items()},
+                "tpot_ratio_by_category_note": CATEGORY_NOTE if self.by_category else None,
                 "confidence_level": tpot.confidence_level if tpot else None,
                 "ci_method": tpot.method if tpot else None,
                 "tpot_decision": dec.word if dec else "inconclusive",
@@ -160,11 +190,16 @@ class Comparison:
                 ],
                 "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
                 "extra_launches_needed": dec.extra_launches_needed if dec else None,
+                "bench_check": (
+                    bench_check(tpot, margin=dec.margin).to_dict()
+                    if self.experiment == AA_ARM and tpot is not None and dec is not None
+                    else None
+                ),
                 "metrics": {
                     m.removesuffix("_s"): (ci.to_dict() if ci else None)
                     for m, ci in self.cis.items()
                 },
-                "gates": [vars(g) for g in self.verdict.gates] if self.verdict else [],
+                "gates": [g.to_dict() for g in self.verdict.gates] if self.verdict else [],
                 "pairing": self.pairing,
                 "error_rate_control": self.error_rate_control,
                 "error_rate_experiment": self.error_rate_experiment,
@@ -384,14 +419,16 @@ def _compare(
     plaus: Any = None,
     bench_problem: str | None = None,
     mode_problem: str | None = None,
+    by_category: dict[str, CategoryRatio] | None = None,
+    latency_cis: dict[str, RatioCI | None] | None = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
     paired: PairedFrame = pair_frame(df, control=control, experiment=name)
     pairs = paired.pairs
     cis: dict[str, RatioCI | None] = {"tpot_s": ci_tpot}
-    for j, m in enumerate(("ttft_s", "e2e_s")):
-        cis[m] = _ci(pairs, m, a.confidence, a, salt * 10 + j + 1) if len(pairs) else None
+    for m in GATE_METRICS:
+        cis[m] = (latency_cis or {}).get(m)
     # what a launch-blind prompt-level bootstrap would say (information, never the verdict)
     cis["tpot_prompt_level"] = (
         _ci(pairs, "tpot_s", a.confidence, a, salt * 10 + 3, clustered=False)
@@ -417,6 +454,8 @@ def _compare(
             control_error_rate=err_c,
             experiment_error_rate=err_e,
             max_error_rate_increase=a.max_error_rate_increase,
+            control_requests=len(d_c),
+            experiment_requests=len(d_e),
             wrong_outputs=max(0, bad_e - bad_c) + _implausible_count(plaus),
             agreement_rate=agreement.exact_match_rate if agreement else None,
             min_agreement_rate=a.min_greedy_agreement if agreement else None,
@@ -426,6 +465,10 @@ def _compare(
             e2e=cis.get("e2e_s"),
             ttft_margin=a.ttft_margin,
             ttft_min_delta_s=a.ttft_max_increase_ms / 1e3,
+            ttft_control_median_s=finite_median(pairs["ttft_s_c"], positive=True)
+            if len(pairs)
+            else None,
+            confidence_level=a.confidence,
             bench_problem=bench_problem,
             mode_problem=mode_problem,
             correctness_unknown=_unscored(params, plaus),
@@ -462,6 +505,7 @@ def _compare(
         peak_rss_bytes=peak,
         pairs=pairs,
         plausibility=plaus,
+        by_category=by_category or {},
     )
 
 
@@ -518,6 +562,32 @@ def level_pairs(df: pd.DataFrame, params: ExperimentParams, level: int) -> dict[
     return {n: _finite(p) for n, p in pairs.items() if _usable(p)}
 
 
+def gate_cis(
+    pairs_by_arm: dict[str, pd.DataFrame], *, aa_arm: str | None, confidence_level: float
+) -> dict[str, dict[str, RatioCI | None]]:
+    """Every arm's TTFT and E2E ratio CIs for the gates, from the block model of TPOT.
+
+    For each metric of :data:`GATE_METRICS`: the per-block mean log ratio of the metric,
+    and per arm a paired t-interval on its own block contrasts, ``blocks - 1`` df, against
+    the same reference as TPOT (with an A/A arm: the mean of the two control servers; see
+    :func:`speclib.analysis.tpot_verdict.block_analysis`). One block gives ``(0, inf)``:
+    the gate is then "not assessed". Returns ``{arm: {metric: ci or None}}``.
+    """
+    out: dict[str, dict[str, RatioCI | None]] = {n: {} for n in pairs_by_arm}
+    present = {n: p for n, p in pairs_by_arm.items() if len(p)}
+    for m in GATE_METRICS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateDataWarning)
+            found = block_analysis(present, aa_arm=aa_arm, confidence_level=confidence_level,
+                                   metric=m) if present else None  # fmt: skip
+        for n in pairs_by_arm:
+            arm_ci = None
+            if found is not None:
+                arm_ci = found.aa if n == aa_arm and found.aa else found.arms.get(n)
+            out[n][m] = as_ratio_ci(arm_ci, pairs_by_arm[n], m) if arm_ci else None
+    return out
+
+
 def compare_level(
     df: pd.DataFrame,
     params: ExperimentParams,
@@ -557,6 +627,7 @@ def compare_level(
     pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs for n in arms}
     salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(arms)}
     usable = {n: _finite(pairs[n]) for n in arms if _usable(pairs[n])}
+    latency = gate_cis(pairs, aa_arm=aa, confidence_level=a.confidence)
     if decided is None and usable:
         decided = decide_level(
             usable,
@@ -576,6 +647,8 @@ def compare_level(
             ci, dec = decided.experiments.get(n, (None, None))
         why = None if n == aa else problem
         mode = (mode_problems or {}).get(n) or (mode_problems or {}).get(params.control_name)
+        cats = category_ratios(pairs[n], arm=n, confidence_level=a.confidence,
+                               aa_arm=aa, aa_pairs=pairs.get(aa) if aa else None)  # fmt: skip
         if dec is None and mode:
             dec = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
         out.append(
@@ -592,6 +665,8 @@ def compare_level(
                 plaus.get(n),
                 bench_problem=why,
                 mode_problem=mode,
+                latency_cis=latency[n],
+                by_category=cats,
             )
         )
     return out, decided

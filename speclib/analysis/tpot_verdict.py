@@ -17,7 +17,10 @@ TPOT comparisons: every experiment arm (each sweep value is an arm) at every loa
 The A/A arm is not part of the family: it is decided on its own, per load level, at the
 family confidence, and if it shows an effect (adopt or worse) the bench is untrustworthy
 and every experiment's verdict of that level says so (see
-:func:`speclib.analysis.decision.apply_gates`). :func:`family_text` says what the family
+:func:`speclib.analysis.decision.apply_gates`). Its reason reads as a bench check (its
+resolution against δ and the blocks that would make it "equivalent",
+:mod:`speclib.analysis.resolution`), never as an experiment's plan towards "adopt" or
+"worse". :func:`family_text` says what the family
 was, e.g. "Holm over 6 comparisons: 2 arms × 3 load levels".
 
 **Looks.** With ``looks`` (a run-until-decided plan, :mod:`speclib.analysis.sequential`)
@@ -40,7 +43,8 @@ import numpy as np
 import pandas as pd
 
 from speclib.analysis.blocks import BlockAnalysis, BlockArmCI, block_ratio_cis, summarize_blocks
-from speclib.analysis.decision import Decision, decide, holm_decide
+from speclib.analysis.decision import Decision, holm_decide
+from speclib.analysis.resolution import bench_check
 from speclib.analysis.stats import DegenerateDataWarning, RatioCI
 
 __all__ = [
@@ -77,15 +81,22 @@ class LevelDecision:
     looks: dict[str, int] | None = None
 
 
-def _log_ratios(pairs_by_arm: Mapping[str, pd.DataFrame]) -> tuple[list, list, list]:
+def _log_ratios(
+    pairs_by_arm: Mapping[str, pd.DataFrame], metric: str = "tpot_s"
+) -> tuple[list, list, list]:
+    """Pair log-ratios of ``metric``, their arms and blocks (pairs without a positive,
+    finite value on both sides left out)."""
     values, arms, blocks = [], [], []
     for arm, pairs in pairs_by_arm.items():
         if not len(pairs):
             continue
-        lr = np.log(pairs["tpot_s_e"].to_numpy(float) / pairs["tpot_s_c"].to_numpy(float))
-        values += list(lr)
-        arms += [arm] * len(lr)
-        blocks += list(pairs["block"] if "block" in pairs else pairs[_BLOCK_KEY])
+        c = pd.to_numeric(pairs[f"{metric}_c"], errors="coerce").to_numpy(float)
+        e = pd.to_numeric(pairs[f"{metric}_e"], errors="coerce").to_numpy(float)
+        keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
+        values += list(np.log(e[keep] / c[keep]))
+        arms += [arm] * int(keep.sum())
+        labels = (pairs["block"] if "block" in pairs else pairs[_BLOCK_KEY]).to_numpy()
+        blocks += list(labels[keep])
     return values, arms, blocks
 
 
@@ -94,6 +105,7 @@ def block_analysis(
     *,
     aa_arm: str | None,
     confidence_level: float,
+    metric: str = "tpot_s",
 ) -> BlockAnalysis | None:
     """Block-level intervals of every arm against the control (None without pairs).
 
@@ -102,9 +114,10 @@ def block_analysis(
     A/A arm, each experiment is compared with the mean of the two control servers (the A/A
     arm's effect is 0 by construction), which averages two instance draws and narrows the
     interval; the A/A arm's own interval is against the control. Every interval uses only
-    its own arm's block-to-block variance.
+    its own arm's block-to-block variance. ``metric`` names the columns (``{metric}_c``,
+    ``{metric}_e``): the TTFT and E2E gates use the same model with ``"ttft_s"``, ``"e2e_s"``.
     """
-    values, arms, blocks = _log_ratios(pairs_by_arm)
+    values, arms, blocks = _log_ratios(pairs_by_arm, metric)
     if not values:
         return None
     summary = summarize_blocks(np.asarray(values), arm=np.asarray(arms), block=np.asarray(blocks))
@@ -118,14 +131,16 @@ def block_analysis(
     )
 
 
-def as_ratio_ci(ci: BlockArmCI, pairs: pd.DataFrame) -> RatioCI:
-    """The block interval in the form the decision rule takes, with the pairs' medians.
+def as_ratio_ci(ci: BlockArmCI, pairs: pd.DataFrame, metric: str = "tpot_s") -> RatioCI:
+    """The block interval in the form the decision rule takes, with the pairs' medians
+    (``median_delta``: median of ``{metric}_e - {metric}_c`` over pairs with both finite).
 
     No Wilcoxon p-value: over pairs it would pool the blocks (pseudo-replication), and over
     a handful of block means it has no power; the interval is the evidence.
     """
-    c = pairs["tpot_s_c"].to_numpy(float)
-    e = pairs["tpot_s_e"].to_numpy(float)
+    c = pd.to_numeric(pairs[f"{metric}_c"], errors="coerce").to_numpy(float)
+    e = pd.to_numeric(pairs[f"{metric}_e"], errors="coerce").to_numpy(float)
+    both = np.isfinite(c) & np.isfinite(e)
     var_between = var_within = None
     if ci.se_within_log is not None and math.isfinite(ci.se_log):
         var_within = ci.se_within_log**2 * max(ci.n_pairs, 1)
@@ -138,7 +153,7 @@ def as_ratio_ci(ci: BlockArmCI, pairs: pd.DataFrame) -> RatioCI:
         method=ci.method,
         n_pairs=ci.n_pairs,
         n_launches=ci.n_blocks,
-        median_delta=float(np.median(e - c)) if len(pairs) else math.nan,
+        median_delta=float(np.median(e[both] - c[both])) if both.any() else math.nan,
         wilcoxon_p=None,
         between_launch_share=ci.instance_share,
         more_launches_help=ci.more_blocks_help,
@@ -242,11 +257,14 @@ def decide_family(
 
 
 def _aa_gate(main, pairs_by_arm, aa_arm, reps, margin):
-    """The A/A arm's own ``(ci, decision)`` and the bench-effect reason (or None)."""
+    """The A/A arm's own ``(ci, decision)`` and the bench-effect reason (or None).
+
+    The decision is the rule's word with the bench check as its reason
+    (:meth:`speclib.analysis.resolution.BenchCheck.decision`)."""
     if not (aa_arm and main is not None and main.aa is not None):
         return None, None
     ci = as_ratio_ci(main.aa, _before(pairs_by_arm[aa_arm], reps))
-    decision = decide(ci, margin=margin)
+    decision = bench_check(ci, margin=margin).decision()
     if decision.word not in ("adopt", "worse"):
         return (ci, decision), None
     return (ci, decision), (
@@ -281,5 +299,10 @@ def summary_of(result: LevelDecision) -> dict[str, Any]:
         out["blocks"] = result.blocks.to_dict()
     if result.aa is not None:
         ci, decision = result.aa
-        out["aa"] = {"ci": ci.to_dict(), "decision": decision.word, "reason": decision.reason}
+        out["aa"] = {
+            "ci": ci.to_dict(),
+            "decision": decision.word,
+            "reason": decision.reason,
+            "bench_check": bench_check(ci, margin=decision.margin).to_dict(),
+        }
     return out
