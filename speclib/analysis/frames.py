@@ -214,8 +214,9 @@ def ratio_by_category(pairs: pd.DataFrame, metric: str = "tpot_s") -> dict[str, 
 
     ``pairs`` is :attr:`PairedFrame.pairs`; returns ``{category: (ratio, n_pairs)}`` over
     pairs where both values are finite and positive, categories in sorted order (a prompt
-    without a category counts as ``"uncategorised"``). Point estimates only: they say where a
-    speed-up comes from, the CI of the whole comparison says whether it is real.
+    without a category counts as ``"uncategorised"``). Point estimates over pooled pairs;
+    the report and ``summary.json`` use :func:`speclib.analysis.categories.category_ratios`,
+    the block-model ratio of each category with its interval.
     """
     import numpy as np
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from speclib.analysis.speedup import alpha_from_mean_length, expected_tokens_per_step
+from speclib.core.wording import ratio_words
 
 __all__ = [
     "Decomposition",
@@ -198,7 +199,8 @@ def _measured_text(d: Decomposition) -> str:
     text = (
         f"Measured over {d.n_pairs} paired prompts: a decode step yields "
         f"{d.tokens_per_step:.2f} tokens and costs {d.step_cost:.2f}× a plain step → "
-        f"×{d.decomposed_speedup:.2f} (the TPOT ratio says ×{d.measured_speedup:.2f})"
+        f"{d.decomposed_speedup:.2f}× the speed (the measured TPOT ratio: "
+        f"{ratio_words(1 / d.measured_speedup)})"
     )
     if d.verify_tokens is not None:
         text += f"; steps with drafts yield {d.verify_tokens:.2f} ({d.verify_tokens_source})"
@@ -212,11 +214,12 @@ def _summary(d: Decomposition | None, p: Prediction | None, no_prediction: str |
     if p is not None:
         text = (
             f"Model (Leviathan et al. 2023) with α = {p.alpha:.2f} and c = {p.cost.c:.3f} "
-            f"({p.cost.source}) predicts ×{p.predicted_speedup:.2f}"
+            f"({p.cost.source}) predicts {p.predicted_speedup:.2f}× the speed"
         )
         if p.predicted_range is not None:
-            text += f" (×{p.predicted_range[0]:.2f}–×{p.predicted_range[1]:.2f} over c's CI)"
-        text += f"; its best k is {p.best_k} (×{p.speedup_best_k:.2f})"
+            low, high = p.predicted_range
+            text += f" ({low:.2f}× to {high:.2f}× over c's CI)"
+        text += f"; its best k is {p.best_k} ({p.speedup_best_k:.2f}× the speed)"
         parts.append(text)
         if p.verify_overhead is not None and d is not None:
             parts.append(

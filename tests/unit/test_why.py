@@ -77,7 +77,9 @@ def test_a_draft_model_without_a_measured_cost_gets_no_prediction() -> None:
         no_cost_reason="serve the draft alone",
     )
     assert why.prediction is None and why.no_prediction == "serve the draft alone"
-    assert "No independent prediction" in why.summary and "×1.72" in why.summary
+    assert "No independent prediction" in why.summary and "1.72× the speed" in why.summary
+    # the measured TPOT ratio is 1 / 1.74 = ×0.57: 43 % less time per token, not "43 % faster"
+    assert "TPOT ratio: ×0.57: 43 % less time per token, 1.74× the speed" in why.summary
 
 
 def test_a_measured_draft_cost_gives_the_standard_model_and_its_range() -> None:

@@ -1,0 +1,55 @@
+"""A TPOT ratio in words: the one place a ratio becomes "less time" or "the speed".
+
+A TPOT ratio is experiment TPOT over control TPOT: time per output token, so below 1 the
+experiment is faster. ``×0.51`` is **49 % less time per token**, which is **1.96× the
+speed** (1 / 0.51), not "49 % faster": the two scales are not the same, and far from 1 they
+differ a lot. Every sentence of the kit that turns a TPOT ratio into words (report,
+terminal, analysis reasons) goes through these functions, so one ratio reads the same
+everywhere. They live in the core layer so that every layer may use them.
+
+Example::
+
+    >>> ratio_words(0.51)
+    '×0.51: 49 % less time per token, 1.96× the speed'
+    >>> ratio_words(1.14)
+    '×1.14: 14 % more time per token, 0.88× the speed'
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["ratio_words", "speed_words", "time_change_words"]
+
+
+def _check(ratio: float) -> float:
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError):
+        raise ValueError(f"`ratio` must be a positive finite number (got {ratio!r})") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"`ratio` must be a positive finite number (got {ratio!r})")
+    return value
+
+
+def time_change_words(ratio: float) -> str:
+    """The change in time per token: ``"49 % less time per token"`` for ``0.51``,
+    ``"14 % more time per token"`` for ``1.14``, ``"the same time per token"`` when the
+    change rounds to 0 %."""
+    value = _check(ratio)
+    change = round(abs(value - 1) * 100)
+    if change == 0:
+        return "the same time per token"
+    return f"{change} % {'less' if value < 1 else 'more'} time per token"
+
+
+def speed_words(ratio: float) -> str:
+    """The speed relative to the control, ``1 / ratio``: ``"1.96× the speed"`` for ``0.51``."""
+    return f"{1 / _check(ratio):.2f}× the speed"
+
+
+def ratio_words(ratio: float) -> str:
+    """A TPOT ratio with both readings, e.g.
+    ``"×0.51: 49 % less time per token, 1.96× the speed"``."""
+    value = _check(ratio)
+    return f"×{value:.2f}: {time_change_words(value)}, {speed_words(value)}"
