@@ -44,6 +44,7 @@ from speclib.analysis.launches import (
     with_cache_hits,
 )
 from speclib.analysis.recommend import Recommendation, sweep_recommendations
+from speclib.analysis.resolution import calibration
 from speclib.analysis.sequential import spending_plan
 from speclib.analysis.tpot_verdict import decide_family, summary_of
 from speclib.analysis.trust import bench_trust, pre_checks, problem_of
@@ -96,6 +97,7 @@ class RunAnalysis:
     exclusions: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     trust: dict[str, Any] = field(default_factory=dict)
     family: str = ""  # the Holm family of the TPOT verdicts, in words
+    calibration: dict[str, Any] | None = None  # protocol.target_resolution: reached or not
 
     @property
     def design(self) -> dict[str, Any]:
@@ -188,6 +190,7 @@ class RunAnalysis:
                 "noise": list(self.levels),
                 "bench_problem": self.bench_problem,
                 "sequential_look": self.sequential_look,
+                "calibration": self.calibration,
                 "idle_load": self.idle_load.to_dict(orient="records"),
                 "drift": self.drift.to_dict(orient="records"),
                 "warnings": list(self.warnings),
@@ -264,11 +267,19 @@ def decision_confidence(params: ExperimentParams, n_blocks: int) -> tuple[float,
     Without ``protocol.max_replicates`` it is ``analysis.confidence``. With it, the run adds
     blocks while a verdict is inconclusive and looks again, so each look gets its share of
     α by O'Brien–Fleming-type spending (:mod:`speclib.analysis.sequential`) and the error
-    rate holds across looks; the second value says so in words.
+    rate holds across looks; the second value says so in words. A calibration run
+    (``protocol.target_resolution``) stops on the A/A interval's width only, never on its
+    position, so its looks spend no α: ``analysis.confidence``, with a note.
     """
     a = params.analysis
     most = params.protocol.max_replicates
     first = params.workload.replicates
+    if params.protocol.target_resolution is not None and most and most > first:
+        return a.confidence, (
+            f"calibration after {n_blocks} of up to {most} replicate blocks: the runner stops "
+            "on the A/A interval's width, never on its position, so the looks spend no alpha "
+            f"(confidence {a.confidence:.0%})"
+        )
     if not most or most <= first:
         return a.confidence, None
     plan = spending_plan(most, min_blocks=first, alpha=1 - a.confidence)
@@ -284,13 +295,15 @@ def decision_confidence(params: ExperimentParams, n_blocks: int) -> tuple[float,
 def decision_looks(params: ExperimentParams, n_blocks: int) -> list[tuple[int, float]] | None:
     """The looks of a run-until-decided plan seen so far: ``(replicates, confidence)`` each.
 
-    None without ``protocol.max_replicates`` (one decision at ``analysis.confidence``).
-    The analysis replays these looks from the records, so a comparison settled at an early
-    look keeps that decision (:func:`speclib.analysis.tpot_verdict.decide_family`).
+    None without ``protocol.max_replicates`` (one decision at ``analysis.confidence``),
+    and for a calibration run (``protocol.target_resolution``: no comparison to decide, the
+    A/A arm judged once on all its blocks). The analysis replays these looks from the
+    records, so a comparison settled at an early look keeps that decision
+    (:func:`speclib.analysis.tpot_verdict.decide_family`).
     """
     most = params.protocol.max_replicates
     first = params.workload.replicates
-    if not most or most <= first:
+    if not most or most <= first or params.protocol.target_resolution is not None:
         return None
     plan = spending_plan(most, min_blocks=first, alpha=1 - params.analysis.confidence)
     seen = [(k, c) for k, c in zip(plan.looks, plan.confidence_levels, strict=True)
@@ -453,10 +466,20 @@ def analyze_run(
         if len(df)
         else pd.DataFrame(),
         recommendations=tuple(sweep_recommendations(params, comps, confidence_level=level_conf)),
+        calibration=_calibration(params, aa),
     )
     if write:
         write_json_atomic(rd.summary, analysis.summary())
     return analysis
+
+
+def _calibration(params: ExperimentParams, aa: list[Comparison]) -> dict[str, Any] | None:
+    """Whether a calibration run reached ``protocol.target_resolution`` (None otherwise)."""
+    target = params.protocol.target_resolution
+    if target is None:
+        return None
+    cis = [c.cis["tpot_s"] for c in aa if c.cis.get("tpot_s") is not None]
+    return calibration(cis, target=target).to_dict()  # type: ignore[arg-type]
 
 
 def _launch_warnings(statuses: list[dict[str, Any]], lms: list[LaunchMetrics]) -> list[str]:

@@ -37,6 +37,12 @@ last look leaves one inconclusive. The analysis replays the looks from the recor
 decisions. The union bound over looks then keeps the chance of any false decision at most
 α. The first look is at ``min_blocks >= 2``: one block has no degrees of freedom.
 
+A calibration run (``protocol.target_resolution``: the control and the A/A arm only) has
+no comparison to decide and uses no spending plan: the runner adds blocks while the A/A
+interval, at ``analysis.confidence``, is wider than the target, judging its width only,
+never where it lies; the A/A arm's word is taken once, on all its blocks
+(:mod:`speclib.analysis.resolution`).
+
 Example::
 
     plan = spending_plan(4, min_blocks=2, alpha=0.05)

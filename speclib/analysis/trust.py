@@ -15,8 +15,9 @@ server). So the bench is trusted only when all of these pass:
 - **CPU starvation** — idle servers did not load the arms unequally
   (:func:`speclib.analysis.idle_load.idle_load_problem`);
 - **A/A** — the A/A arm shows no effect the rule would act on (no false effect), with its
-  resolution; an
-  interval wider than :func:`coarse_limit` cannot show a false effect and is "not assessed".
+  resolution against δ and the blocks that would make it "equivalent"
+  (:mod:`speclib.analysis.resolution`); an interval wider than :func:`coarse_limit` cannot
+  show a false effect and is "not assessed".
 
 A check is ``pass``, ``fail`` or ``not assessed`` (no data for it: not a pass); the bench is
 "trusted" (the first screen's "No false effect") only when every check passes. A failed
@@ -30,6 +31,7 @@ Pure functions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,6 +44,7 @@ from speclib.analysis.instrument import (
     TPOT_TOLERANCE,
     TTFT_TOLERANCE_S,
 )
+from speclib.analysis.resolution import bench_check
 
 __all__ = ["TrustCheck", "bench_trust", "coarse_limit", "pre_checks", "problem_of"]
 
@@ -222,7 +225,8 @@ def problem_of(checks: list[TrustCheck]) -> str | None:
 
 def aa_check(aa: list[Any], margin: float) -> TrustCheck:
     """The A/A arm shows no effect the rule would act on (its word is neither adopt nor
-    worse), and how fine the bench resolves (±x %)."""
+    worse), and how fine the bench resolves: its bench check
+    (:func:`speclib.analysis.resolution.bench_check`) at every load level."""
     name = "A/A"
     cis = [(c, c.cis.get("tpot_s")) for c in aa]
     cis = [(c, ci) for c, ci in cis if ci is not None]
@@ -234,8 +238,16 @@ def aa_check(aa: list[Any], margin: float) -> TrustCheck:
             "protocol.aa is off, or the A/A "
             "arm has no usable pairs: the bench's noise floor is unknown",
         )
-    worst = max(max(ci.ci_high - 1, 1 - ci.ci_low) for _, ci in cis)
-    figure = f"resolution ±{100 * worst:.1f} %"
+    checks = [(c, bench_check(ci, margin=margin)) for c, ci in cis]
+    known = [b.resolution for _, b in checks if b.resolution is not None]
+    worst = max(known) if len(known) == len(checks) else None
+    coarsest = max(
+        checks, key=lambda cb: math.inf if cb[1].resolution is None else cb[1].resolution
+    )
+    figure = coarsest[1].short()
+    texts = "; ".join(
+        b.text() if len(checks) == 1 else f"{getattr(c, 'load', '')}: {b.text()}" for c, b in checks
+    )
     false = [c for c, _ in cis if getattr(c, "word", None) in ("adopt", "worse", "reject")]
     if false:
         return TrustCheck(
@@ -243,23 +255,18 @@ def aa_check(aa: list[Any], margin: float) -> TrustCheck:
             FAIL,
             figure,
             "the A/A arm (a second copy of the control) shows an effect the rule would act "
-            "on: the bench's noise is outside its intervals",
+            f"on: the bench's noise is outside its intervals ({texts})",
         )
-    covers = all(ci.ci_low <= 1 <= ci.ci_high for _, ci in cis)
-    side = "covers 1" if covers else "excludes 1 (an instance effect the rule does not act on)"
     limit = coarse_limit(margin)
-    if worst > limit:
+    if worst is None or worst > limit:
         return TrustCheck(
             name,
             NOT_ASSESSED,
             figure,
-            f"the A/A interval {side}, but it is too wide (coarser than ±{100 * limit:.0f} %) "
-            "to show a false effect of the size that would matter: more blocks would sharpen it",
+            f"{texts}; too wide (coarser than ±{100 * limit:.0f} %) to show a false effect "
+            "of the size that would matter",
         )
-    detail = f"A/A interval {side}; resolution ±{100 * worst:.1f} % against δ = {margin:.0%}"
-    if worst > margin:
-        detail += " (coarser than δ: more blocks would sharpen it)"
-    return TrustCheck(name, PASS, figure, detail)
+    return TrustCheck(name, PASS, figure, texts)
 
 
 def coarse_limit(margin: float) -> float:

@@ -5,7 +5,8 @@ notebook (:func:`execute_block`, called by :func:`one_block`); a resumed run kee
 whose launches all finished and moves the records of an unfinished block aside before
 running it again whole (:func:`prepare_block`). With ``protocol.max_replicates``,
 :func:`until_decided` analyses the records after each block and adds blocks while a verdict
-is inconclusive; the analysis spends α over the looks. The Ray executor
+is inconclusive (a calibration run, ``protocol.target_resolution``: while the A/A
+resolution is coarser than its target); the analysis spends α over the looks. The Ray executor
 (:mod:`speclib.app.ray_executor`) runs :func:`execute_block` on a worker and uses the same
 :func:`prepare_block` and :func:`report_block` around it.
 """
@@ -87,6 +88,8 @@ def _look(rd: RunDir) -> tuple[bool, str]:
     from speclib.analysis.run_analysis import analyze_run
 
     an = analyze_run(rd.root, write=False)
+    if an.calibration is not None:
+        return _calibration_look(an.calibration)
     words = {c.experiment: c.word for c in an.experiments or an.noise_floor}
     if any(w == "untrustworthy" for w in words.values()):
         return True, "stopped: the bench is untrustworthy (see the noise floor)"
@@ -96,6 +99,14 @@ def _look(rd: RunDir) -> tuple[bool, str]:
         ) + f"; {an.sequential_look})"
     open_ = [n for n, w in words.items() if w == "inconclusive"]
     return False, f"inconclusive: {', '.join(open_) or 'no experiment'}"
+
+
+def _calibration_look(found: dict[str, Any]) -> tuple[bool, str]:
+    """A calibration run's look: stop once the A/A resolution reached its target. The
+    width alone decides (never where the interval lies), so the looks spend no α."""
+    if found.get("reached"):
+        return True, f"stopped: {found['text']}"
+    return False, found["text"]
 
 
 def until_decided(
@@ -110,7 +121,9 @@ def until_decided(
 ) -> list[str]:
     """Run until decided: add replicate blocks while a verdict is inconclusive, up to
     ``protocol.max_replicates``; the analysis spends α over the looks (O'Brien-Fleming).
-    Each added block is run by ``execute``."""
+    A calibration run (``protocol.target_resolution``) adds blocks until the A/A resolution
+    reaches its target instead; stopped at the cap, its reason says how many blocks it would
+    need. Each added block is run by ``execute``."""
     from speclib.run.design import plan_blocks
 
     most, failed = params.protocol.max_replicates, []
@@ -127,6 +140,7 @@ def until_decided(
             reason = why
             break
         if rep == most:
+            reason += f"; {why}"
             break
         group_size = (manifest.get("design") or {}).get("group_size")
         for block in plan_blocks(params, design, range(rep, rep + 1), group_size=group_size):

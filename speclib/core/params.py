@@ -124,6 +124,18 @@ class ExperimentParams(StrictModel):
                 "the first look of run-until-decided, and one block has no degrees of freedom "
                 "for an arm's own variance (a look there could never decide)"
             )
+        if self.protocol.target_resolution is not None:
+            if not self.protocol.aa or len(names) != 1:
+                raise ValueError(
+                    "protocol.target_resolution is for a calibration run: protocol.aa: true "
+                    f"and the control as the only series (got series {names}, aa: "
+                    f"{self.protocol.aa})"
+                )
+            if reps < 2:
+                raise ValueError(
+                    f"workload.replicates ({reps}) must be >= 2 with protocol.target_resolution: "
+                    "one block has no degrees of freedom, so no resolution"
+                )
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate series names: {dupes}")

@@ -150,6 +150,17 @@ class ProtocolParams(StrictModel):
         description="Run until decided: add replicate blocks (up to this many) while a "
         "verdict is inconclusive, with O'Brien-Fleming-type alpha spending across looks.",
     )
+    target_resolution: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Calibration run (protocol.aa: true, the control as the only series): "
+        "the A/A resolution to reach, as a fraction (0.10 = ±10 %: the half-width of the A/A "
+        "ratio interval at analysis.confidence). With protocol.max_replicates the runner adds "
+        "blocks until the resolution is reached or max_replicates blocks ran (the looks "
+        "judge the width only, so they spend no alpha); the summary says the resolution "
+        "reached and, if short, how many blocks it would need.",
+    )
     slot_requests: int | None = Field(
         None,
         ge=1,

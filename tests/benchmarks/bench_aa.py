@@ -4,7 +4,8 @@ Runs the CPU demo target against a second copy of itself (``params/cpu-demo-aa.y
 control plus ``protocol.aa``) through ``speclib run``, many times in a row on this machine:
 
 * **new design** (the default): interleaved arms, ≥ 2 replicate blocks, the block-level
-  interval on each arm's own block-to-block variance;
+  interval on each arm's own block-to-block variance (the file as it is: a calibration of
+  3 to 6 blocks that stops once the A/A resolution is ±10 %, ``protocol.target_resolution``);
 * **old design**: one sequential launch per arm, decided as the kit used to decide, by a
   prompt-level paired bootstrap over that single launch (computed here from the run's own
   ``requests.jsonl`` with :func:`speclib.analysis.stats.paired_ratio_ci`); the kit's own
@@ -46,6 +47,9 @@ def _params_file(out: Path, design: str, extra: dict[str, Any]) -> Path:
     if design == "old":
         data["protocol"]["design"] = "sequential"
         data["workload"]["replicates"] = 1
+        # one launch per arm: no calibration target, no blocks added
+        data["protocol"].pop("max_replicates", None)
+        data["protocol"].pop("target_resolution", None)
     for key, value in extra.items():
         section, field = key.split(".", 1)
         data[section][field] = value

@@ -239,3 +239,118 @@ def test_drift_table_skips_pairs_without_tpot_and_finds_a_shared_shift() -> None
     assert control["shift"] and spec["shift"]
     assert spec["paired_shift"] is False and spec["cancelled"] is True
     assert "cancelled by the design" in drift_sentence(table)
+
+
+# ------------------------------------------------------------ the A/A arm as a bench check
+
+
+def test_the_aa_row_reads_as_a_bench_check_everywhere(tmp_path: Path) -> None:
+    params = _params(tmp_path, blocks=3, aa=True)
+    run = _write_run(tmp_path, params, {"spec": 0.5})
+    an = analyze_run(run)
+    aa = _by(json.loads((run / "summary.json").read_text()))["aa"]
+    assert aa["reasons"][0].startswith("bench check: resolution ±")
+    assert "(δ = ±5 %) at " in aa["reasons"][0] and "over 3 blocks" in aa["reasons"][0]
+    assert aa["extra_pairs_needed"] is None
+    check_text = aa["reasons"][0]  # the other reasons are the gates' (TTFT, E2E, errors)
+    assert not any(w in check_text for w in ("adopt", "worse", "pairs"))
+    assert not any("would likely reach" in r for r in aa["reasons"])
+    assert aa["bench_check"]["text"] == aa["reasons"][0]
+    assert aa["bench_check"]["df"] == 2
+    noise = an.summary()["noise"][0]["aa"]
+    assert noise["reason"] == aa["reasons"][0]
+    check = next(c for c in an.trust["checks"] if c["check"] == "A/A")
+    assert check["detail"].startswith("bench check: resolution ±")
+    assert check["figure"].startswith("resolution ±")
+    from speclib.report.sections import noise_floor_html
+
+    assert "Bench check: resolution ±" in noise_floor_html(an)
+
+
+def _calibration_params(tmp: Path, **protocol) -> ExperimentParams:
+    data = _params(tmp, blocks=3, aa=True).model_dump()
+    data["series"] = [{"name": "control"}]
+    data["protocol"].update(max_replicates=6, target_resolution=0.10, **protocol)
+    return ExperimentParams.model_validate(data)
+
+
+def _calibration_run(tmp: Path, params: ExperimentParams, effects: list[float]):
+    """A calibration run folder whose first blocks are done, and an executor that writes
+    each added block: the A/A arm's TPOT is the control's times ``exp(effects[block])``."""
+    from speclib.core.rundir import RunDir
+    from speclib.run.design import plan_blocks
+
+    run = tmp / "run"
+    run.mkdir()
+    (run / "params.resolved.json").write_text(json.dumps(params.model_dump()))
+    base = np.random.default_rng(0).lognormal(np.log(0.02), 0.2, size=16)
+    executed: list[int] = []
+
+    def write_block(rep: int) -> None:
+        with (run / "requests.jsonl").open("a") as fh:
+            for p in range(16):
+                for arm, f in (("control", 1.0), ("aa", float(np.exp(effects[rep])))):
+                    append_record(fh, _record(arm, rep, p, float(base[p] * f), 1e9 + rep))
+
+    def execute(pfile, rd, block, design):
+        executed.append(block["replicate"])
+        write_block(block["replicate"])
+        return []
+
+    first = plan_blocks(params, "interleaved", range(params.workload.replicates))
+    for b in first:
+        write_block(b.replicate)
+    manifest = {"design": {"design": "interleaved", "reason": "test"},
+                "blocks": [b.to_dict() for b in first]}  # fmt: skip
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return RunDir.at(run), execute, executed
+
+
+def _hand_blocks(effects: list[float], target: float) -> int:
+    """Blocks at which t[m - 1] * s / sqrt(m) <= log(1 + target), the block SD s held."""
+    from scipy import stats
+
+    s, m = np.std(effects, ddof=1), len(effects)
+    while stats.t.ppf(0.975, m - 1) * s / np.sqrt(m) > np.log1p(target):
+        m += 1
+    return m
+
+
+def test_a_calibration_stops_when_its_target_resolution_is_reached(tmp_path: Path) -> None:
+    from speclib.app.blocks import until_decided
+
+    params = _calibration_params(tmp_path)
+    effects = [0.06, -0.06, 0.0, 0.0, 0.0, 0.0]  # ±16.1 % after 3 blocks, ±8.1 % after 4
+    rd, execute, executed = _calibration_run(tmp_path, params, effects)
+    logs: list[str] = []
+    until_decided(params, "p.yaml", rd, "interleaved", resume=False, log=logs.append,
+                  execute=execute)  # fmt: skip
+    assert executed == [3]
+    stopping = rd.read_manifest()["stopping"]
+    assert stopping["blocks"] == 4
+    assert stopping["reason"].startswith("stopped: calibration: A/A resolution ±8.1 %")
+    assert "target ±10.0 % reached" in stopping["reason"]
+    assert "would need 5 blocks" in logs[0]  # the look after 3 blocks: ±16.1 %, not yet
+    summary = analyze_run(rd.root).summary()
+    assert summary["calibration"]["reached"] and summary["calibration"]["blocks"] == 4
+    # the width alone decides: no alpha spent, the interval at analysis.confidence
+    assert decision_confidence(params, 4)[0] == 0.95
+    assert summary["comparisons"][0]["confidence_level"] == pytest.approx(0.95)
+
+
+def test_a_calibration_that_runs_out_of_blocks_says_how_many_it_would_need(tmp_path) -> None:
+    from speclib.app.blocks import until_decided
+
+    params = _calibration_params(tmp_path)
+    effects = [0.2, -0.2, 0.15, -0.15, 0.2, -0.2]
+    rd, execute, executed = _calibration_run(tmp_path, params, effects)
+    until_decided(params, "p.yaml", rd, "interleaved", resume=False, log=lambda _: None,
+                  execute=execute)  # fmt: skip
+    assert executed == [3, 4, 5]
+    need = _hand_blocks(effects, 0.10)
+    assert need > 6
+    reason = rd.read_manifest()["stopping"]["reason"]
+    assert reason.startswith("stopped: reached protocol.max_replicates = 6; calibration:")
+    assert f"target ±10.0 % not reached: would need {need} blocks" in reason
+    found = analyze_run(rd.root).summary()["calibration"]
+    assert not found["reached"] and found["blocks"] == 6 and found["blocks_needed"] == need

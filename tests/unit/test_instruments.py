@@ -23,6 +23,7 @@ from speclib.analysis.instrument import (
     exclusion_table,
     launch_agreement,
 )
+from speclib.analysis.stats import RatioCI
 from speclib.analysis.trust import (
     aa_check,
     bench_trust,
@@ -272,23 +273,32 @@ def test_every_check_passes_on_a_clean_bench(tmp_path):
     assert late_check(pd.DataFrame()).status == "not assessed"
 
 
-class _Ci:
-    def __init__(self, lo, hi):
-        self.ci_low, self.ci_high, self.estimate = lo, hi, (lo + hi) / 2
+def _ci(lo: float, hi: float, blocks: int = 4) -> RatioCI:
+    """A block interval of an A/A arm (``blocks - 1`` df), symmetric on the log scale."""
+    return RatioCI(
+        estimate=(lo * hi) ** 0.5, ci_low=lo, ci_high=hi, confidence_level=0.95,
+        method="blocks", n_pairs=8 * blocks, n_launches=blocks, median_delta=0.0,
+        wilcoxon_p=None, between_launch_share=None, more_launches_help=None,
+        var_between=None, var_within=None, n_resamples=0, df=blocks - 1,
+    )  # fmt: skip
 
 
 class _Comp:
     def __init__(self, lo, hi, word="inconclusive"):
-        self.cis = {"tpot_s": _Ci(lo, hi)}
+        self.cis = {"tpot_s": _ci(lo, hi)}
         self.word = word
 
 
 def test_the_aa_check_reports_resolution_and_fails_on_a_false_effect():
     assert aa_check([], 0.05).status == "not assessed"
-    ok = aa_check([_Comp(0.97, 1.04)], 0.05)
-    assert ok.status == "pass" and ok.figure == "resolution ±4.0 %"
+    ok = aa_check([_Comp(0.97, 1.04)], 0.05)  # log half-width 0.0348: ±3.5 %
+    assert ok.status == "pass"
+    assert ok.figure == "resolution ±3.5 % (δ = ±5 %): equivalent"
+    assert ok.detail.startswith("bench check: resolution ±3.5 %")
     coarse = aa_check([_Comp(0.88, 1.15)], 0.05)
-    assert coarse.status == "pass" and "coarser than δ" in coarse.detail
+    assert (
+        coarse.status == "pass" and "more blocks would likely make it equivalent" in coarse.detail
+    )
     useless = aa_check([_Comp(0.1, 9.3)], 0.05)
     assert useless.status == "not assessed" and "too wide" in useless.detail
     assert aa_check([_Comp(0.85, 0.94, "adopt")], 0.05).status == "fail"

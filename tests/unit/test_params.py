@@ -252,6 +252,32 @@ def test_run_until_decided_needs_two_first_blocks(tmp_path):
     assert load_params(_write(tmp_path, data), check_files=False).protocol.max_replicates == 4
 
 
+def test_target_resolution_is_for_a_calibration_run(tmp_path):
+    """protocol.target_resolution: a fraction in (0, 1), only with protocol.aa and the
+    control alone, and at least two first blocks (one block has no resolution)."""
+    data = _base(tmp_path)
+    data["protocol"] = {"aa": True, "target_resolution": 0.1}
+    assert "protocol.target_resolution is for a calibration run" in _error(tmp_path, data)
+    data["series"] = data["series"][:1]
+    data["workload"]["replicates"] = 1
+    assert "must be >= 2 with protocol.target_resolution" in _error(tmp_path, data)
+    data["workload"]["replicates"] = 3
+    for bad in (0, 1.5, "fine"):
+        data["protocol"]["target_resolution"] = bad
+        assert "target_resolution" in _error(tmp_path, data)
+    data["protocol"].update(target_resolution=0.1, target_resolutoin=0.1)
+    assert "target_resolutoin" in _error(tmp_path, data)  # unknown keys are refused
+    del data["protocol"]["target_resolutoin"]
+    loaded = load_params(_write(tmp_path, data), check_files=False)
+    assert loaded.protocol.target_resolution == 0.1
+
+
+def test_the_calibration_params_file_sets_a_target_resolution():
+    params = load_params(REPO / "params" / "cpu-demo-aa.yaml", check_files=False)
+    assert params.protocol.target_resolution == 0.10
+    assert params.workload.replicates == 3 and params.protocol.max_replicates == 6
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_speculative_keys_checked_against_installed_vllm(tmp_path):
     data = _base(tmp_path)
