@@ -3,7 +3,8 @@
 On the kit's CPU machines a server's speed can shift regime inside one launch (TPOT 22–24 ms
 for 9 requests, then 14–17 ms for 12, then back). Arms measured one after the other then
 compare the effect with the machine's mood. :func:`drift_table` runs Pettitt's change-point
-test (:mod:`speclib.analysis.changepoint`) on every launch's per-request TPOT in time order
+test (:mod:`speclib.analysis.changepoint`) on every launch's positive per-request TPOT (a
+TPOT of 0 means every token was read at once: it measures the read, not a speed) in time order
 and, for each experiment, on its paired log-ratios against the control in time order within
 the block. A shift in the raw series that is absent from the paired one was **cancelled**
 by the design (the arms alternated, so the shift hit both sides of every pair); a shift in
@@ -40,7 +41,8 @@ def _ok_measured(df: pd.DataFrame) -> pd.DataFrame:
     d = df[df["ok"].astype(bool)]
     if "phase" in d.columns:
         d = d[d["phase"] == "measure"]
-    return d[np.isfinite(pd.to_numeric(d["tpot_s"], errors="coerce"))]
+    tpot = pd.to_numeric(d["tpot_s"], errors="coerce").astype(float)
+    return d[np.isfinite(tpot) & (tpot > 0)]  # a TPOT of 0 (all tokens read at once) is no level
 
 
 def _row(block: Any, arm: str, raw: pd.DataFrame, paired: pd.DataFrame | None) -> dict:

@@ -4,8 +4,11 @@
 ratio against the swept value when the run has a sweep, latency ECDFs, one paired
 per-prompt ratio per comparison, speed-up under load, acceptance from the ``/metrics``
 counters, acceptance against speed-up, tokens per chunk, the timeline, the sampling check,
-memory) and numbers their captions. Drawing is in :mod:`speclib.report.request_figures` and
-:mod:`speclib.report.spec_figures`.
+memory) and numbers their captions. A figure that would repeat another is left out: tokens
+per chunk when the ``/metrics`` counters give the accepted-drafts histogram (a chunk carries
+the accepted drafts plus one), the timeline when no two requests of a launch overlapped
+(at concurrency 1 it shows only the send order, which the drift figure shows with TPOT).
+Drawing is in :mod:`speclib.report.request_figures` and :mod:`speclib.report.spec_figures`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from speclib.report.request_figures import (
     plot_paired_ratio,
     plot_timeline,
     plot_tokens_per_chunk,
+    requests_overlap,
 )
 from speclib.report.spec_figures import (
     plot_acceptance,
@@ -61,7 +65,10 @@ def _palette(an: RunAnalysis) -> dict[str, str]:
 def sweep_figures(an: RunAnalysis) -> list[FigureWithCaption]:
     """Which k of a tuning sweep? (the sweep's TPOT ratio against the swept value)."""
     fig = sweep_figure(an) if len(an.records) else None
-    return [fig] if fig is not None else []
+    if fig is None:
+        return []
+    question = "Which value of the swept setting pays off? "
+    return [dataclasses.replace(fig, caption=question + fig.caption)]
 
 
 def latency_figures(an: RunAnalysis) -> list[FigureWithCaption]:
@@ -114,19 +121,29 @@ def acceptance_figures(an: RunAnalysis) -> list[FigureWithCaption]:
 
 
 def chunk_figures(an: RunAnalysis) -> list[FigureWithCaption]:
-    """How many tokens does one streamed chunk carry? (why ITL is not TPOT under speculation)"""
-    if an.records.empty:
+    """How many tokens does one streamed chunk carry? (why ITL is not TPOT under speculation)
+
+    Left out when the acceptance figure has the ``/metrics`` histogram of accepted drafts
+    per step: a chunk carries the accepted drafts plus one, so it would repeat that panel.
+    """
+    if an.records.empty or _series_counters(an):
         return []
     return [plot_tokens_per_chunk(an.records, control=an.control, palette=_palette(an))]
 
 
 def timeline_figures(an: RunAnalysis) -> list[FigureWithCaption]:
-    """Did the machine's speed move during the run? (timeline, and drift when found)"""
+    """Did requests queue, and did the machine's speed move during the run?
+
+    The timeline only when requests of a launch overlapped (or there is no drift figure):
+    at concurrency 1 it shows just the send order, which the drift figure shows with TPOT.
+    """
     df = an.records
     if df.empty:
         return []
     pal = _palette(an)
-    out = [plot_timeline(df, control=an.control, palette=pal)]
+    out = []
+    if not len(an.drift) or requests_overlap(df):
+        out.append(plot_timeline(df, control=an.control, palette=pal))
     if len(an.drift):
         sentence = drift_sentence(an.drift)
         out.append(plot_drift(df, an.drift, sentence=sentence, control=an.control, palette=pal))

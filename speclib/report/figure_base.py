@@ -7,7 +7,9 @@ touched (no ``plt.show``, no backend switch, no figure leak), so the figure func
 safe in notebooks, tests and worker processes alike. Colours come from seaborn's
 colour-blind-safe palette through :func:`series_palette`, which gives the control the
 neutral grey and every other series a fixed colour, so a series looks the same in every
-figure when the palette is computed once and passed to each function.
+figure when the palette is computed once and passed to each function; prompt categories
+take darker colours (:func:`category_palette`). Every caption opens with the one question
+its figure answers, and a legend lists only the series drawn.
 
 The per-request DataFrame the figures take has the columns listed in
 :data:`RECORD_COLUMNS`; each function checks only the ones it needs
@@ -33,7 +35,9 @@ __all__ = [
     "ERROR_COLOR",
     "METRIC_UNITS",
     "RECORD_COLUMNS",
+    "UNCATEGORISED",
     "FigureWithCaption",
+    "category_palette",
     "finite",
     "measured",
     "new_figure",
@@ -86,6 +90,7 @@ class FigureWithCaption:
 
     figure: Figure
     caption: str
+    anchor: str = ""  # the HTML id of the <figure> (for a figure the page links to)
 
     def __iter__(self) -> Iterator[Any]:
         yield self.figure
@@ -117,8 +122,9 @@ class FigureWithCaption:
         data = base64.b64encode(self.to_png(dpi=dpi)).decode("ascii")
         width = round(self.figure.get_figwidth() * 100)
         alt = html.escape(f"{self.title}. {self.caption}", quote=True)
+        anchor = f' id="{html.escape(self.anchor, quote=True)}"' if self.anchor else ""
         return (
-            f'<figure><img src="data:image/png;base64,{data}" '
+            f'<figure{anchor}><img src="data:image/png;base64,{data}" '
             f'alt="{alt}" width="{width}" style="max-width:100%;height:auto"/>'
             f"<figcaption>{html.escape(self.caption)}</figcaption></figure>"
         )
@@ -147,6 +153,19 @@ def series_palette(names: Sequence[str], *, control: str = "control") -> dict[st
             i += 1
     out.setdefault(control, _NEUTRAL)
     return out
+
+
+UNCATEGORISED = "uncategorised"
+"""Legend label of prompts without a category."""
+
+_CATEGORY_COLORS = sns.color_palette("dark", 10).as_hex()
+
+
+def category_palette(categories: Sequence[str]) -> dict[str, str]:
+    """Colour per prompt category, in order: seaborn's ``dark`` palette, which stays apart
+    from the series colours (categories and series can appear in one figure)."""
+    names = list(dict.fromkeys(categories))
+    return {c: _CATEGORY_COLORS[i % len(_CATEGORY_COLORS)] for i, c in enumerate(names)}
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:

@@ -1,10 +1,13 @@
 """Figures drawn from the per-request records: latency, paired per-prompt ratios, the stream.
 
 Each function takes the per-request DataFrame (:data:`~speclib.report.figure_base.RECORD_COLUMNS`)
-and returns a captioned figure: latency ECDFs per series, the paired per-prompt ratio with
-the overall CI, tokens per streamed chunk, and the request timeline. Nothing is computed here
-beyond grouping and plotting: pairs come from :func:`speclib.analysis.frames.pair_frame`,
-CIs from :mod:`speclib.analysis.stats`, chunk sizes from :mod:`speclib.analysis.chunks`.
+and returns a captioned figure: latency ECDFs per series (one legend for the figure), the
+paired per-prompt ratio coloured by prompt category with the mean ratio's CI on its own
+column, tokens per streamed chunk, the request timeline (:func:`requests_overlap` tells
+whether it has anything to show beyond the send order), and TPOT over time per block for the
+drift diagnostics. Nothing is computed here beyond grouping and plotting: pairs come from
+:func:`speclib.analysis.frames.pair_frame`, CIs from :mod:`speclib.analysis.stats`, chunk
+sizes from :mod:`speclib.analysis.chunks`, change points from :mod:`speclib.analysis.drift`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from speclib.analysis.frames import pair_frame
 from speclib.report.figure_base import (
     ERROR_COLOR,
     METRIC_UNITS,
+    UNCATEGORISED,
     FigureWithCaption,
+    category_palette,
     finite,
     measured,
     new_figure,
@@ -37,6 +42,7 @@ __all__ = [
     "plot_paired_ratio",
     "plot_timeline",
     "plot_tokens_per_chunk",
+    "requests_overlap",
 ]
 
 
@@ -55,29 +61,36 @@ def plot_latency_ecdf(
     data = measured(df)
     order = series_order(df["series"], control)
     pal = resolve_palette(palette, order, control)
-    fig, axes = new_figure(len(metrics), width=3.9)
+    fig, axes = new_figure(len(metrics), width=3.6)
     counts = data.groupby("series").size()
+    handles: dict[str, object] = {}
     for ax, metric in zip(axes[0], metrics, strict=True):
         label, unit, scale = METRIC_UNITS[metric]
-        drawn = False
         for name in order:
             vals = finite(data.loc[data["series"] == name, metric]) * scale
             if vals.empty:
                 continue
             sns.ecdfplot(x=vals.to_numpy(), ax=ax, color=pal[name], label=name)
-            drawn = True
-        if not drawn:
+            handles.setdefault(name, ax.get_lines()[-1])
+        if not ax.has_data():
             no_data(ax)
         ax.set_xlabel(f"{label} ({unit})")
         ax.set_ylabel("share of requests")
         ax.set_title(label)
-        if drawn:
-            ax.legend(title="series", fontsize="small")
+    drawn = [s for s in order if s in handles]
+    if drawn:  # one legend for the figure, outside the panels
+        fig.legend(
+            [handles[s] for s in drawn],
+            drawn,
+            title="series",
+            loc="outside right upper",
+            fontsize="small",
+        )
     fig.suptitle("Latency distributions per series")
     ns = ", ".join(f"{s} n={int(counts.get(s, 0))}" for s in order)
     caption = (
-        "Empirical CDFs of per-request latency over successful measured requests "
-        f"({ns}); a curve further left is faster."
+        "How is each arm's latency distributed? Empirical CDFs of per-request latency over "
+        f"successful measured requests ({ns}); a curve further left is faster."
     )
     return FigureWithCaption(fig, caption)
 
@@ -114,6 +127,9 @@ def paired_prompt_ratios(
     return out[cols].sort_values("ratio", kind="stable").reset_index(drop=True)
 
 
+_MARKERS = ("o", "s", "^", "v", "P", "X", "*")  # per category, with its colour
+
+
 def plot_paired_ratio(
     df: pd.DataFrame,
     *,
@@ -125,52 +141,99 @@ def plot_paired_ratio(
     palette: Mapping[str, str] | None = None,
     confidence_level: float | None = None,
 ) -> FigureWithCaption:
-    """Per-prompt ratio experiment / control of ``metric``, with the overall CI as a band.
+    """Per-prompt ratio experiment / control of ``metric``, coloured by prompt category, and
+    the overall ratio with its CI drawn apart, as one more column right of the prompts.
 
-    ``ci`` (and ``estimate``) come from
+    ``ci`` (and ``estimate``, the geometric-mean ratio) come from
     :func:`speclib.analysis.stats.paired_ratio_ci`; they are drawn, not recomputed;
-    ``confidence_level`` (e.g. 0.975 after a Holm adjustment) is named in the caption.
-    Points below the line at 1 are prompts where the experiment is faster.
+    ``confidence_level`` (e.g. 0.975 after a Holm adjustment) is named in the legend and
+    caption. The interval is that of the mean ratio, not a range for single prompts, so it
+    is drawn on the mean's own column. Points below the line at 1 are prompts where the
+    experiment is faster. ``palette`` colours the series; categories get their own colours.
     """
     lo, hi = (float(x) for x in ci)
     if not (0 <= lo <= hi):
         raise ValueError(f"`ci` must be (low, high) with 0 <= low <= high (got {ci!r})")
     bounded = lo > 0 and np.isfinite(hi)  # (0, inf): the interval could not be formed
     ratios = paired_prompt_ratios(df, experiment=experiment, control=control, metric=metric)
+    ratios = ratios.assign(category=ratios["category"].fillna(UNCATEGORISED).astype(str))
     pal = resolve_palette(palette, [control, experiment], control)
     label = METRIC_UNITS.get(metric, (metric, "", 1.0))[0]
+    level = f"{round(confidence_level * 100, 1):g} % " if confidence_level else ""
     fig, axes = new_figure(width=7.5)
     ax = axes[0, 0]
-    if bounded:
-        span = f"CI [{lo:.3f}, {hi:.3f}]"
-        ax.axhspan(lo, hi, color=pal[experiment], alpha=0.18, lw=0, label=span)
-    if estimate is not None:
-        ax.axhline(estimate, color=pal[experiment], lw=1.5, label=f"estimate {estimate:.3f}")
     ax.axhline(1.0, color="0.2", lw=1, ls="--", label="no change")
+    x_mean = len(ratios) + 0.5
+    if estimate is not None:
+        ax.axhline(estimate, color=pal[experiment], lw=1, ls=":")
+        err = [[estimate - lo], [hi - estimate]] if bounded and lo <= estimate <= hi else None
+        ax.errorbar(
+            [x_mean],
+            [estimate],
+            yerr=err,
+            color=pal[experiment],
+            marker="D",
+            ms=7,
+            capsize=5,
+            lw=2,
+            zorder=4,
+            label=f"geometric-mean ratio {estimate:.3f}"
+            + (f"\n{level}CI of the mean [{lo:.3f}, {hi:.3f}]" if err else ""),
+        )
+    elif bounded:
+        ax.vlines([x_mean], lo, hi, color=pal[experiment], lw=2, label=f"{level}CI of the mean")
+    # every category of the records, sorted, so a category keeps its colour across figures
+    known = df["category"].dropna().astype(str) if "category" in df.columns else pd.Series()
+    categories = sorted(set(known) | set(ratios["category"]))
+    cat_colors = category_palette(categories)
     if ratios.empty:
         ax.text(0.5, 0.5, "no paired prompts", ha="center", transform=ax.transAxes)
     else:
         x = np.arange(len(ratios))
-        ax.scatter(x, ratios["ratio"], color=pal[experiment], s=22, zorder=3, label="prompt")
-        if len(ratios) <= 30:
-            ax.set_xticks(
-                x, ratios["prompt_id"].astype(str), rotation=60, ha="right", fontsize="small"
+        for cat in categories:
+            m = (ratios["category"] == cat).to_numpy()
+            if not m.any():
+                continue
+            ax.scatter(
+                x[m],
+                ratios["ratio"][m],
+                color=cat_colors[cat],
+                marker=_MARKERS[categories.index(cat) % len(_MARKERS)],
+                s=28,
+                zorder=3,
+                label=cat,
             )
-        else:
-            ax.set_xticks([])
-    ax.set_xlabel("prompt (sorted by ratio)")
+        names = list(ratios["prompt_id"].astype(str)) if len(ratios) <= 30 else [""] * len(x)
+        ticks = [*x, x_mean] if estimate is not None or bounded else list(x)
+        mean_tick = ["all prompts"] if len(ticks) > len(x) else []
+        ax.set_xticks(ticks, [*names, *mean_tick], rotation=60, ha="right", fontsize="small")
+    ax.set_xlabel("prompt (sorted by ratio); right: the mean over prompts")
     ax.set_ylabel(f"{label} ratio {experiment} / {control} (unitless)")
     ax.set_title(f"Paired per-prompt {label}: {experiment} vs {control}")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    est = f"estimate {estimate:.3f}, " if estimate is not None else ""
-    level = f"{round(confidence_level * 100, 1):g} % " if confidence_level else ""
+    ax.legend(
+        title="prompt category",
+        fontsize="small",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0,
+    )
+    per_cat = "; ".join(
+        f"{cat} {g['ratio'].median():.2f} (n={len(g)})"
+        for cat, g in ratios.groupby("category", sort=False)
+    )
+    est = f"geometric-mean ratio {estimate:.3f}" if estimate is not None else ""
     caption = (
-        f"Median {label} of {experiment} divided by that of {control}, per prompt "
-        f"(n={len(ratios)} prompts); below 1 means {experiment} is faster. "
+        f"Does the speed-up hold per prompt and per category? Each point is one prompt's median "
+        f"{label} of {experiment} divided by that of {control} (n={len(ratios)} prompts), "
+        f"coloured by category; below 1 means {experiment} is faster. "
+        + (f"Median ratio per category: {per_cat}. " if per_cat else "")
         + (
-            f"Band: {est}{level}confidence interval [{lo:.3f}, {hi:.3f}] of the paired ratio."
+            f"Right column: {est or 'the mean ratio'} with the {level}confidence interval "
+            f"[{lo:.3f}, {hi:.3f}] of that mean, not a range for single prompts, which spread "
+            "wider."
             if bounded
-            else f"No band: {est}but one launch per arm gives no interval (see the verdict)."
+            else f"Right column: {est + ', ' if est else ''}without an interval: one launch "
+            "per arm gives none (see the verdict)."
         )
     )
     return FigureWithCaption(fig, caption)
@@ -220,10 +283,29 @@ def plot_tokens_per_chunk(
         f"{s}: mean {dists[s].mean:.2f} over {dists[s].n_chunks} chunks" for s in shown
     )
     caption = (
-        "Without speculation each chunk carries one token; under speculation a chunk carries "
-        f"the accepted drafts plus one. {means or 'No chunks recorded'}."
+        "How many tokens does one streamed chunk carry? Without speculation one; under "
+        "speculation the accepted drafts plus one, so the time between chunks is not TPOT. "
+        f"{means or 'No chunks recorded'}."
     )
     return FigureWithCaption(fig, caption)
+
+
+def requests_overlap(df: pd.DataFrame, *, tolerance_s: float = 1e-3) -> bool:
+    """Whether any request was sent while another of its launch was still streaming.
+
+    False for a closed loop at concurrency 1: then the timeline shows no concurrency and no
+    queueing, only the order of requests, which the drift figure shows as well.
+    """
+    require_columns(df, ["t_start", "e2e_s"], "requests_overlap")
+    launch = df["launch_id"].astype(str) if "launch_id" in df.columns else pd.Series("", df.index)
+    start = pd.to_numeric(df["t_start"], errors="coerce").astype(float)
+    end = start + pd.to_numeric(df["e2e_s"], errors="coerce").astype(float)
+    d = pd.DataFrame({"launch": launch, "start": start, "end": end}).dropna()
+    for _, g in d.sort_values("start", kind="stable").groupby("launch", sort=False):
+        busy_until = g["end"].cummax().shift()
+        if (g["start"] < busy_until - tolerance_s).any():
+            return True
+    return False
 
 
 def plot_timeline(
@@ -232,22 +314,25 @@ def plot_timeline(
     control: str = "control",
     palette: Mapping[str, str] | None = None,
 ) -> FigureWithCaption:
-    """Each request as a bar from send to end of stream, one panel per series.
+    """Each request as a bar from send to end of stream, one panel per series with data.
 
     Time is relative to the first request of each server launch (``launch_id``), and the
     launches of a series are stacked, so overlapping bars show concurrency and growing
     bars show queueing. Warm-up requests are pale; failed requests are marked with ×.
+    A series with no request to draw (no send time) gets no panel.
     """
     require_columns(df, ["series", "t_start", "e2e_s"], "plot_timeline")
-    order = series_order(df["series"], control)
-    pal = resolve_palette(palette, order, control)
+    has_t = np.isfinite(pd.to_numeric(df["t_start"], errors="coerce").astype(float))
+    order = series_order(df.loc[has_t, "series"], control)
+    pal = resolve_palette(palette, series_order(df["series"], control), control)
+    left_out = [s for s in series_order(df["series"], control) if s not in order]
     fig, axes = new_figure(1, max(len(order), 1), width=8.0, height=2.6)
     n_fail = 0
     for ax, name in zip(axes[:, 0], order or [None], strict=False):
         if name is None:
-            no_data(ax)
+            no_data(ax, "no request with a send time")
             continue
-        sub = df[df["series"] == name].copy()
+        sub = df[(df["series"] == name) & has_t].copy()
         launch = sub["launch_id"].astype(str) if "launch_id" in sub.columns else ""
         sub = sub.assign(_launch=launch, _t=pd.to_numeric(sub["t_start"], errors="coerce"))
         sub = sub.sort_values(["_launch", "_t"], kind="stable")
@@ -286,15 +371,14 @@ def plot_timeline(
         ax.set_ylabel("request (by start)")
         ax.set_xlabel("time since the launch's first request (s)")
         ax.set_title(name, loc="left", color=pal[name])
-        if len(sub):
-            ax.legend(fontsize="x-small", loc="lower right")
-        else:
-            no_data(ax)
+        ax.legend(fontsize="x-small", loc="lower right")
     fig.suptitle("Request timeline per series")
     caption = (
-        "Each bar is one request from send to end of stream; launches of a series are "
-        "stacked (grey lines). Overlaps show concurrency, bars that start together but end "
-        "staggered show queueing." + (f" {n_fail} failed request(s) marked ×." if n_fail else "")
+        "Did requests overlap or queue? Each bar is one request from send to end of stream; "
+        "launches of a series are stacked (grey lines). Overlaps show concurrency, bars that "
+        "start together but end staggered show queueing."
+        + (f" {n_fail} failed request(s) marked ×." if n_fail else "")
+        + (f" No panel for {', '.join(left_out)}: no request was sent." if left_out else "")
     )
     return FigureWithCaption(fig, caption)
 
@@ -307,46 +391,83 @@ def plot_drift(
     control: str = "control",
     palette: Mapping[str, str] | None = None,
 ) -> FigureWithCaption:
-    """Per-request TPOT in time order, one panel per replicate block, one line per arm.
+    """Per-request TPOT in time order, one panel per replicate block, one colour per arm.
 
-    ``drift`` is :func:`speclib.analysis.drift.drift_table`; a launch with a significant
-    change point gets a dotted vertical line at the shift. ``sentence`` (from
+    A line joins only requests of one arm sent one after the other in one launch: where the
+    other arms ran in between (the interleaved design's slots) or a new launch began, the
+    line breaks. Only positive TPOTs are drawn: a TPOT of 0 (every token read at once) is
+    no speed level; the caption says how many were left out. ``drift`` is
+    :func:`speclib.analysis.drift.drift_table`; a launch with a significant change point gets
+    a dotted vertical line at the shift. ``sentence`` (from
     :func:`speclib.analysis.drift.drift_sentence`) names the shifts and whether the design
     cancelled them.
     """
     require_columns(df, ["series", "t_start", "tpot_s", "replicate"], "plot_drift")
     d = measured(df)
-    d = d[np.isfinite(pd.to_numeric(d["tpot_s"], errors="coerce"))]
-    blocks = sorted(d["replicate"].unique())
+    tpot = pd.to_numeric(d["tpot_s"], errors="coerce").astype(float)
+    n_nonpositive = int((np.isfinite(tpot) & (tpot <= 0)).sum())
+    d = d[np.isfinite(tpot) & (tpot > 0)]
+    d = d[np.isfinite(pd.to_numeric(d["t_start"], errors="coerce").astype(float))]
+    level = d["level"] if "level" in d.columns else pd.Series(0, index=d.index)
+    names = [
+        f"r{r}" + (f"/l{lv}" if lv else "") for r, lv in zip(d["replicate"], level, strict=True)
+    ]
+    d = d.assign(
+        _block=names,
+        _t=pd.to_numeric(d["t_start"]).astype(float),
+        _ms=pd.to_numeric(d["tpot_s"]).astype(float) * 1e3,
+        _launch=d["launch_id"].astype(str) if "launch_id" in d.columns else "",
+    )
+    blocks = list(dict.fromkeys(d.sort_values(["replicate", "_t"])["_block"]))
     order = series_order(d["series"], control)
     pal = resolve_palette(palette, order, control)
     fig, axes = new_figure(1, max(len(blocks), 1), width=8.0, height=2.4)
     for ax, block in zip(axes[:, 0], blocks or [None], strict=False):
         if block is None:
-            no_data(ax)
+            no_data(ax, "no positive TPOT")
             continue
-        sub = d[d["replicate"] == block]
-        t0 = float(pd.to_numeric(sub["t_start"]).min())
+        sub = d[d["_block"] == block].sort_values("_t", kind="stable")
+        key = sub["series"].astype(str) + "\0" + sub["_launch"]
+        sub = sub.assign(_run=(key != key.shift()).cumsum(), _x=sub["_t"] - sub["_t"].min())
         for name in order:
-            s = sub[sub["series"] == name].sort_values("t_start")
-            if not len(s):
-                continue
-            x = pd.to_numeric(s["t_start"]).to_numpy(float) - t0
-            y = pd.to_numeric(s["tpot_s"]).to_numpy(float) * 1e3
-            ax.plot(x, y, marker=".", lw=1, color=pal[name], label=name)
-            hit = drift[(drift["arm"] == name) & (drift["block"] == f"r{block}")]
+            s = sub[sub["series"] == name]
+            for i, (_, seg) in enumerate(s.groupby("_run", sort=True)):
+                ax.plot(
+                    seg["_x"],
+                    seg["_ms"],
+                    marker=".",
+                    lw=1,
+                    color=pal[name],
+                    label=name if i == 0 else None,
+                )
+            hit = drift[(drift["arm"] == name) & (drift["block"] == block)] if len(drift) else drift
             if len(hit) and bool(hit.iloc[0]["shift"]) and hit.iloc[0]["at_request"] is not None:
-                at = int(hit.iloc[0]["at_request"])
+                at, x = int(hit.iloc[0]["at_request"]), s["_x"].to_numpy(float)
                 if 0 < at < len(x):
-                    ax.axvline(x[at], color=pal[name], ls=":", lw=1.2)
-        ax.set_title(f"block r{block}", fontsize=9, loc="left")
+                    ax.axvline(x[at], color=pal[name], ls=":", lw=1.2)  # first after the shift
+        ax.set_title(f"block {block}", fontsize=9, loc="left")
         ax.set_ylabel("TPOT (ms)")
-        ax.legend(fontsize=7, loc="upper right")
+    if blocks:
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        for ax in axes[1:, 0]:  # an arm may appear in a later block only
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                if lab not in labels:
+                    handles, labels = [*handles, h], [*labels, lab]
+        fig.legend(handles, labels, title="arm", fontsize="small", loc="outside right upper")
     axes[-1, 0].set_xlabel("time since the block's first measured request (s)")
     fig.suptitle("TPOT over time, per block and arm (drift diagnostics)")
+    dropped = (
+        f" {n_nonpositive} request(s) with a TPOT of 0 or less (all tokens read at once) are "
+        "left out: they measure the read, not the server's speed."
+        if n_nonpositive
+        else ""
+    )
     caption = (
-        "Per-request TPOT in send order; dotted lines mark a regime shift found by Pettitt's "
+        "Did the machine's speed shift during the run, and did the design cancel it? "
+        "Per-request TPOT in send order; a line joins requests of one arm sent back to back "
+        "and breaks where other arms ran. Dotted lines mark a regime shift found by Pettitt's "
         "change-point test in that launch. In the interleaved design the arms alternate, so "
         f"a shift of the machine hits every arm at once and cancels in the pairs. {sentence}"
+        + dropped
     )
     return FigureWithCaption(fig, caption)

@@ -103,8 +103,10 @@ def plot_acceptance(
     ax_p.set_title("Acceptance by draft position")
     fig.suptitle("Speculative acceptance (server counters)")
     caption = (
-        "Left: share of verify steps that accepted j draft tokens; right: share of steps "
-        "whose draft at each position was accepted (drops with position). " + "; ".join(notes) + "."
+        "How often are drafts accepted, and at which position? Left: share of verify steps "
+        "that accepted j draft tokens (a streamed chunk then carries j + 1 tokens, so the "
+        "time between chunks is not TPOT); right: share of steps whose draft at each position "
+        "was accepted (drops with position). " + "; ".join(notes) + "."
     )
     return FigureWithCaption(fig, caption)
 
@@ -143,6 +145,8 @@ def plot_acceptance_vs_speedup(
         keep = np.isfinite(x.astype(float))
         n_nodraft += int((~keep).sum())
         n_points += int(keep.sum())
+        if not keep.any():
+            continue  # no point, no legend entry
         ax.scatter(x[keep], 1.0 / ratios["ratio"][keep], color=pal[name], s=26, label=name)
     if n_points == 0:
         no_data(ax, "no prompt with both a speed-up and an acceptance rate")
@@ -153,6 +157,7 @@ def plot_acceptance_vs_speedup(
     ax.set_ylabel(f"{label} speed-up ({control} / experiment, ×)")
     ax.set_title("Acceptance vs speed-up per prompt")
     caption = (
+        "Does a prompt's speed-up follow its acceptance rate? "
         f"Each point is one prompt of one series (n={n_points}): its mean per-request "
         f"acceptance rate against its "
         f"{label} speed-up over {control}; above the dashed line speculation wins."
@@ -167,17 +172,24 @@ def plot_memory(
     control: str = "control",
     palette: Mapping[str, str] | None = None,
 ) -> FigureWithCaption:
-    """Server resident memory over time per series (one line per launch if ``launch_id``)."""
+    """Server resident memory over time per series (one line per launch if ``launch_id``).
+
+    The y axis spans the data, not 0 to the peak: servers of one model differ by a few
+    per cent, which an axis from 0 flattens; the caption names where the axis starts.
+    """
     require_columns(samples, ["series", "t", "rss_bytes"], "plot_memory")
-    order = series_order(samples["series"], control)
-    pal = resolve_palette(palette, order, control)
+    rss_all = pd.to_numeric(samples["rss_bytes"], errors="coerce").astype(float)
+    data = samples[np.isfinite(rss_all)]
+    order = series_order(data["series"], control)
+    pal = resolve_palette(palette, series_order(samples["series"], control), control)
     fig, axes = new_figure(width=7.0)
     ax = axes[0, 0]
     peaks: list[str] = []
-    top = pd.to_numeric(samples["rss_bytes"], errors="coerce").max()
+    top = rss_all[np.isfinite(rss_all)].max() if len(data) else np.nan
     unit, scale = ("GiB", 2**30) if not np.isfinite(top) or top >= 2**30 else ("MiB", 2**20)
+    fmt = "{:.2f}" if unit == "GiB" else "{:.0f}"
     for name in order:
-        sub = samples[samples["series"] == name]
+        sub = data[data["series"] == name]
         groups = sub.groupby(sub["launch_id"].astype(str)) if "launch_id" in sub else [("", sub)]
         peak = 0.0
         for i, (_, g) in enumerate(groups):
@@ -192,19 +204,26 @@ def plot_memory(
                 label=name if i == 0 else None,
             )
             peak = max(peak, float(np.nanmax(rss)) if len(rss) else 0.0)
-        peaks.append(f"{name} {peak:.2f} {unit}" if unit == "GiB" else f"{name} {peak:.0f} {unit}")
+        peaks.append(f"{name} {fmt.format(peak)} {unit}")
+    baseline = ""
     if order:
+        lo, hi = float(data["rss_bytes"].min()) / scale, float(data["rss_bytes"].max()) / scale
+        pad = max((hi - lo) * 0.15, hi * 0.01)
+        bottom = max(lo - pad, 0.0)
+        ax.set_ylim(bottom, hi + pad)
+        baseline = f" The axis starts at {fmt.format(bottom)} {unit}, not 0."
         ax.legend(title="series", fontsize="small")
-        ax.set_ylim(bottom=0)
     else:
         no_data(ax)
     ax.set_xlabel("time since the launch's first sample (s)")
     ax.set_ylabel(f"resident memory ({unit})")
     ax.set_title("Server memory over time")
     caption = (
-        "Resident set size of the server process tree, sampled over each launch; peak: "
+        "How much memory does each arm's server take? Resident set size of the server process "
+        "tree, sampled over each launch; peak: "
         + (", ".join(peaks) or "no samples")
         + "."
+        + baseline
     )
     return FigureWithCaption(fig, caption)
 
@@ -257,6 +276,7 @@ def plot_speedup_vs_load(
     ax.set_ylabel(ylabel)
     ax.set_title("Speculation under load")
     caption = (
+        "Does the speed-up hold as the load rises? "
         "Paired ratio experiment / control at each concurrency level with its confidence "
         "interval (band and bars), on a log scale (×2 and ÷2 are the same distance); below the "
         "dashed line the experiment is faster."
@@ -341,6 +361,7 @@ def plot_output_logprob(
     ax.set_ylabel("series")
     ax.set_title("Sampling check: are outputs as likely as the control's?")
     caption = (
+        "Does speculation change what the model samples? "
         "Each dot is one output scored by the target without speculation; a series far left "
         "of the control produces text the target finds implausible (broken sampling), "
         "whatever its speed."
