@@ -156,7 +156,13 @@ from speclib.report.evidence import (
 {IMPORT_LINES}
 )
 from speclib.report.method import method_html
-from speclib.report.sections import conclusion_html, verdict_html
+from speclib.report.forest import forest_figure
+from speclib.report.sections import (
+    answer_html,
+    conclusion_html,
+    trust_html,
+    verdict_table_html,
+)
 
 ensure_scored(run_dir)  # sampled runs: score outputs under the target (once)
 analysis = analyze_run(run_dir, params_file=params_file)  # writes summary.json
@@ -164,11 +170,14 @@ records = analysis.records  # one row per measured request: explore it with pand
 """.strip()
         ),
         notebook_only_code("records  # the per-request frame every number below comes from"),
-        new_code_cell("display(HTML(verdict_html(analysis)), HTML(conclusion_html(analysis)))"),
         new_code_cell(
-            "numbers = FigureNumbers()  # one figure count for the page"
-            + NEWLINE
-            + 'display(Markdown("## Evidence"))'
+            """
+numbers = FigureNumbers()  # one figure count for the page
+display(HTML(answer_html(analysis)), HTML(trust_html(analysis)))  # answer, bench trust
+display(*numbers([forest_figure(analysis)]))  # every arm's interval, the ±δ band, the A/A arm
+display(HTML(verdict_table_html(analysis)), HTML(conclusion_html(analysis, headline=False)))
+display(Markdown("## Evidence"))
+""".strip()
         ),
         *(figure_cell(f, what) for f, what in FIGURE_CELLS),
         new_code_cell("display(HTML(method_html(analysis)))"),

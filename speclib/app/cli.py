@@ -100,7 +100,8 @@ def _shown(
     analysis: bool = False,
 ) -> int:
     """Run ``call(log)`` under the terminal display; end with the verdicts or one line."""
-    from speclib.app.terminal import interrupted_line, open_display, outcome_json, print_verdicts
+    from speclib.app.terminal import interrupted_line, open_display
+    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
 
     try:
         with open_display(run_dir, quiet=args.quiet) as display:
@@ -119,10 +120,7 @@ def _shown(
         print_verdicts(result.summary)
         print(f"report:  {result.report}\nsummary: {result.summary}")
     if result.failed_launches:
-        print(
-            f"failed launches: {', '.join(result.failed_launches)} (see the report)",
-            file=sys.stderr,
-        )
+        print(failed_line(result.failed_launches), file=sys.stderr)
         return 1
     return 0
 

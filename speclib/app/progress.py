@@ -18,6 +18,7 @@ rewritten by ``--resume`` (records of an unfinished launch moved aside) is read 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -31,11 +32,13 @@ from speclib.serve.process import tail
 
 __all__ = [
     "POLL_INTERVAL_S",
+    "START_PHASES",
     "RunEvent",
     "RunState",
     "RunWatcher",
     "ServerStart",
     "arm_request_total",
+    "start_phase",
 ]
 
 POLL_INTERVAL_S = 0.5
@@ -44,11 +47,13 @@ _NOT_ATTEMPTED = "not attempted"
 
 @dataclass(frozen=True)
 class ServerStart:
-    """One server of the current block that has not served a request yet."""
+    """One server of the current block that has not served a request yet: its start phase
+    (:data:`START_PHASES`, read from its log) and its last vLLM log message."""
 
     launch_id: str
     elapsed_s: float
     last_line: str
+    phase: str = "starting Python"
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,38 @@ class _RecordReader:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+START_PHASES = (
+    "starting Python",
+    "reading the config",
+    "starting the engine",
+    "loading weights",
+    "allocating the KV cache",
+    "warming up",
+    "opening the port",
+)
+"""A vLLM server's start, in order; :func:`start_phase` says which one a log has reached."""
+
+# (phase index, what in a log line marks it): the last phase any line reaches wins
+_PHASE_MARKS = (
+    (1, re.compile(r"non-default args|Resolved architecture|Using max model len")),
+    (2, re.compile(r"Initializing a V1 LLM engine|OpenMP thread binding")),
+    (3, re.compile(r"Starting to load model|Loading weights|Loading safetensors")),
+    (4, re.compile(r"Loading weights took|KV cache size|for KV cache|KV cache layout")),
+    (5, re.compile(r"init engine \(profile|[Ww]arming up|[Cc]apturing")),
+    (6, re.compile(r"Starting vLLM server on|Available routes|Application startup")),
+)
+
+
+def start_phase(log_text: str) -> str:
+    """The start phase a server's log has reached (one of :data:`START_PHASES`)."""
+    reached = 0
+    for line in log_text.splitlines():
+        for index, mark in _PHASE_MARKS:
+            if index > reached and mark.search(line):
+                reached = index
+    return START_PHASES[reached]
+
+
 _VLLM_PREFIX = re.compile(
     r"^\(([^)]*?)(?: pid=\d+)?\)\s+[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s*"
 )
@@ -192,6 +229,7 @@ class RunWatcher:
         self._phase_key: tuple[str | None, str] = (None, "setup")
         self._phase_t = clock()
         self._first_seen: dict[str, float] = {}
+        self._log_phase: dict[str, tuple[int, str]] = {}
 
     # --- one scan --------------------------------------------------------------------------
     def poll(self) -> RunState:
@@ -330,16 +368,34 @@ class RunWatcher:
             eta = max(0.0, (state.total - tally.done) / rate)
         return _replace(state, eta_s=eta)
 
+    def _phase_of(self, lid: str, log: Path) -> str:
+        """The start phase of a launch's log, read from where the last poll stopped."""
+        pos, phase = self._log_phase.get(lid, (0, START_PHASES[0]))
+        with contextlib.suppress(OSError), log.open("rb") as fh:
+            fh.seek(pos)
+            chunk = fh.read()
+            cut = chunk.rfind(b"\n") + 1  # whole lines only
+            if cut:
+                new = start_phase(chunk[:cut].decode(errors="replace"))
+                if START_PHASES.index(new) > START_PHASES.index(phase):
+                    phase = new
+                pos += cut
+        self._log_phase[lid] = (pos, phase)
+        return phase
+
     def _starting(self, block: dict[str, Any], tally: _Tally) -> tuple[ServerStart, ...]:
         now = self.clock()
         self._first_seen.setdefault(str(block.get("block")), now)
         out = []
         for lid in block.get("launch_ids", []):
             log = self.rd.launch_files(lid).server_log
-            if lid in tally.launches_seen or not log.exists():
+            if lid in tally.launches_seen:
                 continue
             since = self._first_seen.setdefault(lid, now)
-            out.append(ServerStart(lid, now - since, _last_line(log)))
+            if not log.exists():  # not launched yet: starting all the same (not ready)
+                out.append(ServerStart(lid, now - since, ""))
+                continue
+            out.append(ServerStart(lid, now - since, _last_line(log), self._phase_of(lid, log)))
         return tuple(out)
 
 

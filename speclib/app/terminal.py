@@ -11,15 +11,14 @@ RunWatcher` on the run folder. Three kinds, chosen by :func:`open_display`:
   carriage return or a cursor move;
 - **quiet**: failures only.
 
-At the end :func:`print_verdicts` prints the verdict table of ``summary.json`` (or
-:func:`outcome_json` gives it as one JSON object), and :func:`interrupted_line` says in one
-line what an interruption stopped and what it kept.
+At the end the runner prints the verdicts (:mod:`speclib.app.verdicts`). No line of the
+display is longer than :data:`~speclib.app.verdicts.MAX_LINE`. :func:`interrupted_line`
+says in one line what an interruption stopped and what it kept.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -27,21 +26,18 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from speclib.app.progress import RunEvent, RunState, RunWatcher
+from speclib.app.progress import START_PHASES, RunEvent, RunState, RunWatcher
+from speclib.app.verdicts import MAX_LINE, fit
 from speclib.core.rundir import RunDir
 
 __all__ = [
+    "MAX_LINE",
     "PLAIN_EVERY_S",
     "Display",
     "LiveDisplay",
     "describe",
     "interrupted_line",
     "open_display",
-    "outcome_json",
-    "print_verdicts",
-    "recommendation_rows",
-    "trust_lines",
-    "verdict_rows",
 ]
 
 PLAIN_EVERY_S = 10.0
@@ -88,21 +84,14 @@ def describe(state: RunState) -> str:
     return text + ("" if state.eta_s is None else f", ETA {_clock(state.eta_s)}")
 
 
-MAX_LINE = 160
-"""No plain progress line is longer than this (logs and pipes stay readable)."""
-
-
-def _fit(line: str, width: int = MAX_LINE) -> str:
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 def _starting_note(state: RunState) -> str:
-    """`` — 2/4 ready · control-r0: <its last log message>`` while servers start."""
+    """`` — 2/4 ready · loading weights`` while servers start: how many are ready and the
+    phase of the least advanced one (a phase, not a copy of vLLM's log line)."""
     if state.phase != "starting" or not state.starting:
         return ""
     n = len(state.arms)
-    first = state.starting[0]
-    return f" — {n - len(state.starting)}/{n} ready · {first.launch_id}: {first.last_line}"
+    behind = min(state.starting, key=lambda s: START_PHASES.index(s.phase))
+    return f" — {n - len(state.starting)}/{n} ready · {behind.phase}"
 
 
 class Display:
@@ -140,7 +129,7 @@ class Display:
 
     def write(self, text: str) -> None:
         with self._lock:
-            print(_fit(text), file=self.stream, flush=True)
+            print(fit(text), file=self.stream, flush=True)
 
     def log(self, msg: str) -> None:
         """The runner's log callback: every line (failures only when quiet)."""
@@ -175,7 +164,7 @@ class Display:
         due = state.block is not None and now - self._last_line >= PLAIN_EVERY_S
         if (changed and state.block is not None) or due:
             self._last_line = now
-            self.write(_fit(_stamp(describe(state) + _starting_note(state))))
+            self.write(fit(_stamp(describe(state) + _starting_note(state))))
 
 
 class LiveDisplay(Display):
@@ -187,6 +176,7 @@ class LiveDisplay(Display):
 
         super().__init__(run_dir, stream=stream)
         self.console = Console(file=self.stream, highlight=False)
+        self.console.width = min(self.console.width, MAX_LINE)  # wide terminals too
         self.spinner = Spinner("dots", style="cyan")
         self.state = self.watcher.state
         self.live: Any = None
@@ -211,7 +201,7 @@ class LiveDisplay(Display):
     def write(self, text: str) -> None:
         style = "red" if any(w in text for w in _ERROR_WORDS) else None
         with self._lock:
-            self.console.print(_fit(text), style=style, markup=False, soft_wrap=True)
+            self.console.print(fit(text), style=style, markup=False, soft_wrap=True)
 
     def show(self, state: RunState) -> None:
         self.state = state
@@ -231,7 +221,9 @@ class LiveDisplay(Display):
             head.add_row(self.spinner)
         rows: list[Any] = [head]
         for s in state.starting:
-            line = Text(f"   {s.launch_id:<14} {_clock(s.elapsed_s):>6}  ", style="dim")
+            line = Text(
+                f"   {s.launch_id:<14} {_clock(s.elapsed_s):>6}  {s.phase:<24}", style="dim"
+            )
             line.append(s.last_line)
             line.no_wrap, line.overflow = True, "ellipsis"
             rows.append(line)
@@ -245,113 +237,6 @@ def open_display(run_dir: str | Path, *, quiet: bool = False) -> Display:
     if quiet or not live:
         return Display(run_dir, stream=stream, quiet=quiet)
     return LiveDisplay(run_dir, stream=stream)
-
-
-def verdict_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The verdict of every comparison in ``summary.json``: experiment, load, TPOT ratio and
-    its CI, decision and reasons."""
-    keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision", "reasons")
-    return [{k: c.get(k) for k in keys} for c in summary.get("comparisons", [])]
-
-
-def recommendation_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The "recommended" row of every sweep family and load level in ``summary.json``, in
-    the shape of :func:`verdict_rows` (the decision is the value, or "no k pays")."""
-    words = {"no_k_pays": "no k pays", "undecided": "undecided", "no_data": "no data"}
-    rows = []
-    for r in summary.get("recommendations", []):
-        value = r.get("value")
-        word = ", ".join(f"{k}={v}" for k, v in value.items()) if value else None
-        ci = [r.get("ci_low"), r.get("ci_high")]
-        rows.append(
-            {
-                "experiment": f"recommended: {r.get('family')}",
-                "load": r.get("load"),
-                "tpot_ratio": r.get("ratio"),
-                "tpot_ratio_ci": ci if None not in ci else None,
-                "decision": word or words.get(r.get("outcome"), "–"),
-                "reasons": [r.get("reason") or ""],
-            }
-        )
-    return rows
-
-
-def _read_summary(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(Path(path).read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
-    """The verdict table (experiment, load, TPOT ratio, CI, verdict, reason) on ``stream``."""
-    from rich.console import Console
-    from rich.table import Table
-
-    summary = _read_summary(summary_path)
-    rows = verdict_rows(summary) + recommendation_rows(summary)
-    console = Console(file=stream or sys.stdout, highlight=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = 120  # logs and pipes: no terminal width to follow
-    if not rows:
-        console.print("no comparison in the summary", markup=False)
-        return
-    table = Table(title="verdict", title_justify="left", show_lines=True)
-    for name in ("experiment", "load", "TPOT ratio", "CI", "verdict", "reason"):
-        table.add_column(name, overflow="fold")
-    colour = {"adopt": "green", "reject": "red", "failed": "red"}
-    colour |= {
-        r["decision"]: "green"
-        for r in rows
-        if r["experiment"].startswith("recommended")
-        and r["decision"] not in ("no k pays", "undecided", "no data")
-    }
-    for r in rows:
-        ci = r["tpot_ratio_ci"] or [None, None]
-        table.add_row(
-            str(r["experiment"]),
-            str(r["load"]),
-            "–" if r["tpot_ratio"] is None else f"{r['tpot_ratio']:.3f}",
-            "–" if None in ci else f"{ci[0]:.3f}–{ci[1]:.3f}",
-            f"[{colour.get(r['decision'], 'yellow')}]{r['decision']}[/]",
-            "\n".join(r["reasons"] or []),
-        )
-    console.print(table)
-    for line in trust_lines(summary):
-        console.print(line, markup=False)
-
-
-def trust_lines(summary: dict[str, Any]) -> list[str]:
-    """The bench-trust panel of ``summary.json`` as short terminal lines: the verdict's
-    instrument, then one line per check (status, figure)."""
-    trust = summary.get("bench_trust") or {}
-    checks = trust.get("checks") or []
-    if not checks:
-        return []
-    if trust.get("trusted"):
-        head = "bench trust: every check passed"
-    elif trust.get("untrustworthy"):
-        head = "bench trust: FAILED, the bench cannot be trusted and no verdict decides"
-    else:
-        head = "bench trust: not every check passed or was assessed (none bears on a verdict)"
-    inst = (summary.get("instrument") or {}).get("tpot")
-    out = [f"{head} (TPOT from the {inst or 'client'}'s stamps)"]
-    for c in checks:
-        out.append(f"  {c['status']:>12}  {c['check']}: {c['figure']}")
-    return out
-
-
-def outcome_json(result: Any) -> str:
-    """One JSON object: the paths of a run's outputs and the verdict rows of its summary."""
-    return json.dumps(
-        {
-            "run_dir": str(result.run_dir),
-            "report": str(result.report),
-            "summary": str(result.summary),
-            "failed_launches": list(result.failed_launches),
-            "verdicts": verdict_rows(_read_summary(result.summary)),
-        }
-    )
 
 
 def interrupted_line(run_dir: str | Path, *, analysis: bool = False) -> str:

@@ -12,6 +12,7 @@ wide the bench's own noise is. :func:`forest_frame` takes the rows from a run's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
@@ -23,7 +24,7 @@ from speclib.analysis.run_analysis import RunAnalysis
 from speclib.core.params import AA_ARM
 from speclib.report.figure_base import FigureWithCaption, new_figure, resolve_palette
 
-__all__ = ["FOREST_COLUMNS", "forest_frame", "plot_forest"]
+__all__ = ["FOREST_COLUMNS", "forest_figure", "forest_frame", "plot_forest"]
 
 FOREST_COLUMNS = ("label", "series", "role", "estimate", "ci_low", "ci_high", "level", "word")
 """One row per drawn interval: ``role`` is ``"experiment"`` or ``"aa"`` (the bench check);
@@ -141,3 +142,9 @@ def plot_forest(
         "own resolution, and it should cover 1."
     )
     return FigureWithCaption(fig, caption)
+
+
+def forest_figure(an: RunAnalysis) -> FigureWithCaption:
+    """The run's forest plot (``<figure id="speclib-forest">`` in the report)."""
+    fig = plot_forest(forest_frame(an), margin=an.params.analysis.margin, control=an.control)
+    return dataclasses.replace(fig, anchor="speclib-forest")

@@ -216,7 +216,11 @@ _SERIES_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("mean_output_tokens", "mean output tokens", lambda x: f"{x:.1f}"),
     ("mean_tokens_per_chunk", "mean tokens per streamed chunk", lambda x: f"{x:.2f}"),
     ("acceptance_rate", "draft acceptance rate (median per request)", pct),
-    ("mean_acceptance_length", "mean acceptance length (tokens per step)", lambda x: f"{x:.2f}"),
+    (
+        "mean_acceptance_length",
+        "acceptance length, median per request (tokens per step)",
+        lambda x: f"{x:.2f}",
+    ),
     ("requests_without_drafts", "requests without drafts", _plain),
     ("peak_rss_bytes", "peak server memory (RSS)", gib),
     ("prefix_cache_hits", "prefix-cache hits while measured (tokens)", lambda x: f"{x:g}"),
@@ -287,6 +291,26 @@ def _divergence_html(an: RunAnalysis, limit: int = 5) -> str:
     )
 
 
+def _gate_rules(a: Any) -> str:
+    """Each gate's rule in words, with the declared values (three states, never silent)."""
+    conf = f"{100 * a.confidence:.3g} %"
+    ttft = 1 + a.ttft_margin
+    return (
+        "each gate is pass, fail or not assessed; not assessed (the data cannot tell) is "
+        "never counted as passed and keeps the TPOT word with a reason; only fail makes "
+        f"the verdict reject. errors: one-sided {conf} Newcombe–Wilson bounds on the rise "
+        f"in failed-request share; pass when the upper bound ≤ {a.max_error_rate_increase:.1%}"
+        ", fail when the lower bound exceeds it, else not assessed (too few requests). "
+        "outputs: fail on any output flagged wrong, or (greedy) agreement below "
+        f"{a.min_greedy_agreement:.0%}. memory: fail above the limit, when set. TTFT: fail "
+        f"when the ratio CI's lower bound > {ttft:.2f} and the median rises by more than "
+        f"{a.ttft_max_increase_ms:g} ms; pass when its upper bound ≤ {ttft:.2f}, or is a rise "
+        f"of at most {a.ttft_max_increase_ms:g} ms at the control's median; else not "
+        f"assessed (one block, or too wide). E2E: the same against 1 + δ = {1 + a.margin:.2f}"
+        ", without a minimum rise."
+    )
+
+
 def method_html(an: RunAnalysis) -> str:
     """Protocol, warnings, per-series numbers, reconciliation, provenance, command lines."""
     p = an.params
@@ -306,16 +330,19 @@ def method_html(an: RunAnalysis) -> str:
         "decision rule": (
             f"adopt if the TPOT-ratio CI lies below {1 - p.analysis.margin:.2f}; equivalent "
             f"inside ({1 - p.analysis.margin:.2f}, {1 + p.analysis.margin:.2f}); worse if "
-            "above 1; else inconclusive; gates: errors, outputs, memory, TTFT/E2E"
+            "above 1; else inconclusive; gates: errors, outputs, memory, TTFT/E2E "
+            "(a failed gate makes it reject; see gates)"
         ),
+        "gates": _gate_rules(p.analysis),
         "statistics": (
             "TPOT: per arm, a paired t-interval over replicate blocks of its per-block mean "
             "log ratio (with an A/A arm: against the mean of the two control servers), on "
             "that arm's own block-to-block variance, blocks - 1 df (one launch per arm: "
             "never adopt or worse); Holm step-down over every experiment arm and load level "
-            "(the A/A arm apart); TTFT/E2E gates: paired "
-            f"bootstrap ({p.analysis.n_resamples} resamples, seed {p.analysis.seed}), "
-            "two-stage over launches when there are several"
+            "(the A/A arm apart); TTFT/E2E gates: the same block model on that metric's "
+            "per-block mean log ratio (per-arm paired t, blocks - 1 df, at the declared "
+            "confidence); the prompt-level bootstrap of TPOT "
+            f"({p.analysis.n_resamples} resamples, seed {p.analysis.seed}) is information only"
         ),
     }
     parts = ["<h2>Method and provenance</h2>", _kv_table(protocol)]

@@ -16,18 +16,25 @@ import math
 import re
 from typing import Any
 
+from speclib.analysis.categories import CATEGORY_NOTE
 from speclib.analysis.comparisons import Comparison
+from speclib.analysis.resolution import bench_check
 from speclib.analysis.run_analysis import RunAnalysis
+from speclib.core.wording import ratio_words, speed_words, time_change_words
 from speclib.report.html_format import gib, pct, wrap
 from speclib.report.multirun import machine_label
 
 __all__ = [
+    "answer_html",
     "bench_trust_html",
     "conclusion",
     "conclusion_html",
     "design_line",
+    "gates_html",
     "noise_floor_html",
+    "trust_html",
     "verdict_html",
+    "verdict_table_html",
 ]
 
 
@@ -40,16 +47,17 @@ def _ratio_cell(c: Comparison) -> str:
     ci = c.cis.get("tpot_s")
     if ci is None:
         return "no valid pairs"
-    change = (ci.estimate - 1) * 100
+    words = f"{time_change_words(ci.estimate)}, {speed_words(ci.estimate)}"
     wilcoxon = (
         f"; Wilcoxon signed-rank p = {ci.wilcoxon_p:.2g} (information, not the rule)"
         if ci.wilcoxon_p is not None and math.isfinite(ci.wilcoxon_p)
         else ""
     )
     return (
-        f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b> ({change:+.1f} %)</span><br>"
-        f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI</span> "
-        f"<span class='speclib-nowrap'>{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
+        f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b></span><br>"
+        f"<span class='speclib-small'>{words}</span><br>"
+        f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI "
+        f"{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
         f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
         f"{ci.n_launches} block(s){wilcoxon}</span>{_exclusion_note(c)}"
     )
@@ -71,21 +79,66 @@ def _exclusion_note(c: Comparison) -> str:
 def _reason(c: Comparison) -> str:
     if c.verdict is None:
         return "no successful pairs to compare"
-    failed = [g for g in c.verdict.gates if not g.passed]
+    failed = [g for g in c.verdict.gates if g.failed]
     d = c.verdict.tpot_decision
     if failed:
         gates = "; ".join(f"gate <b>{g.name}</b>: {html.escape(g.detail)}" for g in failed)
-        return f"TPOT alone: <b>{d.word}</b>. Failed {gates}"
+        return f"TPOT alone: <b>{d.word}</b>. Failed {gates}{gates_html(c)}"
     # The reason opens with the ratio and its CI, already in the table's ratio column.
     reason = d.reason
     if reason.startswith("TPOT ratio ") and "): " in reason:
         reason = reason.split("): ", 1)[1]
     text = html.escape(reason[:1].upper() + reason[1:])
-    if d.word == "inconclusive" and (d.extra_pairs_needed or d.extra_launches_needed):
+    bench = reason.startswith("bench check")  # the A/A row: its blocks are in the reason
+    if d.word == "inconclusive" and not bench and (d.extra_pairs_needed or d.extra_launches_needed):
         text += f"<br><b>run ~{d.extra_pairs_needed or '?'} more prompt pairs</b>" + (
             f" or ~{d.extra_launches_needed} more launches" if d.extra_launches_needed else ""
         )
-    return text
+    return text + gates_html(c)
+
+
+def gates_html(c: Comparison) -> str:
+    """Every gate of the verdict with its status (pass ✔, fail ✘, not assessed –); why a
+    gate could not be assessed is one click away: "not assessed" never reads as a pass."""
+    gates = c.verdict.gates if c.verdict else ()
+    if not gates:
+        return ""
+    marks = " · ".join(
+        f"{html.escape(g.name)} {_TRUST_MARK.get(g.status, '?')} "
+        + (g.status if g.status == "pass" else f"<b>{g.status.upper()}</b>")
+        for g in gates
+    )
+    unknown = "".join(
+        f"<br>gate <b>{html.escape(g.name)}</b> not assessed: {html.escape(g.detail)}"
+        for g in gates
+        if g.status == "not assessed"
+    )
+    why = f"<details><summary>why not assessed</summary>{unknown[4:]}</details>" if unknown else ""
+    return f"<br><span class='speclib-small speclib-gates'>gates: {marks}{why}</span>"
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _measured_cell(c: Comparison) -> str:
+    """Absolute numbers behind the ratio, control → experiment: TPOT p50 (p90), TTFT p50,
+    per-stream output tokens/s (medians over the pairs the verdict uses)."""
+    a = c.absolute
+    ctl, exp = a["control"], a["experiment"]
+    rate_c, rate_e = ctl["tokens_per_s"], exp["tokens_per_s"]
+    rates = "–" if rate_c is None or rate_e is None else f"{rate_c:.0f} → {rate_e:.0f}"
+    return (
+        f"<span class='speclib-nowrap'>TPOT {_ms(ctl['tpot']['p50_ms'])} → "
+        f"<b>{_ms(exp['tpot']['p50_ms'])}</b> ms</span><br>"
+        f"<span class='speclib-small speclib-nowrap'>p90 {_ms(ctl['tpot']['p90_ms'])} → "
+        f"{_ms(exp['tpot']['p90_ms'])} ms</span><br>"
+        f"<span class='speclib-nowrap'>TTFT {_ms(ctl['ttft']['p50_ms'])} → "
+        f"{_ms(exp['ttft']['p50_ms'])} ms</span><br>"
+        f"<span class='speclib-nowrap'>{rates} tok/s</span>"
+    )
 
 
 def _acceptance_cell(c: Comparison) -> str:
@@ -94,7 +147,16 @@ def _acceptance_cell(c: Comparison) -> str:
     if rate is None:
         rate = a.get("per_request_median_rate")
     length = a.get("metrics_mean_acceptance_length")
-    text = f"{pct(rate)} of drafts" if rate is not None else "no drafts proposed"
+    weighted = (
+        "token-weighted, /metrics"
+        if a.get("metrics_acceptance_rate") is not None
+        else ("median over requests")
+    )
+    text = (
+        f"{pct(rate)} of drafts<br><span class='speclib-small'>{weighted}</span>"
+        if rate is not None
+        else "no drafts proposed"
+    )
     if length:
         text += f"<br><span class='speclib-small'>{length:.2f} tokens/step</span>"
     if a.get("requests_without_drafts"):
@@ -189,6 +251,9 @@ def noise_floor_html(an: RunAnalysis) -> str:
                 f"<b>{ci.estimate:.3f}</b>, {_conf(ci.confidence_level)} CI "
                 f"{ci.ci_low:.3f}–{ci.ci_high:.3f} → <b>{c.word.upper()}</b>. "
             )
+            margin = c.decision.margin if c.decision else an.params.analysis.margin
+            check = bench_check(ci, margin=margin).text()
+            text += html.escape(check[0].upper() + check[1:]) + ". "
             if c.word in ("adopt", "worse", "reject"):
                 text += (
                     "The bench shows an effect where none exists: no verdict of this run "
@@ -199,6 +264,10 @@ def noise_floor_html(an: RunAnalysis) -> str:
             else:
                 text += "Alone it does not vouch for the bench: see the checks below."
         parts.append(f"<p><b>This bench's noise floor.</b> {text}</p>")
+    calibrated = (getattr(an, "calibration", None) or {}).get("text")
+    if calibrated:
+        said = calibrated.removeprefix("calibration: ")
+        parts.append(f"<p><b>Calibration.</b> {html.escape(said[0].upper() + said[1:])}.</p>")
     more = [f"<p class='speclib-small'>{html.escape(design_line(an))}</p>"]
     if an.bench_problem:
         more.append(f"<p><b>Bench problem:</b> {html.escape(an.bench_problem)}</p>")
@@ -266,9 +335,14 @@ def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
     )
 
 
-def verdict_html(an: RunAnalysis) -> str:
-    """The first-screen table: one row per experiment (and load level) against the control,
-    under the bench's noise floor (the A/A arm) and the design line."""
+def _levels(an: RunAnalysis) -> list[float]:
+    return sorted({ci.confidence_level for c in an.experiments if (ci := c.cis.get("tpot_s"))})
+
+
+def verdict_table_html(an: RunAnalysis) -> str:
+    """The verdict table: one row per experiment (and load level) against the control, with
+    the absolute numbers behind each ratio, the ratio's interval at the level it was built
+    at (stated once in the header when every row shares it), the verdict and its gates."""
     greedy = an.params.workload.temperature == 0.0
     rows = []
     for c in an.experiments:
@@ -276,7 +350,9 @@ def verdict_html(an: RunAnalysis) -> str:
         rows.append(
             "<tr>"
             f"<td><b>{html.escape(c.experiment)}</b><br><span class='speclib-small'>"
-            f"{html.escape(str(c.method))}, k={c.k}</span></td>"
+            f"{html.escape(str(c.method))}, k={c.k}<br>load {html.escape(str(c.load))}"
+            "</span></td>"
+            f"<td>{_measured_cell(c)}</td>"
             f"<td>{_ratio_cell(c)}</td>"
             f"<td><span class='speclib-word speclib-{word}'>{word.upper()}</span></td>"
             f"<td>{_reason(c)}</td>"
@@ -284,24 +360,42 @@ def verdict_html(an: RunAnalysis) -> str:
             f"<td>{_agreement_cell(c, greedy)}</td>"
             f"<td>{pct(c.error_rate_control, 1)} / {pct(c.error_rate_experiment, 1)}</td>"
             f"<td>{gib(c.peak_rss_bytes)}</td>"
-            f"<td>{html.escape(str(c.load))}</td>"
             "</tr>"
         )
     rows += [_recommended_row(r) for r in getattr(an, "recommendations", ())]
+    levels = _levels(an)
+    level = f"{_conf(levels[0])} CI" if len(levels) == 1 else "CI at the level in each cell"
     head = (
-        "<tr><th>Experiment</th><th>TPOT ratio vs control<br><span class='speclib-small'>"
-        f"below 1 = faster; {_instrument_words(an)}</span></th><th>Verdict</th>"
-        "<th>Why</th><th>Acceptance</th><th>Greedy output agreement</th>"
-        "<th>Failed requests (control / exp.)</th><th>Peak server memory</th>"
-        "<th>Load</th></tr>"
+        "<tr><th>Experiment</th><th>Measured<br><span class='speclib-small'>control → exp., "
+        "medians</span></th><th>TPOT ratio vs control<br><span class='speclib-small'>"
+        f"{level}; below 1 = faster; {_instrument_words(an)}</span></th><th>Verdict</th>"
+        "<th>Why, and the gates</th><th>Acceptance</th><th>Greedy output agreement</th>"
+        "<th>Failed requests (control / exp.)</th><th>Peak server memory</th></tr>"
     )
+    return wrap(f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>")
+
+
+def answer_html(an: RunAnalysis) -> str:
+    """The title, where and when, and the answer in one sentence with the load it holds
+    for (``#speclib-answer``): the first thing on the page."""
     description = f" {html.escape(an.params.description)}" if an.params.description else ""
-    title = (
+    headline = _conclusion_parts(an)[0]
+    return wrap(
         f"<h1>Speculative decoding: {html.escape(an.params.name)}</h1>"
+        f"<p class='speclib-answer' id='speclib-answer'>{_md_inline(headline)}</p>"
         f"<p class='speclib-context'>{_context_line(an)}.{description}</p>"
     )
-    table = f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>"
-    return wrap(title + noise_floor_html(an) + table)
+
+
+def trust_html(an: RunAnalysis) -> str:
+    """The bench-trust panel with the A/A arm's noise floor (``#speclib-noise``)."""
+    return wrap(noise_floor_html(an))
+
+
+def verdict_html(an: RunAnalysis) -> str:
+    """The answer, the bench-trust panel and the verdict table in one block (the report
+    shows the forest plot between the panel and the table: see the notebook)."""
+    return answer_html(an) + trust_html(an) + verdict_table_html(an)
 
 
 def _instrument_words(an: RunAnalysis) -> str:
@@ -341,19 +435,39 @@ def _effect(ci: Any) -> str:
     if ci.ci_high < 1:
         return (
             f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
-            f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %)"
+            f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %; "
+            f"{speed_words(ci.estimate)})"
         )
     if ci.ci_low > 1:
         return (
-            f"made time per output token {(ci.estimate - 1) * 100:.0f} % slower "
+            f"took {(ci.estimate - 1) * 100:.0f} % more time per output token "
             f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
-            "slower)"
+            f"more; {speed_words(ci.estimate)})"
         )
     return (
         f"changed time per output token by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
         f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
         "no change)"
     )
+
+
+def _level_words(level: Any) -> str:
+    if level.request_rate is not None:
+        return f"{level.request_rate:g} requests/s (open loop)"
+    if level.concurrency == 1:
+        return "concurrency 1 (one request at a time)"
+    return f"concurrency {level.concurrency}"
+
+
+def _load_words(c: Comparison, an: RunAnalysis) -> str:
+    """The load a comparison was measured at, in words (always named: a speed-up at one
+    request at a time says nothing about a busy server)."""
+    levels = an.params.workload.levels
+    return _level_words(levels[c.level]) if c.level < len(levels) else f"load {c.load}"
+
+
+def _all_loads(an: RunAnalysis) -> str:
+    return ", ".join(_level_words(lv) for lv in an.params.workload.levels)
 
 
 def _at_load(c: Comparison, an: RunAnalysis) -> str:
@@ -369,11 +483,11 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
     effect = _effect(ci)
     word = c.word
     tail = {
-        "adopt": "worth turning on for this workload",
+        "adopt": f"worth turning on for this workload at {_load_words(c, an)}",
         "equivalent": f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
         "worse": "slower: keep it off",
         "reject": "rejected by a gate: "
-        + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if not g.passed),
+        + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if g.failed),
         "inconclusive": "not enough data to decide",
         "untrustworthy": "not decided: the bench cannot be trusted (see the bench-trust "
         "panel above)",
@@ -388,6 +502,9 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         )
     elif word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
         extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
+    unknown = [g.name for g in (c.verdict.gates if c.verdict else ()) if g.status == "not assessed"]
+    if unknown:
+        extra += f" (gate(s) not assessed, the data cannot tell: {', '.join(unknown)})"
     return (
         f"**{c.experiment}** ({c.method}, k={c.k}){_at_load(c, an)} {effect} over "
         f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_by_category(c)}"
@@ -395,15 +512,21 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
 
 
 def _by_category(c: Comparison) -> str:
-    """Where the effect comes from, when the prompts come in several categories."""
+    """Where the effect comes from, when the prompts come in several categories: each
+    category's ratio in words with its descriptive interval, or why it has none."""
     cats = getattr(c, "tpot_ratio_by_category", None) or {}
     if len(cats) < 2:
         return ""
     parts = []
-    for cat, (ratio, n) in cats.items():
-        how = "faster" if ratio < 1 else "slower"
-        parts.append(f"{cat} ×{ratio:.2f} ({abs(1 - ratio) * 100:.0f} % {how}, {n} pairs)")
-    return " TPOT ratio by prompt category (point estimates): " + "; ".join(parts) + "."
+    for cat, r in cats.items():
+        counts = f"{r.n_pairs} pairs in {r.n_blocks} block{'s' * (r.n_blocks != 1)}"
+        if r.has_interval:
+            ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
+            where = f"{_conf(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
+        else:
+            where = f"{counts}: {r.note or 'no interval'}"
+        parts.append(f"{cat} {ratio_words(r.estimate)} ({where})")
+    return " TPOT ratio by prompt category: " + "; ".join(parts) + f". The {CATEGORY_NOTE}."
 
 
 def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
@@ -420,13 +543,13 @@ def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]
     if wins:
         best = min(wins, key=lambda c: c.cis["tpot_s"].estimate)  # type: ignore[union-attr]
         headline = (
-            f"Best configuration here: **{best.experiment}**{_at_load(best, an)} — it "
-            f"{_effect(best.cis['tpot_s'])}."
+            f"Best configuration here: **{best.experiment}** at {_load_words(best, an)} — it "
+            f"{_effect(best.cis['tpot_s'])}. This holds for this load and workload only."
         )
     else:
         headline = (
-            "No configuration is a clear win here: keep speculative decoding off, "
-            "or test other settings."
+            f"No configuration is a clear win here at {_all_loads(an)}: keep speculative "
+            "decoding off, or test other settings."
         )
     wl = an.params.workload
     note = (
@@ -439,8 +562,8 @@ def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]
     )
     if any(c.word == "untrustworthy" for c in an.experiments):
         headline = (
-            "No verdict: this bench is not trustworthy for this run (see the bench-trust "
-            "panel); re-run on a quieter machine or with more replicate blocks."
+            f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
+            "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
         )
     return headline, [_sentence(c, an) for c in an.experiments], note, _warning_pointer(an)
 
@@ -466,10 +589,12 @@ def _md_inline(text: str) -> str:
     return _BOLD.sub(r"<b>\1</b>", html.escape(text))
 
 
-def conclusion_html(an: RunAnalysis) -> str:
-    """The conclusion as an HTML block (``#speclib-conclusion``) for the report's first screen."""
-    headline, sentences, note, warning = _conclusion_parts(an)
-    body = f"<p class='speclib-headline'>{_md_inline(headline)}</p>"
+def conclusion_html(an: RunAnalysis, *, headline: bool = True) -> str:
+    """The conclusion as an HTML block (``#speclib-conclusion``): the headline (left out
+    with ``headline=False`` where :func:`answer_html` already leads the page), one sentence
+    per comparison, the warning pointer and the measurement note."""
+    head, sentences, note, warning = _conclusion_parts(an)
+    body = f"<p class='speclib-headline'>{_md_inline(head)}</p>" if headline else ""
     if sentences:
         body += "<ul>" + "".join(f"<li>{_md_inline(s)}</li>" for s in sentences) + "</ul>"
     if warning:

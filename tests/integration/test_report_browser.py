@@ -1,12 +1,12 @@
 """The report of a real run, rendered in headless Chromium the way an operator opens it.
 
-One page load (1366×768, a common laptop screen) of ``report.html`` from the shared
+One page load (1400×1000) of ``report.html`` from the shared
 ``demo_run`` folder is measured once per module; each test asserts one property: nothing
 fetched from the network and nothing failed, no console errors, every image decoded, the
-verdict table and the conclusion on the first screen, every figure captioned, no code or
-error output, nothing cut off on screen or on A4 paper. Screenshots (first screen, full
-page, first printed page) and the printed PDF are written to ``test-artifacts/`` for a
-human to look at.
+answer, the bench-trust panel and the forest plot on the first screen, every figure
+captioned, no code or error output, nothing cut off on screen or on A4 paper. Screenshots
+(first screen, full page, first printed page) and the printed PDF are written to
+``test-artifacts/`` for a human to look at.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.browser
 
-WIDTH, HEIGHT = 1366, 768
+WIDTH, HEIGHT = 1400, 1000  # the first screen the decider sees
 # A4 at 96 CSS px per inch, less the report's 12 mm print margins: the printed text width.
 PRINT_WIDTH, PRINT_HEIGHT = 703, 1032
 LOCAL_SCHEMES = {"file", "data"}  # data: = images embedded in the page itself
@@ -53,6 +53,10 @@ MEASURE_JS = r"""
     figures: [...document.querySelectorAll('figure')].map(f => ({
       images: f.querySelectorAll('img').length,
       caption: (f.querySelector('figcaption') || {innerText: ''}).innerText.trim()})),
+    answer: rect(document.getElementById('speclib-answer')),
+    answerText: (document.getElementById('speclib-answer') || {innerText: ''}).innerText,
+    trust: rect(document.getElementById('speclib-noise')),
+    forest: rect(document.getElementById('speclib-forest')),
     verdict: rect(document.getElementById('speclib-verdict')),
     verdictRows: document.querySelectorAll('#speclib-verdict tr').length,
     conclusion: rect(document.getElementById('speclib-conclusion')),
@@ -148,20 +152,34 @@ def test_every_image_is_decoded_and_captioned(rendered: Rendered) -> None:
         assert fig["caption"].startswith(f"Figure {n}. ") and len(fig["caption"]) > 40, fig
 
 
-def test_first_screen_shows_verdict_and_conclusion(rendered: Rendered) -> None:
+def test_first_screen_holds_answer_trust_panel_and_forest_plot(rendered: Rendered) -> None:
     s = rendered.screen
     assert s["title"].startswith("Speculative decoding: ")
+    for part in ("answer", "trust", "forest"):
+        box = s[part]
+        assert box is not None, f"no #{part} element"
+        assert box["top"] >= 0 and box["bottom"] <= s["innerHeight"], (part, box)
+        assert box["right"] <= WIDTH, (part, box)
+    assert s["answer"]["bottom"] <= s["trust"]["top"] <= s["trust"]["bottom"] <= s["forest"]["top"]
+    text = s["answerText"]
+    assert (
+        "Best configuration here" in text
+        or "No configuration is a clear win" in text
+        or ("No verdict" in text)
+    )
+    assert "concurrency 1" in text, "the answer names the load it holds for"
+
+
+def test_verdict_table_and_conclusion_follow_the_forest_plot(rendered: Rendered) -> None:
+    s = rendered.screen
     assert s["verdict"] is not None, "no #speclib-verdict table"
     assert s["verdictRows"] == 1 + rendered.n_comparisons, "one row per experiment + header"
-    assert s["verdict"]["top"] >= 0 and s["verdict"]["bottom"] <= s["innerHeight"]
+    assert s["verdict"]["top"] >= s["forest"]["bottom"]
     assert s["verdict"]["right"] <= WIDTH
     assert s["conclusion"] is not None, "no #speclib-conclusion block"
-    assert s["conclusion"]["bottom"] <= s["innerHeight"]
     assert s["conclusion"]["top"] >= s["verdict"]["bottom"]
     assert s["evidence"]["top"] > s["conclusion"]["bottom"]
-    text = s["conclusionText"]
-    assert "Best configuration here" in text or "No configuration is a clear win" in text
-    assert "time per output token" in text
+    assert "time per output token" in s["conclusionText"]
 
 
 def test_code_and_errors_are_hidden(rendered: Rendered) -> None:

