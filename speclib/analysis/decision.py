@@ -280,18 +280,24 @@ def decide(ci: RatioCI, *, margin: float) -> Decision:
     if need is None:
         return Decision(word, f"{reason}; the estimate sits on a boundary", **common)
     shrink, target = need
-    pairs, launches = _extra_pairs(ci, shrink), _extra_launches(ci, shrink)
-    plan = _plan_text(pairs, launches, target)
+    blocks = ci.method.startswith("blocks")
+    # A block interval's t quantile has df = blocks - 1 whatever the pairs per block: more
+    # prompts cannot buy degrees of freedom, so only more blocks are advised.
+    pairs = None if blocks else _extra_pairs(ci, shrink)
+    launches = _extra_launches(ci, shrink)
+    plan = _plan_text(pairs, launches, target, unit="blocks" if blocks else "launches")
     return Decision(word, f"{reason}; {plan}", **common, extra_pairs_needed=pairs,
                     extra_launches_needed=launches, target_word=target)  # fmt: skip
 
 
-def _plan_text(pairs: int | None, launches: int | None, target: str) -> str:
+def _plan_text(
+    pairs: int | None, launches: int | None, target: str, *, unit: str = "launches"
+) -> str:
     parts = []
     if pairs is not None:
         parts.append(f"about {pairs} more pairs")
     if launches is not None:
-        parts.append(f"about {launches} more launches")
+        parts.append(f"about {launches} more {unit}")
     if not parts:
         return f"no practical amount of data would likely reach {target!r}"
     return " or ".join(parts) + f" would likely reach {target!r} if the estimate holds"

@@ -63,6 +63,16 @@ def forest_frame(an: RunAnalysis) -> pd.DataFrame:
     return pd.concat([df[df["role"] != "aa"], df[df["role"] == "aa"]], ignore_index=True)
 
 
+def _spaced(ticks: list[float], lo: float, hi: float, most: int = 7) -> list[float]:
+    """Ticks no closer than 1/``most`` of the log range (labels never overlap); 1 stays."""
+    gap = (math.log(hi) - math.log(lo)) / most
+    kept: list[float] = []
+    for t in sorted(ticks, key=lambda t: (t != 1.0, abs(math.log(t)))):
+        if all(abs(math.log(t) - math.log(k)) >= gap for k in kept):
+            kept.append(t)
+    return sorted(kept)
+
+
 def _limits(df: pd.DataFrame, margin: float) -> tuple[float, float]:
     """x limits: every finite bound and the band, padded; infinite bounds are clipped."""
     values = np.r_[df["estimate"], df["ci_low"], df["ci_high"], 1 - margin, 1 + margin]
@@ -127,7 +137,7 @@ def plot_forest(
     right_axis.tick_params(axis="y", length=0, labelsize=8.5)
     right_axis.grid(False)
     ax.set_xlabel("TPOT ratio, experiment / control (log scale)")
-    ticks = [t for t in _TICKS if lo <= t <= hi]
+    ticks = _spaced([t for t in _TICKS if lo <= t <= hi], lo, hi)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(FixedFormatter([f"×{t:g}" for t in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())

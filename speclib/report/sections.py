@@ -91,9 +91,10 @@ def _reason(c: Comparison) -> str:
     text = html.escape(reason[:1].upper() + reason[1:])
     bench = reason.startswith("bench check")  # the A/A row: its blocks are in the reason
     if d.word == "inconclusive" and not bench and (d.extra_pairs_needed or d.extra_launches_needed):
-        text += f"<br><b>run ~{d.extra_pairs_needed or '?'} more prompt pairs</b>" + (
-            f" or ~{d.extra_launches_needed} more launches" if d.extra_launches_needed else ""
-        )
+        advice = [f"~{d.extra_pairs_needed} more prompt pairs"] if d.extra_pairs_needed else []
+        if d.extra_launches_needed:
+            advice.append(f"~{d.extra_launches_needed} more replicate blocks")
+        text += f"<br><b>run {' or '.join(advice)}</b>"
     return text + gates_html(c)
 
 
@@ -500,6 +501,8 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
             " — one launch per arm cannot separate the effect from launch-to-launch noise: "
             "run at least two replicate blocks (or add protocol.aa)"
         )
+    elif word == "inconclusive" and c.decision and c.decision.extra_launches_needed:
+        extra = f" — about {c.decision.extra_launches_needed} more replicate blocks may decide it"
     elif word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
         extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
     unknown = [g.name for g in (c.verdict.gates if c.verdict else ()) if g.status == "not assessed"]

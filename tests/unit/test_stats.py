@@ -552,3 +552,18 @@ def test_decide_validates_margin_and_ci():
             decide(ci, margin=bad)
     with pytest.raises(ValueError, match="`ci`"):
         decide({"estimate": 0.9}, margin=0.05)
+
+
+def test_a_block_interval_gets_blocks_advice_never_pairs():
+    """Its t quantile has df = blocks - 1 whatever the pairs per block, and a zero instance
+    share is an artefact of few blocks: no "more pairs" advice, only more blocks."""
+    ci = RatioCI(
+        estimate=0.80, ci_low=0.40, ci_high=1.60, confidence_level=0.975, method="blocks (own-arm "
+        "paired t vs control, df=2)", n_pairs=36, n_launches=3, median_delta=-0.001,
+        wilcoxon_p=None, between_launch_share=0.0, more_launches_help=False, var_between=0.0,
+        var_within=0.02, n_resamples=0, df=2,
+    )  # fmt: skip
+    plan = decide(ci, margin=0.05)
+    assert plan.word == "inconclusive" and plan.extra_pairs_needed is None
+    assert plan.extra_launches_needed is not None and "more blocks" in plan.reason
+    assert "pairs" not in plan.reason.split(";")[-1]

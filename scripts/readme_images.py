@@ -1,0 +1,32 @@
+"""Regenerate the README's report images from a real run folder.
+
+``python scripts/readme_images.py RUN_DIR`` writes ``docs/report-first-screen.png`` (the
+report's first screen in headless Chromium at 1400×1000, as the browser test sees it) and
+``docs/forest-cpu-demo.png`` (the run's forest plot). Run it on a fresh ``scripts/demo.sh``
+run; nothing here is drawn from anything but that run's files.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from speclib.analysis.run_analysis import analyze_run  # noqa: E402
+from speclib.report.forest import forest_figure  # noqa: E402
+from tests.browser import open_page  # noqa: E402
+
+
+def main(run_dir: Path) -> None:
+    docs = REPO / "docs"
+    with open_page((run_dir / "report.html").resolve().as_uri(), width=1400, height=1000) as page:
+        page.screenshot(docs / "report-first-screen.png")
+    fig = forest_figure(analyze_run(run_dir, write=False))
+    (docs / "forest-cpu-demo.png").write_bytes(fig.to_png(dpi=110))
+    print("wrote", docs / "report-first-screen.png", "and", docs / "forest-cpu-demo.png")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
