@@ -277,3 +277,51 @@ def test_each_figure_cell_reruns_alone_in_a_kernel(demo_run, tmp_path):
         assert len(after) == 1 and "image/png" in str(after[0].data.get("text/html", ""))
         errors = [o for c in cells for o in c.get("outputs", []) if o.output_type == "error"]
         assert not errors, errors[0]
+
+
+def _verdict_rows(report_html: str) -> dict[str, str]:
+    """Each experiment's row of the report's verdict table, as text (tags dropped)."""
+    import html as html_lib
+    import re
+
+    table = re.split(r"id=[\"']speclib-verdict[\"']", report_html, maxsplit=1)[1]
+    table = table.split("</table>", 1)[0]
+    header, *rows = table.split("<tr>")[1:]
+    text = lambda h: re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", h)))  # noqa: E731
+    out = {"header": text(header)}
+    for row in rows:
+        name = re.search(r"<td><b>([^<]+)</b>", row)
+        if name:
+            out[name.group(1)] = text(row)
+    return out
+
+
+def test_counts_on_the_page_come_from_summary_json(demo_run):
+    """Pairs, acceptance and CI levels: one source (summary.json), the same on every part of
+    the page that shows them (verdict table, forest plot caption, conclusion)."""
+    import re
+
+    summary = json.loads((demo_run / "summary.json").read_text())
+    page = (demo_run / "report.html").read_text()
+    rows = _verdict_rows(page)
+    experiments = [c for c in summary["comparisons"] if c["role"] == "experiment"]
+    levels = {c["confidence_level"] for c in experiments}
+    assert len(levels) == 1, "one CI level for the experiments' column"
+    level = f"{round(levels.pop() * 100, 1):g} % CI"
+    assert level in rows["header"], "the column states its level once"
+    for c in experiments:
+        row = rows[c["experiment"]]
+        used = c["pairing"]["n_pairs_used"]
+        assert c["n_pairs"] == used
+        assert f"{used} pairs" in row, (c["experiment"], row)
+        assert level in row
+        rate = c["acceptance"].get("metrics_acceptance_rate")
+        if rate is not None:
+            assert f"{rate * 100:.0f} % of drafts token-weighted" in row
+        conclusion = re.split(r"id=[\"']speclib-conclusion[\"']", page, maxsplit=1)[1]
+        assert f"over {used} paired prompts" in conclusion.split(c["experiment"], 1)[1][:600]
+    aa = [c for c in summary["comparisons"] if c["role"] == "aa"]
+    forest = re.split(r"id=[\"']speclib-forest[\"']", page, maxsplit=1)[1]
+    forest = forest.split("</figcaption>", 1)[0]
+    for c in [*experiments, *aa]:
+        assert f"{round(c['confidence_level'] * 100, 1):g} %" in forest
