@@ -34,6 +34,7 @@ from speclib.analysis.instrument import (
     exclusion_table,
     launch_agreement,
 )
+from speclib.analysis.kv_capacity import kv_capacity
 from speclib.analysis.launches import (
     LaunchMetrics,
     crosscheck_summary,
@@ -399,6 +400,8 @@ def analyze_run(
     exclusions = exclusion_table(df)
     lms = [launch_metrics(rd, s, df) for s in statuses]
     rows = with_cache_hits(series_table(df, params, statuses), lms)
+    kv = kv_capacity(rd, statuses)
+    rows["kv_cache_tokens"] = [kv.get(str(name)) for name in rows["series"]] if len(rows) else []
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     plaus = _plausibility(rd, params)
     idle = idle_load_frame(rd.root, statuses)

@@ -2,9 +2,10 @@
 
 :func:`method_html` lists the protocol and decision rule, the run's warnings, the per-series
 numbers (:func:`series_html`), the acceptance reconciliation, the ``vllm bench serve``
-cross-check (:func:`crosscheck_html`), the speed-up explanations, greedy outputs that
-differ, then provenance (versions, hardware, models, server command lines) and links to the
-raw files.
+cross-check (:func:`crosscheck_html`), greedy outputs that differ, then provenance
+(versions, hardware, models, the server command lines collapsed to what differs per launch:
+:func:`command_lines_html`) and links to the raw files. :func:`why_html` ("Why this
+speed-up?") is shown earlier, right after the first screen.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from speclib.analysis.crosscheck import ADJUSTED_ROW
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.report.html_format import gib, pct, wrap
 
-__all__ = ["crosscheck_html", "method_html", "series_html"]
+__all__ = ["command_lines_html", "crosscheck_html", "method_html", "series_html", "why_html"]
 
 
 class _Raw(str):
@@ -223,6 +224,7 @@ _SERIES_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ),
     ("requests_without_drafts", "requests without drafts", _plain),
     ("peak_rss_bytes", "peak server memory (RSS)", gib),
+    ("kv_cache_tokens", "KV-cache capacity (tokens, from the server's log)", _plain),
     ("prefix_cache_hits", "prefix-cache hits while measured (tokens)", lambda x: f"{x:g}"),
     ("prefix_cache_queries", "prefix-cache queries while measured (tokens)", lambda x: f"{x:g}"),
 )
@@ -249,7 +251,9 @@ def series_html(an: RunAnalysis) -> str:
     )
 
 
-def _explanations_html(an: RunAnalysis) -> str:
+def why_html(an: RunAnalysis) -> str:
+    """ "Why this speed-up?": the measured decomposition per comparison (shown right after
+    the first screen, before the evidence)."""
     items = [
         f"<li><b>{html.escape(c.experiment)}</b> ({html.escape(c.load)}): "
         f"{html.escape(c.explanation.summary)}</li>"
@@ -258,8 +262,8 @@ def _explanations_html(an: RunAnalysis) -> str:
     ]
     if not items:
         return ""
-    return (
-        "<h3>Why this speed-up?</h3><p>Measured, not fitted: tokens per verify step come "
+    return wrap(
+        "<h2>Why this speed-up?</h2><p>Measured, not fitted: tokens per verify step come "
         "from the /metrics counters, a step's cost from the gaps between streamed chunks "
         "(one chunk per engine step at c=1). The standard model of speculative decoding "
         "(Leviathan et al. 2023) is shown only where the draft cost c is known "
@@ -311,6 +315,46 @@ def _gate_rules(a: Any) -> str:
     )
 
 
+def _argv_pairs(argv: list[str]) -> list[str]:
+    """The argv as items, ``--flag value`` kept together (the unit a difference is in)."""
+    items: list[str] = []
+    for a in argv:
+        if items and not a.startswith("--") and items[-1].startswith("--") and " " not in items[-1]:
+            items[-1] = f"{items[-1]} {a}"
+        else:
+            items.append(a)
+    return items
+
+
+def command_lines_html(launches: Any) -> str:
+    """The server command lines, collapsed: what every launch shares once, then per launch
+    only what differs (port, speculative config, …); the full lines one click away."""
+    rows = [(s["launch_id"], _argv_pairs(list(s.get("command") or []))) for s in launches]
+    started = [items for _, items in rows if items]
+    if not started:
+        return "<h3>Server command lines</h3><p>No server was started by the kit.</p>"
+    shared = [i for i in started[0] if all(i in other for other in started[1:])]
+    diffs = "".join(
+        f"<li><b>{html.escape(lid)}</b>: <code>"
+        + html.escape(" ".join(i for i in items if i not in shared) or "(nothing else)")
+        + "</code></li>"
+        if items
+        else f"<li><b>{html.escape(lid)}</b>: an external endpoint</li>"
+        for lid, items in rows
+    )
+    full = "".join(
+        f"<li><b>{html.escape(lid)}</b>: <code>{html.escape(' '.join(items))}</code></li>"
+        for lid, items in rows
+        if items
+    )
+    return (
+        "<h3>Server command lines</h3>"
+        f"<p>Every launch: <code>{html.escape(' '.join(shared))}</code></p>"
+        f"<p>Per launch, what differs:</p><ul>{diffs}</ul>"
+        f"<details><summary>full command lines</summary><ul>{full}</ul></details>"
+    )
+
+
 def method_html(an: RunAnalysis) -> str:
     """Protocol, warnings, per-series numbers, reconciliation, provenance, command lines."""
     p = an.params
@@ -353,7 +397,6 @@ def method_html(an: RunAnalysis) -> str:
         series_html(an),
         _reconciliation_html(an),
         crosscheck_html(an),
-        _explanations_html(an),
         _divergence_html(an),
     ]
     m = an.manifest
@@ -364,14 +407,9 @@ def method_html(an: RunAnalysis) -> str:
         "models": _models_html(m.get("models")),
         "created": m.get("created_at"),
     }
-    parts += ["<h3>Provenance</h3>", _kv_table(prov), "<h3>Server command lines</h3><ul>"]
-    for s in an.launches:
-        cmd = " ".join(s.get("command") or []) or f"external endpoint {s.get('base_url')}"
-        parts.append(
-            f"<li><b>{html.escape(s['launch_id'])}</b>: <code>{html.escape(cmd)}</code></li>"
-        )
+    parts += ["<h3>Provenance</h3>", _kv_table(prov), command_lines_html(an.launches)]
     parts.append(
-        "</ul><h3>Raw files</h3><ul>"
+        "<h3>Raw files</h3><ul>"
         "<li><a href='requests.jsonl'>requests.jsonl</a> (one line per request)</li>"
         "<li><a href='summary.json'>summary.json</a></li>"
         "<li><a href='manifest.json'>manifest.json</a></li>"

@@ -58,9 +58,19 @@ def _ratio_cell(c: Comparison) -> str:
         f"<span class='speclib-small'>{words}</span><br>"
         f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI "
         f"{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
-        f"<br><span class='speclib-small'>{ci.method}, {ci.n_pairs} pairs, "
-        f"{ci.n_launches} block(s){wilcoxon}</span>{_exclusion_note(c)}"
+        f"<br><span class='speclib-small' title='{html.escape(ci.method, quote=True)}'>"
+        f"{ci.n_pairs} pairs in {ci.n_launches} block(s){_df_words(ci)}{wilcoxon}</span>"
+        f"{_exclusion_note(c)}"
     )
+
+
+def _df_words(ci: Any) -> str:
+    """The interval's degrees of freedom in words (the method itself is in the tooltip and
+    in the method section: no statistics jargon on the first screen)."""
+    df = getattr(ci, "df", None)
+    if df is None:
+        return ""
+    return ", too few blocks for an interval" if df < 1 else f", {df} degree(s) of freedom"
 
 
 def _exclusion_note(c: Comparison) -> str:
@@ -90,7 +100,13 @@ def _reason(c: Comparison) -> str:
         reason = reason.split("): ", 1)[1]
     text = html.escape(reason[:1].upper() + reason[1:])
     bench = reason.startswith("bench check")  # the A/A row: its blocks are in the reason
-    if d.word == "inconclusive" and not bench and (d.extra_pairs_needed or d.extra_launches_needed):
+    said = "more blocks" in reason or "more pairs" in reason
+    if (
+        d.word == "inconclusive"
+        and not bench
+        and not said
+        and (d.extra_pairs_needed or d.extra_launches_needed)
+    ):
         advice = [f"~{d.extra_pairs_needed} more prompt pairs"] if d.extra_pairs_needed else []
         if d.extra_launches_needed:
             advice.append(f"~{d.extra_launches_needed} more replicate blocks")
@@ -336,6 +352,25 @@ def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
     )
 
 
+def _kv_tokens(an: RunAnalysis, series: str) -> int | None:
+    table = getattr(an, "series", None)
+    if table is None or "kv_cache_tokens" not in getattr(table, "columns", ()):
+        return None
+    value = table.set_index("series")["kv_cache_tokens"].get(series)
+    return None if value is None or value != value else int(value)  # NaN: not logged
+
+
+def _memory_cell(c: Comparison, an: RunAnalysis) -> str:
+    """Peak server memory, and the KV-cache capacity the arm's server reported against the
+    control's (a draft model takes some of it)."""
+    text = gib(c.peak_rss_bytes)
+    kv_e, kv_c = _kv_tokens(an, c.experiment), _kv_tokens(an, an.control)
+    if kv_e is not None:
+        vs = f" (control {kv_c:,})" if kv_c is not None and kv_c != kv_e else ""
+        text += f"<br><span class='speclib-small'>KV cache {kv_e:,} tokens{vs}</span>"
+    return text
+
+
 def _levels(an: RunAnalysis) -> list[float]:
     return sorted({ci.confidence_level for c in an.experiments if (ci := c.cis.get("tpot_s"))})
 
@@ -360,7 +395,7 @@ def verdict_table_html(an: RunAnalysis) -> str:
             f"<td>{_acceptance_cell(c)}</td>"
             f"<td>{_agreement_cell(c, greedy)}</td>"
             f"<td>{pct(c.error_rate_control, 1)} / {pct(c.error_rate_experiment, 1)}</td>"
-            f"<td>{gib(c.peak_rss_bytes)}</td>"
+            f"<td>{_memory_cell(c, an)}</td>"
             "</tr>"
         )
     rows += [_recommended_row(r) for r in getattr(an, "recommendations", ())]
@@ -371,7 +406,7 @@ def verdict_table_html(an: RunAnalysis) -> str:
         "medians</span></th><th>TPOT ratio vs control<br><span class='speclib-small'>"
         f"{level}; below 1 = faster; {_instrument_words(an)}</span></th><th>Verdict</th>"
         "<th>Why, and the gates</th><th>Acceptance</th><th>Greedy output agreement</th>"
-        "<th>Failed requests (control / exp.)</th><th>Peak server memory</th></tr>"
+        "<th>Failed requests (control / exp.)</th><th>Peak server memory, KV cache</th></tr>"
     )
     return wrap(f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>")
 
