@@ -39,8 +39,9 @@ CSS = """
 .speclib code { white-space: pre-wrap; overflow-wrap: anywhere; }
 .speclib .speclib-nowrap { white-space: nowrap; }
 @media print {
-  .speclib table.speclib-table { font-size: 10px; }
-  .speclib table.speclib-table th, .speclib table.speclib-table td { padding: 2px 4px; }
+  .speclib table.speclib-table { font-size: 9px; }
+  .speclib table.speclib-table th, .speclib table.speclib-table td { padding: 2px 3px; }
+  .speclib .speclib-nowrap { white-space: normal; }
   .speclib .speclib-word, .speclib table.speclib-table th, .speclib .speclib-conclusion {
     -webkit-print-color-adjust: exact; print-color-adjust: exact; }
   .speclib table.speclib-table tr, .speclib .speclib-conclusion { break-inside: avoid; }
