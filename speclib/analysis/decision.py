@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.stats import RatioCI
+from speclib.analysis.stats import RatioCI, t_width_scale
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -253,9 +253,10 @@ def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
     df = ci.df if ci.df is not None else n_launch - 1
     if n_launch < 2 or df < 1:
         return None
-    q = 0.5 + ci.confidence_level / 2
     more = np.arange(n_launch + 1, n_launch + MAX_EXTRA_LAUNCHES + 1)
-    scale = stats.t.ppf(q, df + more - n_launch) / stats.t.ppf(q, df) * np.sqrt(n_launch / more)
+    scale = t_width_scale(
+        n_blocks=n_launch, df=df, confidence_level=ci.confidence_level, blocks=more
+    )
     hit = np.flatnonzero(scale < shrink)
     return int(more[hit[0]] - n_launch) if hit.size else None
 

@@ -5,7 +5,8 @@ per request (raw fields, derived TTFT/TPOT/E2E recomputed from the raw ones, fla
 per-request acceptance). :func:`pair_frame` matches control and experiment requests by
 replicate, load level, prompt and repeat (and block, when the control ran in several blocks
 per replicate), keeping only pairs where both succeeded, and counts what was dropped on
-each side. :func:`ratio_by_category` and :func:`finite_median` summarise columns.
+each side. :func:`finite_median` summarises a column (per-category ratios are in
+:mod:`speclib.analysis.categories`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ __all__ = [
     "finite_median",
     "load_records",
     "pair_frame",
-    "ratio_by_category",
     "records_frame",
 ]
 
@@ -207,30 +207,6 @@ def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFram
         dropped_both_failed=int((~ok_c & ~ok_e).sum()),
         unmatched=int((merged["_merge"] != "both").sum()),
     )
-
-
-def ratio_by_category(pairs: pd.DataFrame, metric: str = "tpot_s") -> dict[str, tuple[float, int]]:
-    """Geometric-mean ratio experiment/control of ``metric`` per prompt category.
-
-    ``pairs`` is :attr:`PairedFrame.pairs`; returns ``{category: (ratio, n_pairs)}`` over
-    pairs where both values are finite and positive, categories in sorted order (a prompt
-    without a category counts as ``"uncategorised"``). Point estimates over pooled pairs;
-    the report and ``summary.json`` use :func:`speclib.analysis.categories.category_ratios`,
-    the block-model ratio of each category with its interval.
-    """
-    import numpy as np
-
-    if not len(pairs):
-        return {}
-    c = pd.to_numeric(pairs[f"{metric}_c"], errors="coerce").to_numpy(float)
-    e = pd.to_numeric(pairs[f"{metric}_e"], errors="coerce").to_numpy(float)
-    ok = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
-    cats = pairs["category"].fillna("uncategorised").astype(str).to_numpy()
-    out: dict[str, tuple[float, int]] = {}
-    for cat in sorted(set(cats[ok])):
-        sel = ok & (cats == cat)
-        out[cat] = (float(np.exp(np.mean(np.log(e[sel] / c[sel])))), int(sel.sum()))
-    return out
 
 
 def finite_median(values: pd.Series, *, positive: bool = False) -> float | None:

@@ -49,7 +49,7 @@ import numpy as np
 from scipy import stats
 
 from speclib.analysis.decision import Decision, decide
-from speclib.analysis.stats import RatioCI
+from speclib.analysis.stats import RatioCI, t_width_scale
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -115,10 +115,10 @@ def blocks_for(
         raise ValueError(f"`half_width_log` must be a non-negative number (got {half_width_log!r})")
     if df < 1 or n_blocks < 1:
         return None
-    q = 0.5 + confidence_level / 2
-    sd = half_width_log * math.sqrt(n_blocks) / stats.t.ppf(q, df)
     blocks = np.arange(n_blocks, max(MAX_BLOCKS, n_blocks) + 1)
-    widths = stats.t.ppf(q, df + blocks - n_blocks) * sd / np.sqrt(blocks)
+    widths = half_width_log * t_width_scale(
+        n_blocks=n_blocks, df=df, confidence_level=confidence_level, blocks=blocks
+    )
     hit = np.flatnonzero(widths <= math.log1p(target) * (1 + 1e-12))
     return int(blocks[hit[0]]) if hit.size else None
 

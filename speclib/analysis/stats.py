@@ -66,6 +66,7 @@ __all__ = [
     "holm_adjust",
     "paired_mean_interval",
     "paired_ratio_ci",
+    "t_width_scale",
     "wilcoxon_logratio",
 ]
 
@@ -278,6 +279,27 @@ def _expanded_percentile(
 
 
 # --------------------------------------------------------------------------- public API
+
+
+def t_width_scale(
+    *, n_blocks: int, df: int, confidence_level: float, blocks: ArrayLike
+) -> NDArray[np.float64]:
+    """A t-interval's half-width after ``blocks`` blocks, relative to today's after
+    ``n_blocks`` blocks on ``df`` degrees of freedom, with the block SD held and one degree
+    of freedom more per added block: ``t[df + b - n, q] / t[df, q] * sqrt(n / b)``,
+    ``q = (1 + confidence_level) / 2``. The one projection behind every "N more blocks"
+    (:mod:`speclib.analysis.decision`, :mod:`speclib.analysis.resolution`)."""
+    if not (isinstance(n_blocks, (int, np.integer)) and n_blocks >= 1):
+        raise ValueError(f"`n_blocks` must be a positive integer (got {n_blocks!r})")
+    if not (isinstance(df, (int, np.integer)) and df >= 1):
+        raise ValueError(f"`df` must be a positive integer (got {df!r})")
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"`confidence_level` must be in (0, 1) (got {confidence_level!r})")
+    b = np.asarray(blocks, dtype=float)
+    if np.any(b < n_blocks):
+        raise ValueError(f"`blocks` must all be >= n_blocks = {n_blocks}")
+    q = 0.5 + confidence_level / 2
+    return stats.t.ppf(q, df + b - n_blocks) / stats.t.ppf(q, df) * np.sqrt(n_blocks / b)
 
 
 def wilcoxon_logratio(control: ArrayLike, experiment: ArrayLike) -> float:

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from speclib.core.wording import STATUS_MARKS
+
 __all__ = [
     "GATE_MARKS",
     "MAX_LINE",
@@ -30,7 +32,6 @@ __all__ = [
     "failed_line",
     "fit",
     "gate_legend",
-    "gate_line",
     "gate_marks",
     "ms_cell",
     "outcome_json",
@@ -58,7 +59,7 @@ def verdict_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: c.get(k) for k in keys} for c in summary.get("comparisons", [])]
 
 
-GATE_MARKS = {"pass": "✔", "fail": "✘", "not assessed": "–"}
+GATE_MARKS = STATUS_MARKS
 """The mark of a gate status in the verdict table; "not assessed" never reads as a pass."""
 
 _GATE_WORDS = {"pass": "pass", "fail": "FAIL", "not assessed": "NOT ASSESSED"}
@@ -69,15 +70,6 @@ _REASON_MIN = 16
 
 def _gate_status(g: dict[str, Any]) -> str:
     return g.get("status") or ("pass" if g.get("passed") else "fail")
-
-
-def gate_line(gates: list[dict[str, Any]] | None) -> str:
-    """The gates of a verdict in one line, e.g. "gates: errors NOT ASSESSED · ttft pass";
-    a gate that was not assessed never reads as passed ("" without gates)."""
-    if not gates:
-        return ""
-    status = [(g.get("name"), _gate_status(g)) for g in gates]
-    return "gates: " + " · ".join(f"{n} {s if s == 'pass' else s.upper()}" for n, s in status)
 
 
 def gate_marks(gates: list[dict[str, Any]] | None) -> str:

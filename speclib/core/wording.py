@@ -5,7 +5,8 @@ experiment is faster. ``×0.51`` is **49 % less time per token**, which is **1.9
 speed** (1 / 0.51), not "49 % faster": the two scales are not the same, and far from 1 they
 differ a lot. Every sentence of the kit that turns a TPOT ratio into words (report,
 terminal, analysis reasons) goes through these functions, so one ratio reads the same
-everywhere. They live in the core layer so that every layer may use them.
+everywhere. They live in the core layer so that every layer may use them. So does
+:data:`STATUS_MARKS`, the one mark per check or gate status (report and terminal alike).
 
 Example::
 
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ratio_words", "speed_words", "time_change_words"]
+__all__ = ["STATUS_MARKS", "ratio_words", "speed_words", "time_change_words"]
+
+STATUS_MARKS = {"pass": "✔", "fail": "✘", "not assessed": "–"}
+"""The mark of a gate's or bench check's status; "not assessed" never reads as a pass."""
 
 
 def _check(ratio: float) -> float:

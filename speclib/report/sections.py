@@ -20,7 +20,7 @@ from speclib.analysis.categories import CATEGORY_NOTE
 from speclib.analysis.comparisons import Comparison
 from speclib.analysis.resolution import bench_check
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.core.wording import ratio_words, speed_words, time_change_words
+from speclib.core.wording import STATUS_MARKS, ratio_words, speed_words, time_change_words
 from speclib.report.html_format import gib, pct, wrap
 from speclib.report.multirun import machine_label
 
@@ -121,7 +121,7 @@ def gates_html(c: Comparison) -> str:
     if not gates:
         return ""
     marks = " · ".join(
-        f"{html.escape(g.name)} {_TRUST_MARK.get(g.status, '?')} "
+        f"{html.escape(g.name)} {STATUS_MARKS.get(g.status, '?')} "
         + (g.status if g.status == "pass" else f"<b>{g.status.upper()}</b>")
         for g in gates
     )
@@ -304,9 +304,6 @@ def _partial_trust(checks: list[dict[str, Any]]) -> str:
     return "; ".join(parts) + " (so no claim of “no false effect”)."
 
 
-_TRUST_MARK = {"pass": "✔", "fail": "✘", "not assessed": "–"}
-
-
 def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
     """The bench-trust panel: each check with its status, figure and per-arm figures, and
     the instrument the verdict's TPOT comes from (all from ``summary.json``'s fields)."""
@@ -320,7 +317,7 @@ def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
         rows.append(
             f"<tr class='speclib-trust-{c['status'].replace(' ', '-')}'>"
             f"<td><b>{html.escape(c['check'])}</b></td>"
-            f"<td>{_TRUST_MARK.get(c['status'], c['status'])} {c['status']}</td>"
+            f"<td>{STATUS_MARKS.get(c['status'], c['status'])} {c['status']}</td>"
             f"<td>{html.escape(c['figure'])}</td>"
             f"<td class='speclib-small'>{html.escape(c['detail'])}"
             + (f"<br>{html.escape(per_arm)}" if per_arm else "")
@@ -336,7 +333,7 @@ def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
     server = inst is not None and inst.tpot == "server"
     source = "the servers' own per-request stamps" if server else "the client's stamps"
     marks = " · ".join(
-        f"{html.escape(c['check'])} {_TRUST_MARK.get(c['status'], c['status'])}"
+        f"{html.escape(c['check'])} {STATUS_MARKS.get(c['status'], c['status'])}"
         f"{'' if c['status'] == 'pass' else ' ' + c['status'].upper()} "
         f"{html.escape(c['figure'])}"
         for c in checks

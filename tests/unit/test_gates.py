@@ -237,13 +237,13 @@ def _mixed_verdict():
 
 
 def test_terminal_verdict_table_shows_not_assessed_gates_never_as_passed(tmp_path: Path):
-    from speclib.app.verdicts import gate_line, print_verdicts
+    from speclib.app.verdicts import gate_marks, print_verdicts
 
     verdict = _mixed_verdict()
     gates = [g.to_dict() for g in verdict.gates]
-    line = gate_line(gates)
-    assert "ttft NOT ASSESSED" in line and "ttft pass" not in line
-    assert "e2e pass" in line and "errors pass" in line
+    marks = gate_marks(gates)
+    assert "–ttft" in marks and "✔ttft" not in marks
+    assert "✔e2e" in marks and "✔errors" in marks
     row = {
         "experiment": "spec",
         "load": "c=1",

@@ -190,25 +190,6 @@ def test_series_table_has_labels_with_units() -> None:
     assert "<th>extra_col</th><td>1.5</td><td>–</td>" in out
 
 
-def test_ratio_by_category_is_a_geometric_mean_per_category() -> None:
-    from speclib.analysis.frames import ratio_by_category
-
-    pairs = pd.DataFrame(
-        {
-            "tpot_s_c": [0.02, 0.02, 0.02, 0.02, 0.02, float("nan")],
-            "tpot_s_e": [0.01, 0.04, 0.03, 0.03, 0.0, 0.01],
-            "category": ["known", "known", "repeat", "repeat", "repeat", None],
-        }
-    )
-    got = ratio_by_category(pairs)
-    assert set(got) == {"known", "repeat"}  # the zero and the NaN pair are left out
-    assert got["known"] == pytest.approx((1.0, 2))  # sqrt(0.5 * 2)
-    assert got["repeat"] == pytest.approx((1.5, 2))
-    assert ratio_by_category(pairs.iloc[:0]) == {}
-    nameless = pairs.assign(category=None).iloc[:2]
-    assert ratio_by_category(nameless) == {"uncategorised": pytest.approx((1.0, 2))}
-
-
 def _category(cat: str, est: float, n: int, blocks: int, ci=None, df=None, note=None):
     from speclib.analysis.categories import CategoryRatio
 

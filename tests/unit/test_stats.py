@@ -567,3 +567,18 @@ def test_a_block_interval_gets_blocks_advice_never_pairs():
     assert plan.word == "inconclusive" and plan.extra_pairs_needed is None
     assert plan.extra_launches_needed is not None and "more blocks" in plan.reason
     assert "pairs" not in plan.reason.split(";")[-1]
+
+
+def test_t_width_scale_is_the_one_projection_of_more_blocks():
+    from scipy import stats as st
+
+    from speclib.analysis.stats import t_width_scale
+
+    got = t_width_scale(n_blocks=3, df=2, confidence_level=0.95, blocks=[3, 4, 9])
+    q = 0.975
+    want = [st.t.ppf(q, 2 + b - 3) / st.t.ppf(q, 2) * math.sqrt(3 / b) for b in (3, 4, 9)]
+    assert got == pytest.approx(want) and got[0] == pytest.approx(1.0)
+    for bad in ({"n_blocks": 0}, {"df": 0}, {"confidence_level": 1.0}, {"blocks": [2]}):
+        kw = {"n_blocks": 3, "df": 2, "confidence_level": 0.95, "blocks": [4], **bad}
+        with pytest.raises(ValueError):
+            t_width_scale(**kw)
