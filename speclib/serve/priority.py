@@ -81,6 +81,15 @@ def _same_session(server_pid: int, client_pid: int | str) -> bool | None:
         return None
 
 
+def _client_autogroup(client_pid: int | str) -> tuple[str, int] | None:
+    """The client's autogroup, by ``/proc/self`` and else by its pid (some sandboxes
+    answer one and not the other)."""
+    found = autogroup_of(client_pid)
+    if found is None and client_pid == "self":
+        found = autogroup_of(os.getpid())
+    return found
+
+
 def _nice_of(pid: int) -> int | None:
     try:
         return os.getpriority(os.PRIO_PROCESS, pid)
@@ -95,7 +104,7 @@ def place(server_pid: int, *, nice: int, client_pid: int | str = "self") -> dict
     autogroup's nice is set to ``nice`` (best effort; the outcome is in ``action``).
     """
     enabled = _autogroups_enabled()
-    mine, theirs = autogroup_of(client_pid), autogroup_of(server_pid)
+    mine, theirs = _client_autogroup(client_pid), autogroup_of(server_pid)
     same_group = None if mine is None or theirs is None else mine[0] == theirs[0]
     if same_group is None and enabled:
         same_group = _same_session(server_pid, client_pid)
@@ -109,6 +118,8 @@ def place(server_pid: int, *, nice: int, client_pid: int | str = "self") -> dict
         except OSError as exc:
             action = f"could not set the server's autogroup nice ({exc.strerror or exc})"
         theirs = autogroup_of(server_pid)
+    elif enabled and same_group is False and nice > 0:
+        action = f"server's autogroup already at nice {theirs[1]}"
     elif enabled and same_group is False:
         action = "server in another autogroup: its niceness does not rank it below the client"
     cg_mine, cg_theirs = cpu_cgroup_of(client_pid), cpu_cgroup_of(server_pid)

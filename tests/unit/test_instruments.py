@@ -79,6 +79,26 @@ def test_hidden_autogroups_fall_back_to_sessions(monkeypatch):
         proc.wait()
 
 
+def test_a_hidden_client_autogroup_leaves_the_rank_unknown(monkeypatch):
+    """The server's autogroup readable (and already at the server's niceness), the
+    client's hidden: another session, nothing to do, and no claim about the rank."""
+    own = {"self", os.getpid(), str(os.getpid())}
+    monkeypatch.setattr(
+        priority, "autogroup_of", lambda pid="self": None if pid in own else ("/autogroup-9", 19)
+    )
+    monkeypatch.setattr(priority, "_autogroups_enabled", lambda: True)
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        facts = priority.place(proc.pid, nice=19)
+        assert facts["same_autogroup"] is False
+        assert facts["action"] == "server's autogroup already at nice 19"
+        assert facts["server_autogroup_nice"] == 19 and facts["client_autogroup_nice"] is None
+        assert facts["ranked_below_client"] is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_server_in_its_own_session_gets_its_autogroup_niced():
     proc = subprocess.Popen(
         [sys.executable, "-c", "import os, time; os.nice(19); time.sleep(30)"],
@@ -87,19 +107,21 @@ def test_a_server_in_its_own_session_gets_its_autogroup_niced():
     try:
         time.sleep(0.3)
         facts = place(proc.pid, nice=19)
-        if facts["autogroups_enabled"] and autogroup_of("self") is None:
-            # autogroups on but hidden (seen on a CI host): the session says "another
-            # autogroup", and nothing claims the server is ranked below the client
-            assert facts["same_autogroup"] is False
+        if not facts["autogroups_enabled"]:  # no autogroups: plain niceness ranks it
+            assert facts["ranked_below_client"] is True
+            return
+        # another session is another autogroup, read from /proc or (hidden) from the session
+        assert facts["same_autogroup"] is False
+        server_group = autogroup_of(proc.pid)
+        if server_group is None:  # hidden: nothing is claimed
+            assert "cannot be read" in facts["action"], facts
             assert facts["ranked_below_client"] is None
-            assert "cannot be read" in facts["action"]
-        elif facts["autogroups_enabled"]:
-            assert facts["same_autogroup"] is False
-            assert facts["action"] == "set the server's autogroup nice to 19", facts
-            assert autogroup_of(proc.pid)[1] == 19
-            assert facts["ranked_below_client"] is True
-        else:  # no autogroups: plain niceness ranks it
-            assert facts["ranked_below_client"] is True
+            return
+        assert facts["action"] == "set the server's autogroup nice to 19", facts
+        assert server_group[1] == 19
+        # the client's own autogroup hidden (seen on a CI host): its rank is unknown
+        client_group = autogroup_of(os.getpid())
+        assert facts["ranked_below_client"] is (None if client_group is None else True)
     finally:
         proc.kill()
         proc.wait()
