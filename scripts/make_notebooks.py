@@ -155,6 +155,7 @@ from speclib.report.evidence import (
     FigureNumbers,
 {IMPORT_LINES}
 )
+from speclib.report.load_section import load_html
 from speclib.report.method import method_html, why_html
 from speclib.report.forest import forest_figure
 from speclib.report.sections import (
@@ -176,7 +177,8 @@ numbers = FigureNumbers()  # one figure count for the page
 display(HTML(answer_html(analysis)), HTML(trust_html(analysis)))  # answer, bench trust
 display(*numbers([forest_figure(analysis)]))  # every arm's interval, the ±δ band, the A/A arm
 display(HTML(verdict_table_html(analysis)), HTML(conclusion_html(analysis, headline=False)))
-display(HTML(why_html(analysis)), Markdown("## Evidence"))  # why this speed-up, then figures
+display(HTML(why_html(analysis)), HTML(load_html(analysis)))  # why; where it stops paying
+display(Markdown("## Evidence"))  # the figures behind the verdicts
 """.strip()
         ),
         *(figure_cell(f, what) for f, what in FIGURE_CELLS),

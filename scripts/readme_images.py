@@ -4,6 +4,8 @@
 report's first screen in headless Chromium at 1400×1000, as the browser test sees it) and
 ``docs/forest-cpu-demo.png`` (the run's forest plot). Run it on a fresh ``scripts/demo.sh``
 run; nothing here is drawn from anything but that run's files.
+``python scripts/readme_images.py --load RUN_DIR`` writes ``docs/load-cpu-demo.png``: the
+speed-up against load with the break-even marks, from a ``params/cpu-demo-load.yaml`` run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from speclib.report.forest import forest_figure  # noqa: E402
 from tests.browser import open_page  # noqa: E402
 
 
+def load_image(run_dir: Path) -> None:
+    from speclib.report.evidence import load_figures
+
+    (fig,) = load_figures(analyze_run(run_dir, write=False))
+    (REPO / "docs" / "load-cpu-demo.png").write_bytes(fig.to_png(dpi=110))
+    print("wrote", REPO / "docs" / "load-cpu-demo.png")
+
+
 def main(run_dir: Path) -> None:
     docs = REPO / "docs"
     with open_page((run_dir / "report.html").resolve().as_uri(), width=1400, height=1000) as page:
@@ -29,4 +39,7 @@ def main(run_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == "--load":
+        load_image(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1]))

@@ -10,6 +10,8 @@ Behaviour knobs come from ``FAKE_VLLM_*`` environment variables so tests can scr
 crash mid-series or a slow start; ``FAKE_VLLM_LATE_READ_PLAIN=1`` (or ``_SPEC``) holds a
 plain (speculative) server's token chunks and writes them at once, as a client that was not
 scheduled in time reads them, while ``--enable-per-request-metrics`` stamps stay on time.
+``FAKE_VLLM_LOAD_STEP_S`` (``FAKE_VLLM_SPEC_LOAD_STEP_S`` for a speculative server) lengthens
+every step by that much per other request in flight: a server whose speed falls with load.
 The real kit never uses this file.
 """
 
@@ -96,7 +98,10 @@ def main(argv: list[str]) -> int:
         print(f"INFO speculative_config={json.dumps(spec)}", flush=True)
     script = _script(spec, bool(args.per_request_spec_decode_metrics), args.model)
     late = os.environ.get("FAKE_VLLM_LATE_READ_" + ("SPEC" if spec else "PLAIN")) == "1"
-    script = replace(script, timing_metrics=args.enable_per_request_metrics, late_read=late)
+    load = float(os.environ.get("FAKE_VLLM_" + ("SPEC_" if spec else "") + "LOAD_STEP_S", "0"))
+    script = replace(
+        script, timing_metrics=args.enable_per_request_metrics, late_read=late, load_step_s=load
+    )
     state = _State({}, script, None)
     if os.environ.get("FAKE_VLLM_DIE_ONLY_SPEC") and spec is None:
         os.environ.pop("FAKE_VLLM_DIE_AFTER_REQUESTS", None)

@@ -101,6 +101,8 @@ class Script:
     fragment_bytes: int | None = None  # write each event in pieces of this many bytes
     fragment_gap_s: float = 0.002  # pause between pieces, so they arrive in separate reads
     timing_metrics: bool = False  # vLLM's --enable-per-request-metrics: server-side stamps
+    load_step_s: float = 0.0  # each chunk's step grows by this per other request in flight
+    # (a batch that costs more the larger it is; 0: the absolute schedule above)
     late_read: bool = False  # hold the token chunks and write them at once after the last
     # is due, as a client that is not scheduled in time reads them (the server's own stamps
     # stay on schedule)
@@ -363,11 +365,15 @@ async def _hang(request: web.Request) -> None:
         await asyncio.sleep(_POLL_S)
 
 
-async def _play(request: web.Request, stream: _Stream, t_recv: float) -> str:
-    """Send the script's events; return the exchange's outcome."""
+async def _play(
+    request: web.Request, stream: _Stream, t_recv: float, in_flight: Any = lambda: 1
+) -> str:
+    """Send the script's events; return the exchange's outcome. With ``load_step_s``, each
+    step lasts ``step_s + load_step_s * (in_flight() - 1)``, read when the step starts."""
     script = stream.script
     sizes = script.chunk_sizes()
     t_first = t_recv + script.ttft_s
+    t_due = t_first
     await _sleep_until(t_first)
     if script.role_chunk:
         await stream.role()
@@ -381,7 +387,11 @@ async def _play(request: web.Request, stream: _Stream, t_recv: float) -> str:
         if i == script.error_event_after:
             await stream.error_event()
             break
-        t_due = t_first + i * script.step_s
+        if script.load_step_s:
+            if i:
+                t_due += script.step_s + script.load_step_s * max(in_flight() - 1, 0)
+        else:
+            t_due = t_first + i * script.step_s
         await _sleep_until(t_due)
         await stream.tokens(n, last=i == len(sizes) - 1, t_due=t_due)
     else:
@@ -442,7 +452,7 @@ def _make_app(state: _State) -> web.Application:
             t_headers = time.perf_counter()
             stream = _Stream(resp, script, body, t_recv)
             try:
-                outcome = await _play(request, stream, t_recv)
+                outcome = await _play(request, stream, t_recv, lambda: state.in_flight)
             except ConnectionError:
                 outcome = "client_gone"
             if outcome in ("cut", "hang", "client_gone"):

@@ -204,6 +204,7 @@ def _agreement_row(lid: str, series: str, level: int, g: pd.DataFrame, rd: RunDi
         "launch_id": lid,
         "series": series,
         "level": level,
+        "block": str(g["block"].iloc[0]) if "block" in g and g["block"].notna().any() else None,
         "n_ok": len(ok),
         "n_server_stamped": int(ok["tpot_server_s"].notna().sum()),
         "n_read_late": int(ok["read_late"].astype(bool).sum()) if "read_late" in ok else 0,

@@ -44,6 +44,7 @@ from speclib.analysis.launches import (
     read_crosschecks,
     with_cache_hits,
 )
+from speclib.analysis.load_analysis import LoadAnalysis, analyze_load
 from speclib.analysis.recommend import Recommendation, sweep_recommendations
 from speclib.analysis.resolution import calibration
 from speclib.analysis.sequential import spending_plan
@@ -99,6 +100,7 @@ class RunAnalysis:
     trust: dict[str, Any] = field(default_factory=dict)
     family: str = ""  # the Holm family of the TPOT verdicts, in words
     calibration: dict[str, Any] | None = None  # protocol.target_resolution: reached or not
+    load: LoadAnalysis = field(default_factory=LoadAnalysis)  # break-even, schedule, goodput
 
     @property
     def design(self) -> dict[str, Any]:
@@ -192,6 +194,7 @@ class RunAnalysis:
                 "bench_problem": self.bench_problem,
                 "sequential_look": self.sequential_look,
                 "calibration": self.calibration,
+                "load": self.load.to_dict(),
                 "idle_load": self.idle_load.to_dict(orient="records"),
                 "drift": self.drift.to_dict(orient="records"),
                 "warnings": list(self.warnings),
@@ -444,6 +447,7 @@ def analyze_run(
     crosschecks = read_crosschecks(rd, statuses)
     notes = _warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
     aa = [c for c in comps if c.experiment == AA_ARM]
+    recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
     analysis = RunAnalysis(
         run_dir=rd.root,
         params=params,
@@ -468,8 +472,9 @@ def analyze_run(
         drift=drift_table(df, control=params.control_name, arms=params.experiments)
         if len(df)
         else pd.DataFrame(),
-        recommendations=tuple(sweep_recommendations(params, comps, confidence_level=level_conf)),
+        recommendations=recs,
         calibration=_calibration(params, aa),
+        load=analyze_load(params, df, comps, recs),
     )
     if write:
         write_json_atomic(rd.summary, analysis.summary())

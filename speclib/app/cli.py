@@ -3,7 +3,7 @@
 ``speclib validate FILE`` · ``speclib run PARAMS [--out DIR] [--resume RUN_DIR]`` ·
 ``speclib analyze RUN_DIR [--params FILE]`` · ``speclib doctor [PARAMS]`` ·
 ``speclib build-demo`` · ``speclib compare RUN_A RUN_B ...`` ·
-``speclib crosscheck PARAMS --base-url URL``.
+``speclib crosscheck PARAMS --base-url URL`` · ``speclib schedule RUN_DIR --out FILE``.
 Path arguments are resolved against the caller's folder first (the notebooks run
 elsewhere). ``run`` and ``analyze`` show what is happening (:mod:`speclib.app.terminal`)
 and end with the verdict table; ``--quiet`` prints only errors and the report path,
@@ -176,6 +176,22 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
     return 0 if check.verdict in ("agree", None) else 1
 
 
+def _cmd_schedule(args: argparse.Namespace) -> int:
+    from speclib.app.confirm import ConfirmError, describe, write_confirmation
+
+    try:
+        path = write_confirmation(args.run_dir, args.out, family=args.family)
+    except ConfirmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    print(f"confirmation params written: {path}\n{describe(data)}")
+    print(f"run it: python -m speclib run {path}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="speclib",
@@ -221,6 +237,13 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--tolerance", type=float, default=0.02, help="median TPOT, fraction")
     x.add_argument("--rounds", type=int, default=4, help="kit/bench rounds, ABBA order")
     x.set_defaults(func=_cmd_crosscheck)
+    k = sub.add_parser(
+        "schedule", help="params for the confirmation run of a run's recommended k schedule"
+    )
+    k.add_argument("run_dir")
+    k.add_argument("--out", required=True, help="params YAML file to write")
+    k.add_argument("--family", help="sweep family (default: the first with a schedule)")
+    k.set_defaults(func=_cmd_schedule)
     return p
 
 

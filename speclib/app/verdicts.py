@@ -33,6 +33,7 @@ __all__ = [
     "fit",
     "gate_legend",
     "gate_marks",
+    "load_lines",
     "ms_cell",
     "outcome_json",
     "print_verdicts",
@@ -350,7 +351,54 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
     lines += [bench_check_line(c, margin=margin) for c in comps if c.get("role") == "aa"]
     lines += trust_lines(summary)
     lines += [(summary.get("calibration") or {}).get("text") or ""]
+    lines += load_lines(summary)
     return [fit(x) for x in lines if x]
+
+
+def _load_word(value: Any, axis: str) -> str:
+    from speclib.analysis.breakeven import load_text
+
+    return load_text(float(value), axis) if _finite(value) else "?"
+
+
+def _break_even_line(b: dict[str, Any]) -> str:
+    axis, loads = b.get("axis", "concurrency"), b.get("loads") or [0]
+    low = f"≤{_load_word(loads[0], axis)}" if b.get("low_open") else _load_word(b.get("low"), axis)
+    high = (
+        f">{_load_word(loads[-1], axis)}" if b.get("high_open") else _load_word(b.get("high"), axis)
+    )
+    where = {
+        "crosses": f"at {_load_word(b.get('estimate'), axis)} ({low} to {high})",
+        "pays throughout": f"above {_load_word(loads[-1], axis)} (none in the measured range)",
+        "never pays": f"below {_load_word(loads[0], axis)} (not faster at any level)",
+    }.get(b.get("status", ""), "none (too few levels)")
+    pays = b.get("pays_up_to")
+    return (
+        f"break-even {b.get('series')}: {where}; "
+        f"pays up to {_load_word(pays, axis) if pays is not None else 'no level'}"
+    )
+
+
+def load_lines(summary: dict[str, Any]) -> list[str]:
+    """Break-even per experiment, the highest load within the SLO, and each k schedule
+    with the command of its confirmation run (empty for a run at one load level)."""
+    load = summary.get("load") or {}
+    out = [_break_even_line(b) for b in load.get("break_even") or []]
+    sustained = load.get("highest_load_within_slo") or {}
+    if sustained:
+        out.append("within the SLO up to: " + ", ".join(
+            f"{arm} {where or 'none'}" for arm, where in sustained.items()))  # fmt: skip
+    for k in load.get("k_schedules") or []:
+        if k.get("entries"):
+            spans = ", ".join(f"{a}-{b}: k={n}" for a, b, n in k["entries"])
+            out.append(f"k schedule {k.get('family')} (batch size: k): {spans}")
+            out.append(
+                f"  confirm: python -m speclib schedule {summary.get('run_dir')} --out "
+                "confirm.yaml && python -m speclib run confirm.yaml"
+            )
+        else:
+            out.append(f"k schedule: {k.get('text')}")
+    return out
 
 
 def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:

@@ -33,7 +33,13 @@ from speclib.core.params_server import (
     resolve_model_ref,
 )
 from speclib.core.params_sweep import SweepError, expand_file_series, expand_sweeps
-from speclib.core.params_workload import AnalysisParams, LoadLevel, ProtocolParams, WorkloadParams
+from speclib.core.params_workload import (
+    AnalysisParams,
+    LoadLevel,
+    ProtocolParams,
+    SloParams,
+    WorkloadParams,
+)
 from speclib.core.vllm_schema import KeyProblem, installed_spec_schema, spec_config_problems
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "ProtocolParams",
     "SeriesParams",
     "ServerParams",
+    "SloParams",
     "WorkloadParams",
     "is_loopback",
     "load_params",

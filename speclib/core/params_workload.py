@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from speclib.core.params_server import StrictModel
 
-__all__ = ["AnalysisParams", "LoadLevel", "ProtocolParams", "WorkloadParams"]
+__all__ = ["AnalysisParams", "LoadLevel", "ProtocolParams", "SloParams", "WorkloadParams"]
 
 
 class WorkloadParams(StrictModel):
@@ -249,6 +249,35 @@ class ProtocolParams(StrictModel):
         return value
 
 
+class SloParams(StrictModel):
+    """A service-level objective: the bounds a request must meet to count towards goodput
+    (requests per second meeting every bound set). Any subset of the bounds."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="Bound on time to first token.")
+    tpot_ms: float | None = Field(
+        None, gt=0, description="Bound on time per output token (first token excluded)."
+    )
+    e2e_ms: float | None = Field(None, gt=0, description="Bound on end-to-end latency.")
+    percentile: float = Field(
+        90,
+        gt=0,
+        lt=100,
+        description="Which percentile of each arm's requests the report shows against the "
+        "bounds (goodput itself counts every request that meets them).",
+    )
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> SloParams:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError("slo needs at least one of ttft_ms, tpot_ms, e2e_ms")
+        return self
+
+    def bounds_ms(self) -> dict[str, float]:
+        """The bounds set, by metric name (``ttft``, ``tpot``, ``e2e``), in ms."""
+        found = {"ttft": self.ttft_ms, "tpot": self.tpot_ms, "e2e": self.e2e_ms}
+        return {k: v for k, v in found.items() if v is not None}
+
+
 class AnalysisParams(StrictModel):
     """How the comparison is decided; declared before the run."""
 
@@ -307,6 +336,13 @@ class AnalysisParams(StrictModel):
         description="Score every output by its log-prob under the target served without "
         "speculation (one extra server launch after the series); auto = on when "
         "workload.temperature > 0.",
+    )
+    slo: SloParams | None = Field(
+        None,
+        description="Service-level objective (ttft_ms, tpot_ms, e2e_ms, percentile): per arm "
+        "and load level, the share of requests meeting it and the goodput (requests/s "
+        "meeting it), each with a block-level interval, and a goodput verdict beside the "
+        "TPOT one.",
     )
     plausibility_margin_nats: float = Field(
         0.5,

@@ -12,7 +12,10 @@ child process (``python -m speclib.core.vllm_schema OUT``); the result is cached
 installed ``vllm/config/speculative.py``) and per process. When vLLM is not installed (a
 client-only install) or cannot be introspected, :func:`installed_spec_schema` says why and
 the caller falls back to the kit's hand-kept checks. Import-light: this module never
-imports vLLM in the calling process.
+imports the vllm package in the calling process. A k schedule
+(``num_speculative_tokens_per_batch_size``) is checked by vLLM's own validator, loaded from
+its pure-Python file ``vllm/v1/spec_decode/dynamic/utils.py`` by path
+(:func:`vllm_dynamic_sd_module`, :func:`schedule_problem`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "SCHEDULE_KEY",
     "SCHEMA_FORMAT",
     "KeyProblem",
     "SchemaLookup",
@@ -40,7 +44,10 @@ __all__ = [
     "close_matches",
     "installed_spec_schema",
     "introspect",
+    "schedule_problem",
     "spec_config_problems",
+    "vllm_dynamic_sd_module",
+    "vllm_location",
 ]
 
 SCHEMA_FORMAT = 1  # bump when the cached JSON's layout changes
@@ -151,7 +158,8 @@ def _child_main(argv: list[str]) -> int:
 
 
 # --- the calling process: no vLLM import -------------------------------------------------
-def _vllm_location() -> Path | None:
+def vllm_location() -> Path | None:
+    """The installed vllm package's folder, found without importing it (None: absent)."""
     try:
         spec = importlib.util.find_spec("vllm")
     except (ImportError, ValueError):  # ValueError: sys.modules["vllm"] is None
@@ -229,7 +237,7 @@ def installed_spec_schema() -> SchemaLookup:
     Returns a lookup with ``schema=None`` and a ``note`` when vLLM is not installed or its
     class cannot be read; the caller then uses the kit's hand-kept checks.
     """
-    where = _vllm_location()
+    where = vllm_location()
     if where is None:
         return SchemaLookup(None, "vLLM is not installed here (client-only install)")
     cache = _cache_file(where)
@@ -310,7 +318,50 @@ def spec_config_problems(spec: Mapping[str, Any], schema: SpecSchema) -> list[Ke
             message = _value_problem(key, value, field, schema.label) if field else None
         if message:
             problems.append(KeyProblem(key=key, message=message, value=value))
+    if SCHEDULE_KEY in spec and not any(p.key == SCHEDULE_KEY for p in problems):
+        message = schedule_problem(spec)
+        if message:
+            problems.append(KeyProblem(key=SCHEDULE_KEY, message=message, value=spec[SCHEDULE_KEY]))
     return problems
+
+
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
+
+def vllm_dynamic_sd_module() -> Any:
+    """vLLM's own ``vllm/v1/spec_decode/dynamic/utils.py`` (the k schedule's validator and
+    lookup builder) loaded by path: a pure-Python file, so neither the vllm package nor
+    torch is imported. None where the installed vLLM has no such file."""
+    where = vllm_location()
+    path = where / "v1" / "spec_decode" / "dynamic" / "utils.py" if where else None
+    if path is None or not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("_speclib_vllm_dynamic_sd", path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def schedule_problem(spec: Mapping[str, Any]) -> str | None:
+    """What vLLM's own validator says of ``spec``'s k schedule (None: accepted), and a
+    schedule k above ``num_speculative_tokens``, which vLLM clamps without a word."""
+    module = vllm_dynamic_sd_module()
+    if module is None:
+        return "the installed vLLM has no dynamic-k schedule (vllm/v1/spec_decode/dynamic)"
+    try:
+        rows = module.validate_and_normalize_dynamic_sd_schedule(spec[SCHEDULE_KEY])
+    except (ValueError, TypeError) as exc:
+        return f"vLLM's validate_and_normalize_dynamic_sd_schedule refuses it: {exc}"
+    k = spec.get("num_speculative_tokens")
+    top = max(int(r[2]) for r in rows)
+    if isinstance(k, int) and top > k:
+        return (
+            f"a k of {top} in the schedule is above num_speculative_tokens = {k}: vLLM clamps "
+            f"every k to num_speculative_tokens, so set it to {top}"
+        )
+    return None
 
 
 if __name__ == "__main__":

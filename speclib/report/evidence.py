@@ -104,7 +104,15 @@ def load_figures(an: RunAnalysis) -> list[FigureWithCaption]:
     closed = load[load["request_rate"].isna()] if len(load) else load
     if not len(closed) or closed["concurrency"].nunique() < 2:
         return []
-    return [plot_speedup_vs_load(closed, control=an.control, palette=_palette(an))]
+    return [
+        plot_speedup_vs_load(
+            closed,
+            control=an.control,
+            palette=_palette(an),
+            margin=an.params.analysis.margin,
+            break_evens=[b for b in an.load.break_evens if b.axis == "concurrency"],
+        )
+    ]
 
 
 def acceptance_figures(an: RunAnalysis) -> list[FigureWithCaption]:

@@ -368,6 +368,22 @@ def _memory_cell(c: Comparison, an: RunAnalysis) -> str:
     return text
 
 
+def _goodput_note(c: Comparison, an: RunAnalysis) -> str:
+    """The goodput verdict under the SLO beside the TPOT one (empty without an SLO)."""
+    g = an.load.goodput
+    if not len(g):
+        return ""
+    row = g[(g["series"] == c.experiment) & (g["level"] == c.level)]
+    if not len(row):
+        return ""
+    r = row.iloc[0]
+    ratio = f"×{r['ratio']:.2f} " if math.isfinite(r["ratio"]) else ""
+    return (
+        f"<br><span class='speclib-small' title='{html.escape(str(r['reason']))}'>goodput "
+        f"within the SLO: {ratio}{html.escape(str(r['word']))}</span>"
+    )
+
+
 def _levels(an: RunAnalysis) -> list[float]:
     return sorted({ci.confidence_level for c in an.experiments if (ci := c.cis.get("tpot_s"))})
 
@@ -387,7 +403,8 @@ def verdict_table_html(an: RunAnalysis) -> str:
             "</span></td>"
             f"<td>{_measured_cell(c)}</td>"
             f"<td>{_ratio_cell(c)}</td>"
-            f"<td><span class='speclib-word speclib-{word}'>{word.upper()}</span></td>"
+            f"<td><span class='speclib-word speclib-{word}'>{word.upper()}</span>"
+            f"{_goodput_note(c, an)}</td>"
             f"<td>{_reason(c)}</td>"
             f"<td>{_acceptance_cell(c)}</td>"
             f"<td>{_agreement_cell(c, greedy)}</td>"

@@ -234,12 +234,17 @@ def plot_speedup_vs_load(
     control: str = "control",
     palette: Mapping[str, str] | None = None,
     ylabel: str = "TPOT ratio experiment / control (unitless)",
+    margin: float | None = None,
+    break_evens: Sequence[Any] = (),
 ) -> FigureWithCaption:
     """Paired ratio with its CI against the concurrency level, one line per series.
 
     ``frame`` has one row per (series, concurrency) with columns ``series``,
     ``concurrency``, ``estimate``, ``ci_low`` and ``ci_high`` (ratios experiment / control,
-    as :func:`speclib.analysis.stats.paired_ratio_ci` gives them).
+    as :func:`speclib.analysis.stats.paired_ratio_ci` gives them). With ``margin`` the ±δ
+    band is shaded; each of ``break_evens`` (:class:`~speclib.analysis.breakeven.BreakEven`
+    on the concurrency axis) marks its break-even (dotted line) and its interval (a bar
+    on the no-change line, an arrow where it is open).
     """
     require_columns(
         frame, ["series", "concurrency", "estimate", "ci_low", "ci_high"], "plot_speedup_vs_load"
@@ -249,6 +254,8 @@ def plot_speedup_vs_load(
     fig, axes = new_figure(width=6.4)
     ax = axes[0, 0]
     ax.axhline(1.0, color="0.2", lw=1, ls="--", label="no change")
+    if margin:
+        ax.axhspan(1 - margin, 1 + margin, color="0.85", alpha=0.5, lw=0, label=f"±δ ({margin:g})")
     levels: set[int] = set()
     lo_all, hi_all = [1.0], [1.0]
     for name in order:
@@ -264,6 +271,7 @@ def plot_speedup_vs_load(
         levels.update(int(v) for v in x)
         lo_all += [v for v in (*lo, *est) if np.isfinite(v) and v > 0]
         hi_all += [v for v in (*hi, *est) if np.isfinite(v) and v > 0]
+    marked = _mark_break_evens(ax, break_evens, pal, levels)
     cut = False
     if levels:
         ax.set_xscale("log", base=2)
@@ -281,12 +289,53 @@ def plot_speedup_vs_load(
         "interval (band and bars), on a log scale (×2 and ÷2 are the same distance); below the "
         "dashed line the experiment is faster."
     )
+    if margin:
+        caption += " The grey band is ±δ: inside it a change is too small to count."
+    if marked:
+        caption += (
+            " A dotted vertical line marks an arm's break-even (its ratio reaching 1, "
+            "interpolated between levels), the bar at the bottom its interval (an arrow: "
+            "open beyond the measured range): " + "; ".join(marked) + "."
+        )
     if cut:
         caption += (
             f" Intervals wider than {1 / _RATIO_SPAN:g}–{_RATIO_SPAN:g} are cut at the edge "
             "(their bounds are in the verdict table): too few launches or prompts to bound them."
         )
     return FigureWithCaption(fig, caption)
+
+
+def _mark_break_evens(
+    ax: Any, break_evens: Sequence[Any], pal: Mapping[str, str], levels: set[int]
+) -> list[str]:
+    """Draw each break-even on the concurrency axis (a dotted line at the estimate, its
+    interval as a bar near the bottom, one row per arm); return its text per arm."""
+    from matplotlib.transforms import blended_transform_factory
+
+    along = blended_transform_factory(ax.transData, ax.transAxes)
+    out = []
+    for row, be in enumerate(b for b in break_evens if b.axis == "concurrency"):
+        if be.series not in pal:
+            continue
+        out.append(be.text)
+        colour = pal[be.series]
+        if be.estimate is not None:
+            ax.axvline(be.estimate, color=colour, lw=1.2, ls=":")
+        lo = be.loads[0] if be.low_open else be.low
+        hi = be.loads[-1] if be.high_open else be.high
+        if lo is None or hi is None:
+            continue
+        y = 0.05 + 0.045 * row
+        ax.plot([lo, hi], [y, y], color=colour, lw=4, alpha=0.7, solid_capstyle="butt",
+                transform=along)  # fmt: skip
+        if be.high_open:
+            ax.annotate("", xy=(hi * 1.3, y), xytext=(hi, y), xycoords=along,
+                        arrowprops={"arrowstyle": "->", "color": colour})  # fmt: skip
+        if be.low_open:
+            ax.annotate("", xy=(lo / 1.3, y), xytext=(lo, y), xycoords=along,
+                        arrowprops={"arrowstyle": "->", "color": colour})  # fmt: skip
+        levels.update(int(v) for v in be.loads)
+    return out
 
 
 _RATIO_SPAN = 4.0  # the load figure shows ratios within [1/4, 4]

@@ -374,3 +374,28 @@ def test_late_reads_gate_the_verdict_only_when_it_uses_the_clients_stamps(tmp_pa
     assert not panel["trusted"] and not panel["untrustworthy"]
     client = pre_checks(agreement, df, exclusion_table(df), None, idle, instrument="client")
     assert "late reads" in problem_of(client)
+
+
+def _agree_rows(gaps: dict[str, float], tpot_gap: float = 0.001) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"series": arm, "launch_id": f"{arm}-r0", "level": 2, "block": "r0",
+             "agrees": abs(gap) <= 10, "tpot_gap": tpot_gap, "ttft_gap_ms": gap}
+            for arm, gap in gaps.items()
+        ]
+    )  # fmt: skip
+
+
+def test_an_equal_ttft_lag_at_high_load_passes_and_is_reported():
+    """Measured on the CPU load demo at c = 12: the client read first tokens 11–19 ms after
+    the server stamped them in every arm alike (TPOT within 0.25 %)."""
+    check = instrument_check(_agree_rows({"control": 13.1, "draft-k2": 11.1, "draft-k4": 11.9}))
+    assert check.status == "pass"
+    assert "up to 13.1 ms after the server stamped them" in check.detail
+
+
+def test_an_unequal_ttft_lag_or_a_tpot_gap_fails():
+    unequal = instrument_check(_agree_rows({"control": 2.0, "spec": 25.0}))
+    assert unequal.status == "fail" and "differs by 23.0 ms" in unequal.detail
+    tpot = instrument_check(_agree_rows({"control": 2.0, "spec": 2.0}, tpot_gap=0.08))
+    assert tpot.status == "fail" and tpot.figure == "2 of 2 launch windows off"
