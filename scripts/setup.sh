@@ -29,11 +29,11 @@ if [[ "$WITH_SERVER" == "1" ]]; then
   # torchaudio/torchcodec do not load; triton has no CPU backend (~1 GB).
   .venv/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
-echo "[setup] installing speclib (editable) with test and lab tools and Ray"
-.venv/bin/pip install --quiet -e ".[test,lab,ray]"  # ray: tests/unit/test_ray_executor.py
+echo "[setup] installing speclib (editable) with test and lab tools, Ray and datasets"
+.venv/bin/pip install --quiet -e ".[test,lab,ray,datasets]"  # ray, datasets: their tests run too
 .venv/bin/python - <<'PY'
 import importlib.util, sys
-missing = [m for m in ("speclib", "pandas", "scipy", "seaborn", "papermill", "rich", "aiohttp", "ray")
+missing = [m for m in ("speclib", "pandas", "scipy", "seaborn", "papermill", "rich", "aiohttp", "ray", "datasets")
            if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"[setup] missing after install: {missing}")

@@ -84,7 +84,9 @@ def block_rates(df: pd.DataFrame, *, bounds_ms: Mapping[str, float] | None = Non
         return pd.DataFrame(columns=cols)
     d = df[df["attempted"].astype(bool)] if "attempted" in df else df
     d = d[pd.to_numeric(d["t_end"], errors="coerce").notna()].copy()
-    d["block"] = (d["block"] if "block" in d else d["replicate"]).fillna("-").astype(str)
+    fallback = ("r" + d["replicate"].astype(str)) if "replicate" in d else "-"
+    d["block"] = d["block"].where(d["block"].notna(), fallback) if "block" in d else fallback
+    d["block"] = d["block"].astype(str)
     d["meet"] = meets_slo(d, bounds_ms) if bounds_ms else False
     rows = []
     for (series, level, block), g in d.groupby(["series", "level", "block"], sort=True):

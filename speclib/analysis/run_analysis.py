@@ -5,10 +5,12 @@ Pure computation over what the run wrote (``requests.jsonl``, each launch's
 ``speclib analyze RUN_DIR`` can re-decide a GPU run on a laptop with another margin or
 confidence level. :func:`analyze_run` loads the records, reads each launch's files
 (:mod:`speclib.analysis.launches`), builds the per-series table, compares every experiment
-series with the control at every load level (:mod:`speclib.analysis.comparisons`) and
-collects the run's warnings; a run with a sweep also gets the recommended value of each
-sweep family at each load level (:mod:`speclib.analysis.recommend`). The result is a frozen
-:class:`RunAnalysis` whose :meth:`~RunAnalysis.summary` is written to ``summary.json``.
+series with the control at every load level (:mod:`speclib.analysis.comparisons`), builds
+the bench-trust panel (:mod:`speclib.analysis.trust`, with the workload's warnings from
+:mod:`speclib.analysis.workload_checks`) and collects the run's warnings; a run with a
+sweep also gets the recommended value of each sweep family at each load level
+(:mod:`speclib.analysis.recommend`). The result is a frozen :class:`RunAnalysis` whose
+:meth:`~RunAnalysis.summary` is written to ``summary.json``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from speclib.analysis.resolution import calibration
 from speclib.analysis.sequential import spending_plan
 from speclib.analysis.tpot_verdict import decide_family, summary_of
 from speclib.analysis.trust import bench_trust, pre_checks, problem_of
+from speclib.analysis.workload_checks import workload_checks
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import (
     AA_ARM,
@@ -448,6 +451,8 @@ def analyze_run(
     notes = _warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
     aa = [c for c in comps if c.experiment == AA_ARM]
     recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
+    manifest = rd.read_manifest()
+    workload = workload_checks(params, df, manifest)
     analysis = RunAnalysis(
         run_dir=rd.root,
         params=params,
@@ -456,14 +461,14 @@ def analyze_run(
         comparisons=tuple(comps),
         launches=tuple(statuses),
         launch_metrics=tuple(lms),
-        manifest=rd.read_manifest(),
+        manifest=manifest,
         memory=memory_frame(rd, statuses),
         warnings=tuple(notes),
         crosschecks=crosschecks,
         instrument=instrument,
         agreement=agreement,
         exclusions=exclusions,
-        trust=bench_trust(checks, aa, params.analysis.margin),
+        trust=bench_trust(checks, aa, params.analysis.margin, workload=workload),
         levels=tuple(noise),
         idle_load=idle,
         bench_problem=problem,

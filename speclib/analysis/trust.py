@@ -28,12 +28,17 @@ from the server's stamps (then shown, not gating). The first four are known befo
 comparison: :func:`pre_checks` returns them and
 :func:`problem_of` the reason string that makes every verdict "untrustworthy" when one
 fails. :func:`bench_trust` adds the A/A check and returns the panel for ``summary.json``.
+The workload checks (:mod:`speclib.analysis.workload_checks`: outputs cut by max_tokens,
+near-duplicate prompts, offered vs achieved rate, prompt set size, category sizes) ride along
+in the panel's own ``workload`` list: they warn on the first screen but never gate, and do
+not count toward "trusted" (the workload is the user's choice, not a fault of the bench).
 Pure functions.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,7 +53,16 @@ from speclib.analysis.instrument import (
 )
 from speclib.analysis.resolution import bench_check
 
-__all__ = ["TrustCheck", "bench_trust", "coarse_limit", "pre_checks", "problem_of"]
+__all__ = [
+    "FAIL",
+    "NOT_ASSESSED",
+    "PASS",
+    "TrustCheck",
+    "bench_trust",
+    "coarse_limit",
+    "pre_checks",
+    "problem_of",
+]
 
 PASS, FAIL, NOT_ASSESSED = "pass", "fail", "not assessed"
 
@@ -318,11 +332,21 @@ def coarse_limit(margin: float) -> float:
     return max(4 * margin, 0.2)
 
 
-def bench_trust(pre: list[TrustCheck], aa: list[Any], margin: float) -> dict[str, Any]:
-    """The bench-trust panel: every check, and ``trusted`` only when all of them pass."""
+def bench_trust(
+    pre: list[TrustCheck],
+    aa: list[Any],
+    margin: float,
+    *,
+    workload: Sequence[TrustCheck] = (),
+) -> dict[str, Any]:
+    """The bench-trust panel: every check, and ``trusted`` only when all of them pass;
+    ``workload`` (the workload checks, warnings only) is listed apart and bears on neither
+    ``trusted`` nor ``untrustworthy``; ``workload_warnings`` names those that failed."""
     checks = [*pre, aa_check(aa, margin)]
     return {
         "trusted": all(c.status == PASS for c in checks),
         "untrustworthy": any(c.status == FAIL and c.gating for c in checks),
         "checks": [c.to_dict() for c in checks],
+        "workload": [c.to_dict() for c in workload],
+        "workload_warnings": [c.check for c in workload if c.status == FAIL],
     }

@@ -88,8 +88,8 @@ def arm_request_total(run_dir: str | Path) -> int | None:
 
     Read from ``params.resolved.json`` in the run folder; None when it cannot be read.
     """
+    from speclib.core.datasets import workload_prompts
     from speclib.core.params import ExperimentParams
-    from speclib.core.prompts import load_prompts
 
     rd = RunDir.at(run_dir)
     try:
@@ -97,7 +97,7 @@ def arm_request_total(run_dir: str | Path) -> int | None:
         data["source"] = None
         params = ExperimentParams.model_validate(data)
         w = params.workload
-        n_prompts = len(load_prompts(params.resolve_path(w.prompts), limit=w.num_prompts))
+        n_prompts = len(workload_prompts(params).prompts)
     except Exception:  # a progress display never stops a run
         return None
     return len(w.levels) * n_prompts * w.repeats

@@ -5,10 +5,11 @@ bench serve``'s result block.
 per experiment and load level (median TPOT of control and arm in ms, the TPOT ratio with its
 interval and the interval's level, the verdict, one short reason from :func:`short_reason`,
 the gates as marks where "not assessed" is never a tick), then the A/A arm as a "bench
-check: resolution ±x %" line (:func:`bench_check_line`), the bench-trust lines and a
-calibration's result; the full reasons stay in ``summary.json`` and the report. No line is
-longer than :data:`MAX_LINE`. :func:`outcome_json` gives the verdicts as one JSON object.
-Pure functions of ``summary.json`` (and the run result), except the printing.
+check: resolution ±x %" line (:func:`bench_check_line`), the bench-trust lines (with the
+workload's warnings, :func:`workload_lines`) and a calibration's result; the full reasons
+stay in ``summary.json`` and the report. No line is longer than :data:`MAX_LINE`.
+:func:`outcome_json` gives the verdicts as one JSON object. Pure functions of
+``summary.json`` (and the run result), except the printing.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "table_rows",
     "trust_lines",
     "verdict_rows",
+    "workload_lines",
 ]
 
 MAX_LINE = 160
@@ -453,6 +455,19 @@ def trust_lines(summary: dict[str, Any]) -> list[str]:
     out = [f"{head} (TPOT from the {inst or 'client'}'s stamps)"]
     for c in checks:
         out.append(fit(f"  {c['status']:>12}  {c['check']}: {c['figure']}"))
+    return out + workload_lines(trust.get("workload") or [])
+
+
+def workload_lines(checks: list[dict[str, Any]]) -> list[str]:
+    """The failed workload checks as warning lines (none when every one passed or was not
+    assessed): they never veto a verdict, so only what needs a look is printed."""
+    failed = [c for c in checks if c.get("status") == "fail"]
+    if not failed:
+        return []
+    head = f"workload: {len(failed)} warning{'s' * (len(failed) != 1)} of {len(checks)} checks"
+    out = [head + " (never a veto; what to do: see the report)"]
+    for c in failed:
+        out.append(fit(f"  {'warning':>12}  {c['check']}: {c['figure']}"))
     return out
 
 

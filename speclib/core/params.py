@@ -15,6 +15,7 @@ from here too. The sections are defined in :mod:`speclib.core.params_server` (``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -34,6 +35,7 @@ from speclib.core.params_server import (
 )
 from speclib.core.params_sweep import SweepError, expand_file_series, expand_sweeps
 from speclib.core.params_workload import (
+    PROMPT_FORMATS,
     AnalysisParams,
     LoadLevel,
     ProtocolParams,
@@ -46,6 +48,7 @@ __all__ = [
     "AA_ARM",
     "DEMO_PREFIX",
     "DRAFT_ALONE_SUFFIX",
+    "PROMPT_FORMATS",
     "SPEC_METHODS",
     "AnalysisParams",
     "ExperimentParams",
@@ -308,11 +311,29 @@ def _describe(exc: ValidationError, data: Any, source: str) -> str:
     return "\n".join(lines)
 
 
-def _file_problems(params: ExperimentParams) -> list[str]:
-    problems: list[str] = []
+def _prompt_set_problems(params: ExperimentParams) -> list[str]:
+    """The prompt set exists (a folder for format hf-disk, which also needs ``datasets``)."""
     prompts = params.resolve_path(params.workload.prompts)
-    if not prompts.is_file():
-        problems.append(f"  - workload.prompts: file not found (value: {str(prompts)!r})")
+    if params.workload.format != "hf-disk":
+        if prompts.is_file():
+            return []
+        return [f"  - workload.prompts: file not found (value: {str(prompts)!r})"]
+    problems = []
+    if not prompts.is_dir():
+        problems.append(
+            "  - workload.prompts: folder not found; format hf-disk reads a folder written by "
+            f"save_to_disk (value: {str(prompts)!r})"
+        )
+    if importlib.util.find_spec("datasets") is None:
+        problems.append(
+            "  - workload.format: 'hf-disk' needs the datasets package, which is not installed "
+            "here: pip install datasets (or pip install 'speclib[datasets]') (value: \"hf-disk\")"
+        )
+    return problems
+
+
+def _file_problems(params: ExperimentParams) -> list[str]:
+    problems = _prompt_set_problems(params)
     kind, where = resolve_model_ref(params.server.model, params.base_dir)
     if kind == "local" and not Path(where).is_dir():
         problems.append(f"  - server.model: local model folder not found (value: {where!r})")
@@ -375,11 +396,12 @@ def load_params(
 ) -> ExperimentParams:
     """Read and validate a params YAML file; raise :class:`ParamsError` naming what is wrong.
 
-    ``check_files``: the prompt file, local model folders and the API key variable exist.
+    ``check_files``: the prompt file (folder for ``hf-disk``, which also needs the datasets
+    package), local model folders and the API key variable exist.
     ``check_vllm``: every ``speculative_config`` against the installed vLLM's
     ``SpeculativeConfig`` (keys, types, bounds, method names; the kit's own method list when
-    vLLM is not installed). The prompt file's content and prompt lengths are checked by
-    :func:`speclib.core.validation.validate_params`.
+    vLLM is not installed). The prompt file's content (in its ``workload.format``) and
+    prompt lengths are checked by :func:`speclib.core.validation.validate_params`.
     """
     source = str(path)
     try:

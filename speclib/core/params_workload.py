@@ -13,26 +13,86 @@ Import these names from :mod:`speclib.core.params`, the public face of the param
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from speclib.core.params_server import StrictModel
 
-__all__ = ["AnalysisParams", "LoadLevel", "ProtocolParams", "SloParams", "WorkloadParams"]
+__all__ = [
+    "PROMPT_FORMATS",
+    "AnalysisParams",
+    "LoadLevel",
+    "PromptFormat",
+    "ProtocolParams",
+    "SloParams",
+    "WorkloadParams",
+]
+
+PromptFormat = Literal["speclib", "sharegpt", "spec-bench", "mt-bench", "jsonl", "csv", "hf-disk"]
+PROMPT_FORMATS: tuple[str, ...] = get_args(PromptFormat)
+_FORMAT_OPTIONS = {  # workload key -> the only format it applies to
+    "sharegpt_turns": "sharegpt",
+    "prompt_column": "csv",
+    "category_column": "csv",
+}
 
 
 class WorkloadParams(StrictModel):
     """What is sent: the same prompts, in the same order, to every series."""
 
-    prompts: str = Field(description="JSONL prompt set (id, messages, category).")
-    num_prompts: int | None = Field(None, gt=0, description="Use the first N prompts.")
+    prompts: str = Field(
+        description="The prompt set: a file (a folder for format hf-disk), read as "
+        "workload.format says."
+    )
+    format: PromptFormat = Field(
+        "speclib",
+        description="How workload.prompts is read (speclib.core.datasets): speclib (the kit's "
+        "JSONL: id, messages, category), sharegpt (ShareGPT JSON), spec-bench and mt-bench "
+        "(question.jsonl: turn 1 is sent, every turn is kept), jsonl (prompt or messages, "
+        "optional id and category), csv, hf-disk (a datasets folder from save_to_disk; needs "
+        "pip install 'speclib[datasets]'). Nothing is downloaded.",
+    )
+    sharegpt_turns: Literal["first", "history"] = Field(
+        "first",
+        description="format sharegpt: first: the first human turn as one user message; "
+        "history: the conversation up to and including its last human turn.",
+    )
+    prompt_column: str = Field(
+        "prompt", min_length=1, description="format csv: the column holding the prompt."
+    )
+    category_column: str | None = Field(
+        None,
+        min_length=1,
+        description="format csv: the column holding the category (unset: 'category' when "
+        "the file has it, else every prompt is in category 'default').",
+    )
+    num_prompts: int | None = Field(
+        None,
+        gt=0,
+        description="How many prompts to send (workload.sample says which; unset: all). "
+        "More than the set has keeps them all, and the manifest records how many short.",
+    )
+    sample: Literal["first", "random", "stratified"] = Field(
+        "first",
+        description="Which prompts: first: the first N in file order; random: N drawn with "
+        "workload.sample_seed, in drawn order; stratified: N split across categories in "
+        "proportion to their sizes (largest remainder), each drawn with the seed, categories "
+        "interleaved round-robin.",
+    )
+    sample_seed: int = Field(0, description="Seed of workload.sample random and stratified.")
     repeats: int = Field(1, ge=1, description="Times each prompt is sent per series launch.")
     max_tokens: int = Field(
         64, description="Output tokens per request; at least 2 (TPOT needs a second token)."
     )
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool = Field(False, description="Generate max_tokens even past EOS.")
+    truncation_expected: bool = Field(
+        False,
+        description="max_tokens is a deliberate window (only each answer's start matters): "
+        "the workload check then reports the share of answers cut at max_tokens without a "
+        "warning. Declared before the run; ignored with ignore_eos, which always warns.",
+    )
     temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int | None = Field(None, description="Unset by default (see known CPU bugs).")
@@ -50,6 +110,18 @@ class WorkloadParams(StrictModel):
     max_error_rate: float = Field(
         0.5, gt=0, le=1, description="Stop a series early when this share of requests fail."
     )
+
+    @model_validator(mode="after")
+    def _options_of_the_format(self) -> WorkloadParams:
+        # a default value passes, so a dumped section (params.resolved.json) loads again
+        for key, fmt in _FORMAT_OPTIONS.items():
+            changed = getattr(self, key) != type(self).model_fields[key].default
+            if changed and self.format != fmt:
+                raise ValueError(
+                    f"workload.{key} applies to format {fmt!r} only "
+                    f"(workload.format is {self.format!r})"
+                )
+        return self
 
     @field_validator("max_tokens")
     @classmethod

@@ -26,13 +26,19 @@ class PromptSetError(ValueError):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt of a set."""
+    """One prompt of a set.
+
+    ``turns`` keeps every user turn of a multi-turn question (MT-bench, Spec-Bench) for a
+    multi-turn runner; ``messages`` is what a single-turn run sends (turn 1).
+    """
 
     id: str
     messages: tuple[dict[str, str], ...]
     category: str = "default"
+    turns: tuple[str, ...] = ()
 
     def as_messages(self) -> list[dict[str, str]]:
+        """The messages as a fresh list of dicts (safe to hand to a request body)."""
         return [dict(m) for m in self.messages]
 
 

@@ -2,8 +2,9 @@
 starts, as one function of the params file.
 
 On top of :func:`speclib.core.params.load_params` (the schema, the installed vLLM's
-``SpeculativeConfig``, files that must exist) it reads the whole prompt file (every line
-parses, ids unique, messages well formed) and, when the target's tokenizer is on this
+``SpeculativeConfig``, files that must exist) it reads the whole prompt set in its
+``workload.format`` (every record parses, ids unique, messages well formed; a malformed
+record is named by file and line) and, when the target's tokenizer is on this
 machine (a local folder, a built demo pair, or a hub id already in the local cache), renders
 every prompt with the chat template and checks that prompt + ``max_tokens`` fits
 ``max_model_len`` (vLLM refuses a longer prompt, and silently cuts ``max_tokens`` when prompt
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speclib.core.datasets import workload_prompts
 from speclib.core.params import (
     SPEC_METHODS,
     ExperimentParams,
@@ -28,7 +30,7 @@ from speclib.core.params import (
     load_params,
     resolve_model_ref,
 )
-from speclib.core.prompts import Prompt, PromptSetError, load_prompts
+from speclib.core.prompts import Prompt, PromptSetError
 from speclib.core.vllm_schema import installed_spec_schema
 
 __all__ = ["DemoResolver", "PromptLength", "Validation", "prompt_lengths", "validate_params"]
@@ -68,9 +70,11 @@ def validate_params(
     notes = _spec_notes(params)
     prompt_file = params.resolve_path(params.workload.prompts)
     try:
-        prompts = load_prompts(prompt_file, limit=params.workload.num_prompts)
+        loaded = workload_prompts(params)
     except PromptSetError as exc:
         raise ParamsError(f"{source}: invalid prompt file\n  - workload.prompts: {exc}") from None
+    prompts = loaded.prompts
+    notes += _prompt_set_notes(loaded.provenance)
     target, why = _local_target(params, resolve_demo)
     if target is None:
         notes.append(f"prompt lengths not checked against max_model_len: {why}")
@@ -80,7 +84,25 @@ def validate_params(
             raise ParamsError(f"{source}: prompts do not fit\n  - {problem}")
         if note:
             notes.append(note)
-    return Validation(params=params, prompts=tuple(prompts), notes=tuple(notes))
+    return Validation(params=params, prompts=prompts, notes=tuple(notes))
+
+
+def _prompt_set_notes(provenance: dict[str, Any]) -> list[str]:
+    """What the prompt set's provenance should tell before a run: records skipped, fewer
+    prompts than ``workload.num_prompts`` asks for."""
+    notes = []
+    if provenance["skipped"]:
+        notes.append(
+            f"{provenance['skipped']} of {provenance['records_read']} record(s) of the "
+            f"{provenance['format']} prompt set skipped (no human turn)"
+        )
+    if provenance["short_by"]:
+        notes.append(
+            f"workload.num_prompts asks for {provenance['requested']} prompts, the set has "
+            f"{provenance['returned']}: all {provenance['returned']} are sent (short by "
+            f"{provenance['short_by']}, recorded in the manifest)"
+        )
+    return notes
 
 
 def _spec_notes(params: ExperimentParams) -> list[str]:

@@ -32,6 +32,8 @@ CSS = """
 .speclib .speclib-small { font-size: 0.85em; color: #444; }
 .speclib #speclib-trust p { margin: 0.3em 0; }
 .speclib #speclib-trust details { margin: 0 0 0.3em; }
+.speclib .speclib-workload { border-left: 4px solid #de8f05; padding: 0 0.8em; }
+.speclib .speclib-workload ul { margin: 0.2em 0; }
 .speclib .speclib-conclusion { border-left: 4px solid #0173b2; background: #f3f7fa;
   padding: 0.35em 1em; margin: 0.2em 0 0.8em; }
 .speclib .speclib-conclusion p, .speclib .speclib-conclusion ul { margin: 0.3em 0; }

@@ -35,6 +35,7 @@ __all__ = [
     "trust_html",
     "verdict_html",
     "verdict_table_html",
+    "workload_warnings_html",
 ]
 
 
@@ -304,25 +305,68 @@ def _partial_trust(checks: list[dict[str, Any]]) -> str:
     return "; ".join(parts) + " (so no claim of “no false effect”)."
 
 
+_WARNING = "⚠ warning"  # a failed workload check: a warning, never a veto
+
+
+def _check_row(c: dict[str, Any], *, workload: bool = False) -> str:
+    """One row of the bench-trust table (a failed workload check reads "warning")."""
+    per_arm = "; ".join(f"{k} {v}" for k, v in (c.get("per_arm") or {}).items())
+    kind = "workload" if workload else "trust"
+    status = (
+        _WARNING
+        if workload and c["status"] == "fail"
+        else f"{STATUS_MARKS.get(c['status'], c['status'])} {c['status']}"
+    )
+    return (
+        f"<tr class='speclib-{kind}-{c['status'].replace(' ', '-')}'>"
+        f"<td><b>{html.escape(c['check'])}</b></td>"
+        f"<td>{status}</td>"
+        f"<td>{html.escape(c['figure'])}</td>"
+        f"<td class='speclib-small'>{html.escape(c['detail'])}"
+        + (f"<br>{html.escape(per_arm)}" if per_arm else "")
+        + "</td></tr>"
+    )
+
+
+def workload_warnings_html(trust: dict[str, Any]) -> str:
+    """The failed workload checks of the panel as a list on the first screen (empty when
+    none failed): what the workload measures is not what its labels say, though no verdict
+    is vetoed for it."""
+    failed = [c for c in trust.get("workload") or [] if c["status"] == "fail"]
+    if not failed:
+        return ""
+    items = "".join(
+        f"<li><b>{html.escape(c['check'])}</b> ({html.escape(c['figure'])}): "
+        f"<span class='speclib-small'>{html.escape(c['detail'])}</span></li>"
+        for c in failed
+    )
+    return (
+        f"<div class='speclib-workload'><p><b>Workload: {len(failed)} warning"
+        f"{'s' * (len(failed) != 1)}</b> (the workload is your choice: these never veto a "
+        f"verdict, but say what it measures).</p><ul>{items}</ul></div>"
+    )
+
+
+def _workload_rows(trust: dict[str, Any]) -> str:
+    checks = trust.get("workload") or []
+    if not checks:
+        return ""
+    head = (
+        "<tr><th colspan='4'>Workload checks (warnings only: they never make a verdict "
+        "untrustworthy)</th></tr>"
+    )
+    return head + "".join(_check_row(c, workload=True) for c in checks)
+
+
 def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
     """The bench-trust panel: each check with its status, figure and per-arm figures, and
-    the instrument the verdict's TPOT comes from (all from ``summary.json``'s fields)."""
+    the instrument the verdict's TPOT comes from (all from ``summary.json``'s fields); the
+    workload checks' warnings below its head, and every workload check in its table."""
     trust = getattr(an, "trust", None) or {}
     checks = trust.get("checks") or []
     if not checks:
         return ""
-    rows = []
-    for c in checks:
-        per_arm = "; ".join(f"{k} {v}" for k, v in (c.get("per_arm") or {}).items())
-        rows.append(
-            f"<tr class='speclib-trust-{c['status'].replace(' ', '-')}'>"
-            f"<td><b>{html.escape(c['check'])}</b></td>"
-            f"<td>{STATUS_MARKS.get(c['status'], c['status'])} {c['status']}</td>"
-            f"<td>{html.escape(c['figure'])}</td>"
-            f"<td class='speclib-small'>{html.escape(c['detail'])}"
-            + (f"<br>{html.escape(per_arm)}" if per_arm else "")
-            + "</td></tr>"
-        )
+    rows = [_check_row(c) for c in checks]
     if trust.get("trusted"):
         head = "Bench trust: every check passed."
     elif trust.get("untrustworthy"):
@@ -338,14 +382,18 @@ def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
         f"{html.escape(c['figure'])}"
         for c in checks
     )
+    n_warn = sum(c["status"] == "fail" for c in trust.get("workload") or [])
+    if n_warn:
+        marks += f" · workload ⚠ {n_warn} warning{'s' * (n_warn != 1)}"
     reason = html.escape(inst.reason) if inst is not None else ""
     return (
         f"<div id='speclib-trust'><p><b>{head}</b> TPOT from {source}.</p>"
+        f"{workload_warnings_html(trust)}"
         f"<details><summary class='speclib-small'>{marks} — details</summary>"
         f"{''.join(more or [])}<p class='speclib-small'>{reason}</p>"
         "<table class='speclib-table speclib-trust'>"
         "<tr><th>Check</th><th>Status</th><th>Figure</th><th>What it says</th></tr>"
-        f"{''.join(rows)}</table></details></div>"
+        f"{''.join(rows)}{_workload_rows(trust)}</table></details></div>"
     )
 
 
@@ -370,7 +418,8 @@ def _memory_cell(c: Comparison, an: RunAnalysis) -> str:
 
 def _goodput_note(c: Comparison, an: RunAnalysis) -> str:
     """The goodput verdict under the SLO beside the TPOT one (empty without an SLO)."""
-    g = an.load.goodput
+    load = getattr(an, "load", None)
+    g = load.goodput if load is not None else ()
     if not len(g):
         return ""
     row = g[(g["series"] == c.experiment) & (g["level"] == c.level)]

@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams
 from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
-from speclib.core.prompts import load_prompts
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.measure.worker import shared_worker
 from speclib.run.alternate import measure_levels
@@ -50,9 +50,10 @@ from speclib.serve.priority import place_client
 __all__ = ["run_block"]
 
 
-def _status(params, arm: Arm, replicate: int, block: str, design: str, error: str | None):
-    n_total = len(params.workload.levels) * params.workload.repeats
-    n_total *= params.workload.num_prompts or _count_prompts(params)
+def _status(
+    params, arm: Arm, replicate: int, block: str, design: str, error: str | None, n_prompts: int
+):
+    n_total = len(params.workload.levels) * params.workload.repeats * n_prompts
     n_ok = sum(r.ok for r in arm.records)
     ready = None
     if arm.handle is not None and arm.handle.ready_at is not None:
@@ -102,14 +103,13 @@ def _clip(error: str, limit: int = 4000) -> str:
     return f"{head[:500]}\n…\n{rest[-(limit - 500) :]}"
 
 
-def _count_prompts(params: ExperimentParams) -> int:
-    return len(load_prompts(params.resolve_path(params.workload.prompts)))
-
-
-def _conclude(params, rd: RunDir, arm: Arm, replicate, block, design, arms_in_block) -> Any:
-    """Mode check and ``status.json`` of one arm after its server stopped."""
+def _conclude(
+    params, rd: RunDir, arm: Arm, replicate, block, design, arms_in_block, n_prompts: int
+) -> Any:
+    """Mode check and ``status.json`` of one arm after its server stopped (``n_prompts``:
+    the prompts the block sends per level and repeat)."""
     if arm.start_error:
-        result = _status(params, arm, replicate, block, design, arm.start_error)
+        result = _status(params, arm, replicate, block, design, arm.start_error, n_prompts)
     else:
         log_text = srv.tail(arm.files.server_log, lines=2000) if arm.handle else ""
         try:
@@ -135,7 +135,8 @@ def _conclude(params, rd: RunDir, arm: Arm, replicate, block, design, arms_in_bl
             error = "mode check failed: " + "; ".join(mode["problems"])
         elif not any(r.ok for r in arm.records):
             error = "no request succeeded"
-        result = replace(_status(params, arm, replicate, block, design, error), mode_check=mode)
+        status = _status(params, arm, replicate, block, design, error, n_prompts)
+        result = replace(status, mode_check=mode)
     extra = {"crosscheck": arm.crosscheck} if arm.crosscheck is not None else {}
     cause = srv.root_cause(srv.tail(arm.files.server_log, lines=400)) if result.error else None
     result = replace(result, block_arms=list(arms_in_block), extra=extra, error_cause=cause)
@@ -166,9 +167,7 @@ def run_block(
     names = list(arms) if arms else [a.name for a in params.arms]
     block = block or block_id(design, replicate, names[0] if len(names) == 1 else None)
     group = Block(block, replicate, tuple(names)).group
-    prompts = load_prompts(
-        params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
-    )
+    prompts = list(workload_prompts(params).prompts)
     lids = [group_launch_id(n, replicate, group) for n in names]
     runs = [
         Arm(params.series_by_name(n), lid, rd.launch_files(lid))
@@ -182,11 +181,11 @@ def run_block(
         why = f"{type(exc).__name__}: {exc}"
         for arm in runs:
             if not arm.files.status.exists():
-                status = _status(params, arm, replicate, block, design, why)
+                status = _status(params, arm, replicate, block, design, why, len(prompts))
                 status = replace(status, extra={"traceback": traceback.format_exc()[-4000:]})
                 write_json_atomic(arm.files.status, status.to_dict())
         raise
-    return [_conclude(params, rd, a, replicate, block, design, names) for a in runs]
+    return [_conclude(params, rd, a, replicate, block, design, names, len(prompts)) for a in runs]
 
 
 def _run(params, rd: RunDir, runs: list[Arm], prompts, replicate: int, block: str, show):

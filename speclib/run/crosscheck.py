@@ -33,10 +33,10 @@ from speclib.analysis.crosscheck import (
     merge_bench_results,
     server_tpot_ms,
 )
+from speclib.core.datasets import workload_prompts
 from speclib.core.httpapi import fetch_metrics, served_model, server_root
 from speclib.core.params import ExperimentParams, load_params, resolve_model_ref
 from speclib.core.prometheus import spec_counters_delta
-from speclib.core.prompts import load_prompts
 from speclib.core.records import append_record, tpot_s
 from speclib.core.rundir import LaunchDir
 from speclib.run.requests import make_request_specs, warmup_prompts
@@ -125,7 +125,7 @@ def crosscheck_server(
     conc = concurrency or int(levels[0])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    prompts = load_prompts(params.resolve_path(wl.prompts), limit=wl.num_prompts)
+    prompts = list(workload_prompts(params).prompts)
     model = served_model(base_url, api_key=api_key)
     tokenizer = _tokenizer_for(params, tokenizer_dir)
     salt = f"crosscheck-{int(time.time())}"

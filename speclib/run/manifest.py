@@ -3,8 +3,9 @@
 The manifest holds the kit, vLLM, torch and Python versions, the CPU model and GPUs (when
 ``nvidia-smi`` exists), each model's identity (a content hash for local folders, the
 resolved snapshot for hub models when it is in the local cache), the tokenizer and chat
-template hash, the prompt-set hash, sampling, the series order and start/end times. Server
-command lines are added per launch (secrets redacted) by the series runner.
+template hash, the prompt set's provenance (hash, format, records read and skipped, the
+sample drawn), sampling, the series order and start/end times. Server command lines are
+added per launch (secrets redacted) by the series runner.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from speclib.core.datasets import LoadedPrompts, workload_prompts
 from speclib.core.params import ExperimentParams, resolve_model_ref
-from speclib.core.prompts import prompts_sha256
 from speclib.serve.memory import nvidia_smi_rows
 
 __all__ = ["build_manifest", "folder_sha256", "model_identity", "package_versions"]
@@ -146,9 +147,15 @@ def build_manifest(
     models: dict[str, str],
     order: list[dict[str, Any]],
     hardware_info: dict[str, Any] | None = None,
+    prompts: LoadedPrompts | None = None,
 ) -> dict[str, Any]:
-    """The manifest of a run, before any series starts (``models``: ref → resolved path)."""
-    prompts = params.resolve_path(params.workload.prompts)
+    """The manifest of a run, before any series starts (``models``: ref → resolved path).
+
+    ``prompts``: the run's prompts as already loaded (default: loaded here); their
+    provenance is the manifest's ``prompts`` entry (``path``, ``sha256``, ``format``,
+    records read and skipped, the sample drawn and how many short).
+    """
+    prompts = workload_prompts(params) if prompts is None else prompts
     return {
         "kit": "speclib",
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -157,7 +164,7 @@ def build_manifest(
         "versions": package_versions(),
         "hardware": hardware_info or hardware(),
         "models": {ref: model_identity(ref, path, params.base_dir) for ref, path in models.items()},
-        "prompts": {"path": str(prompts), "sha256": prompts_sha256(prompts)},
+        "prompts": dict(prompts.provenance),
         "sampling": params.workload.model_dump(),
         "server": {k: v for k, v in params.server.model_dump().items() if k not in ("env",)}
         | {"env_keys": sorted(params.server.env)},

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams
-from speclib.core.prompts import load_prompts, scan_sensitive
+from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.manifest import build_manifest, hardware
@@ -169,9 +170,8 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
             )
             if same_vocab_needed and target.is_dir() and draft.is_dir():
                 checks.append({"series": s.name, **check_vocab(target, draft)})
-    prompts = load_prompts(
-        params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
-    )
+    loaded = workload_prompts(params)
+    prompts = list(loaded.prompts)
     sensitive = scan_sensitive(prompts)
     for kind, ids in sensitive.items():
         warnings.warn(
@@ -191,7 +191,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
         for b in blocks
         for arm, lid in zip(b.arms, b.launch_ids, strict=True)
     ]
-    manifest = build_manifest(params, models=models, order=order, hardware_info=hw)
+    manifest = build_manifest(params, models=models, order=order, hardware_info=hw, prompts=loaded)
     manifest["design"] = choice.to_dict()
     manifest["blocks"] = [b.to_dict() for b in blocks]
     manifest["vllm"] = version

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from speclib.analysis.sampling import expected_logprob, outside_nucleus
+from speclib.core.datasets import workload_prompts
 from speclib.core.httpapi import HTTPError, request_bytes, served_model
-from speclib.core.prompts import load_prompts
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
@@ -342,10 +342,7 @@ def _run_items(params: Any, run_dir: Path) -> list[ScoreItem]:
     rd = RunDir.at(run_dir)
     if not rd.requests.exists():
         raise FileNotFoundError(f"{rd.requests} does not exist: nothing to score")
-    prompts = load_prompts(
-        params.resolve_path(params.workload.prompts), limit=params.workload.num_prompts
-    )
-    messages = {p.id: p.as_messages() for p in prompts}
+    messages = {p.id: p.as_messages() for p in workload_prompts(params).prompts}
     return items_from_records(read_records(rd.requests), messages)
 
 

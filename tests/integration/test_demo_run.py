@@ -326,3 +326,16 @@ def test_counts_on_the_page_come_from_summary_json(demo_run):
     forest = forest.split("</figcaption>", 1)[0]
     for c in [*experiments, *aa]:
         assert f"{round(c['confidence_level'] * 100, 1):g} %" in forest
+
+
+def test_the_workload_checks_stay_quiet_on_the_demo(demo_run):
+    """The demo's workload trips none of the workload checks: its 48-token window is declared
+    (workload.truncation_expected), its categories get their own intervals, its prompts are
+    not near-duplicates and the set is as large as asked; the cut share is still shown."""
+    trust = json.loads((demo_run / "summary.json").read_text())["bench_trust"]
+    status = {c["check"]: c["status"] for c in trust["workload"]}
+    assert trust["workload_warnings"] == [], trust["workload"]
+    assert status["near-duplicate prompts"] == "pass"
+    assert status["category sizes"] == "pass"
+    cut = next(c for c in trust["workload"] if c["check"] == "outputs cut by max_tokens")
+    assert cut["figure"].endswith("(expected)") or cut["figure"].startswith("0 %"), cut
