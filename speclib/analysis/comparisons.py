@@ -421,6 +421,7 @@ def _compare(
     mode_problem: str | None = None,
     by_category: dict[str, CategoryRatio] | None = None,
     latency_cis: dict[str, RatioCI | None] | None = None,
+    ttft_problem: str | None = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -472,6 +473,7 @@ def _compare(
             bench_problem=bench_problem,
             mode_problem=mode_problem,
             correctness_unknown=_unscored(params, plaus),
+            ttft_problem=ttft_problem,
         )
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")
@@ -600,6 +602,7 @@ def compare_level(
     confidence: float | None = None,
     mode_problems: dict[str, str] | None = None,
     decided: LevelDecision | None = None,
+    ttft_problem: str | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
     """Every arm against the control at one load level: the experiments decided with
     block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
@@ -614,7 +617,8 @@ def compare_level(
     the arm's verdict is then "reject", gate ``mode``), ``decided`` the level's TPOT
     decisions when they were made over a larger family (every load level, looks; see
     :func:`speclib.analysis.tpot_verdict.decide_family`), else they are decided here with
-    this level's experiments as the family. When
+    this level's experiments as the family; ``ttft_problem`` why the TTFT gate cannot be
+    assessed at this level (the client's TTFT lag differed between arms). When
     the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is
     "untrustworthy". Returns the comparisons (experiments first, the A/A arm last) and the
     level's block analysis.
@@ -667,6 +671,7 @@ def compare_level(
                 mode_problem=mode,
                 latency_cis=latency[n],
                 by_category=cats,
+                ttft_problem=ttft_problem,
             )
         )
     return out, decided

@@ -465,6 +465,7 @@ def apply_gates(
     bench_problem: str | None = None,
     mode_problem: str | None = None,
     correctness_unknown: str | None = None,
+    ttft_problem: str | None = None,
 ) -> Verdict:
     """Weigh the TPOT decision against the gates; any failed gate makes the verdict "reject".
 
@@ -487,7 +488,8 @@ def apply_gates(
       (TTFT only), the median rise exceeds it; **pass** when ``ci_high ≤ 1 + m``, or with a
       minimum rise when ``(ci_high - 1) × ttft_control_median_s ≤ ttft_min_delta_s`` (the
       upper bound in seconds at the control's median); else **not assessed** (one block,
-      or an interval too wide to tell).
+      or an interval too wide to tell). ``ttft_problem`` (the client's TTFT lag behind the
+      server differed between the arms at this level) makes the TTFT gate "not assessed".
 
     Rates are fractions in [0, 1]. ``bench_problem`` (the A/A arm showed an effect, or idle
     servers loaded the arms unequally) fails the ``bench`` gate; ``mode_problem`` (a launch of
@@ -515,7 +517,9 @@ def apply_gates(
     if memory_limit_gib is not None:
         detail = f"peak {peak_memory_gib:.2f} GiB (limit {memory_limit_gib:.2f} GiB)"
         gates.append(_gate("memory", peak_memory_gib <= memory_limit_gib, detail))
-    if ttft is not None:
+    if ttft_problem:
+        gates.append(GateResult("ttft", "not assessed", ttft_problem))
+    elif ttft is not None:
         margin = decision.margin if ttft_margin is None else ttft_margin
         gates.append(_latency_gate("ttft", _check_ci(ttft, "ttft"), margin, ttft_min_delta_s,
                                    ttft_control_median_s))  # fmt: skip

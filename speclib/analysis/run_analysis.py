@@ -51,7 +51,7 @@ from speclib.analysis.recommend import Recommendation, sweep_recommendations
 from speclib.analysis.resolution import calibration
 from speclib.analysis.sequential import spending_plan
 from speclib.analysis.tpot_verdict import decide_family, summary_of
-from speclib.analysis.trust import bench_trust, pre_checks, problem_of
+from speclib.analysis.trust import bench_trust, pre_checks, problem_of, ttft_problems
 from speclib.analysis.workload_checks import workload_checks
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import (
@@ -428,6 +428,7 @@ def analyze_run(
         margin=params.analysis.margin,
         looks=decision_looks(params, n_blocks),
     )
+    lag = ttft_problems(agreement, {i: lv.label for i, lv in enumerate(params.workload.levels)})
     for lvl in levels:
         found, decided = compare_level(
             df,
@@ -440,6 +441,7 @@ def analyze_run(
             confidence=level_conf,
             mode_problems=mode_problems,
             decided=family.get(lvl),
+            ttft_problem=lag.get(lvl),
         )
         comps += found
         if decided is not None:

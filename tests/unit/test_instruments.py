@@ -32,6 +32,7 @@ from speclib.analysis.trust import (
     late_check,
     pre_checks,
     problem_of,
+    ttft_problems,
 )
 from speclib.core.prometheus import histogram_mean
 from speclib.core.records import RequestRecord, server_tpot_s, server_ttft_s, tpot_s
@@ -394,8 +395,31 @@ def test_an_equal_ttft_lag_at_high_load_passes_and_is_reported():
     assert "up to 13.1 ms after the server stamped them" in check.detail
 
 
-def test_an_unequal_ttft_lag_or_a_tpot_gap_fails():
-    unequal = instrument_check(_agree_rows({"control": 2.0, "spec": 25.0}))
-    assert unequal.status == "fail" and "differs by 23.0 ms" in unequal.detail
+def test_an_unequal_ttft_lag_warns_without_gating_and_a_tpot_gap_gates():
+    """Measured on the CPU load demo at c = 32: TPOT within 0.6 % on every launch, the
+    client's TTFT lag 75 ms in one arm and 34 ms in another of the same block."""
+    unequal = instrument_check(_agree_rows({"control": 74.8, "spec": 34.3}))
+    assert unequal.status == "fail" and not unequal.gating
+    assert "differs by up to 40.5 ms" in unequal.detail and "TPOT verdicts stand" in unequal.detail
+    assert problem_of([unequal]) is None
+    why = ttft_problems(_agree_rows({"control": 74.8, "spec": 34.3}), {2: "c=32"})
+    assert list(why) == [2] and "at c=32" in why[2]
+    assert ttft_problems(_agree_rows({"control": 13.1, "spec": 11.1}), {2: "c=32"}) == {}
     tpot = instrument_check(_agree_rows({"control": 2.0, "spec": 2.0}, tpot_gap=0.08))
-    assert tpot.status == "fail" and tpot.figure == "2 of 2 launch windows off"
+    assert tpot.status == "fail" and tpot.gating and tpot.figure == "2 of 2 launch windows off"
+
+
+def test_an_unassessable_ttft_leaves_the_gate_not_assessed():
+    from speclib.analysis.decision import Decision, apply_gates
+
+    dec = Decision("adopt", "faster", 0.05, 0.95)
+    verdict = apply_gates(
+        dec,
+        control_error_rate=0.0,
+        experiment_error_rate=0.0,
+        max_error_rate_increase=0.02,
+        ttft_problem="busy client at c=32",
+    )
+    gate = next(g for g in verdict.gates if g.name == "ttft")
+    assert gate.status == "not assessed" and gate.detail == "busy client at c=32"
+    assert verdict.word == "adopt"
