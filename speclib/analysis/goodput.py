@@ -134,14 +134,17 @@ def level_table(
     bounds_ms: Mapping[str, float] | None = None,
     percentile: float = 90.0,
     confidence_level: float = 0.95,
+    rates: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per (series, level): tokens/s, in flight, TTFT/TPOT percentiles and, with an SLO,
-    share meeting it, goodput (each with its block interval) and whether it is sustained."""
+    share meeting it, goodput (each with its block interval) and whether it is sustained.
+    ``rates`` is :func:`block_rates` of ``df`` with the same bounds, when the caller has it."""
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level!r}")
     if not 0 < percentile < 100:
         raise ValueError(f"percentile must be in (0, 100), got {percentile!r}")
-    rates = block_rates(df, bounds_ms=bounds_ms)
+    if rates is None:
+        rates = block_rates(df, bounds_ms=bounds_ms)
     rows = []
     for (series, level), g in rates.groupby(["series", "level"], sort=True):
         recs = df[(df["series"] == series) & (df["level"] == level)]

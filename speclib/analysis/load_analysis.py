@@ -187,14 +187,16 @@ def analyze_load(
     pct = a.slo.percentile if a.slo else 90.0
     if records.empty:
         return LoadAnalysis()
-    table = level_table(records, bounds_ms=bounds, percentile=pct, confidence_level=a.confidence)
+    rates = block_rates(records, bounds_ms=bounds)
+    table = level_table(
+        records, bounds_ms=bounds, percentile=pct, confidence_level=a.confidence, rates=rates
+    )
     names = {i: lv.label for i, lv in enumerate(params.workload.levels)}
     if len(table):
         table.insert(2, "load", table["level"].map(names))
     goodput = pd.DataFrame()
     sustained: dict[str, str | None] = {}
     if bounds:
-        rates = block_rates(records, bounds_ms=bounds)
         goodput = goodput_ratios(
             rates, control=params.control_name, margin=a.margin, confidence_level=a.confidence
         )

@@ -180,10 +180,15 @@ def validate_schedule(
     ``build_dynamic_sd_schedule_lookup`` accept it.
 
     Returns ``(what validated it, the dense batch-size → k lookup)``; raises ``ValueError``
-    with vLLM's message when vLLM refuses it. Without vLLM (or without the feature) the
+    with :func:`speclib.core.vllm_schema.schedule_problem`'s message (vLLM's own, or a k
+    above ``num_speculative_tokens``) when it is refused. Without vLLM (or without the feature) the
     lookup is None and the text says the schedule was not validated.
     """
-    from speclib.core.vllm_schema import installed_spec_schema, vllm_dynamic_sd_module
+    from speclib.core.vllm_schema import (
+        installed_spec_schema,
+        schedule_problem,
+        vllm_dynamic_sd_module,
+    )
 
     lookup = installed_spec_schema()
     if lookup.schema is not None and SCHEDULE_KEY not in lookup.schema.fields:
@@ -195,7 +200,10 @@ def validate_schedule(
     if module is None:
         return "not validated: vLLM (with a dynamic-k schedule) is not installed here", None
     rows = [list(e) for e in entries]
-    module.validate_and_normalize_dynamic_sd_schedule(rows)
+    spec = {SCHEDULE_KEY: rows, "num_speculative_tokens": num_speculative_tokens}
+    problem = schedule_problem(spec)
+    if problem:
+        raise ValueError(problem)
     dense = module.build_dynamic_sd_schedule_lookup(
         rows, vllm_max_batch_size=max_num_seqs, vllm_num_speculative_tokens=num_speculative_tokens
     )

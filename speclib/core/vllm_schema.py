@@ -328,10 +328,11 @@ def spec_config_problems(spec: Mapping[str, Any], schema: SpecSchema) -> list[Ke
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
+@functools.lru_cache(maxsize=1)
 def vllm_dynamic_sd_module() -> Any:
     """vLLM's own ``vllm/v1/spec_decode/dynamic/utils.py`` (the k schedule's validator and
-    lookup builder) loaded by path: a pure-Python file, so neither the vllm package nor
-    torch is imported. None where the installed vLLM has no such file."""
+    lookup builder) loaded by path, once per process: a pure-Python file, so neither the
+    vllm package nor torch is imported. None where the installed vLLM has no such file."""
     where = vllm_location()
     path = where / "v1" / "spec_decode" / "dynamic" / "utils.py" if where else None
     if path is None or not path.is_file():

@@ -6,7 +6,9 @@ and in the exported page, so :func:`wrap` puts the stylesheet in front of every 
 
 from __future__ import annotations
 
-__all__ = ["CSS", "gib", "pct", "wrap"]
+import html
+
+__all__ = ["CSS", "gib", "pct", "word_badge", "wrap"]
 
 # Selectors start with ``.speclib`` and name the table element so they outrank JupyterLab's
 # ``.jp-RenderedHTMLCommon td {text-align: right}``; verdict colours are light tints of the
@@ -56,6 +58,13 @@ CSS = """
 def wrap(body: str) -> str:
     """The CSS and ``body`` in a ``div.speclib`` (each displayed block stands alone)."""
     return f"{CSS}<div class='speclib'>{body}</div>"
+
+
+def word_badge(word: str, label: str | None = None) -> str:
+    """A verdict word as the report's tinted badge (class ``speclib-<word>``), showing
+    ``label`` (escaped) or the word in capitals."""
+    text = html.escape(label if label is not None else word.upper())
+    return f"<span class='speclib-word speclib-{html.escape(word)}'>{text}</span>"
 
 
 def pct(x: float | None, digits: int = 0) -> str:

@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.report.html_format import pct, wrap
+from speclib.report.html_format import pct, word_badge, wrap
 
 __all__ = ["load_html"]
 
@@ -45,10 +45,9 @@ def _tpot_cells(an: RunAnalysis) -> dict[tuple[str, int], str]:
     for c in an.comparisons:
         ci = c.cis.get("tpot_s")
         if ci is not None:
-            word = html.escape(c.word)
             out[(c.experiment, c.level)] = (
                 f"{_ratio(ci.estimate, ci.ci_low, ci.ci_high, ci.confidence_level)} "
-                f"<span class='speclib-word speclib-{word}'>{word.upper()}</span>"
+                f"{word_badge(c.word)}"
             )
     return out
 

@@ -21,7 +21,7 @@ from speclib.analysis.comparisons import Comparison
 from speclib.analysis.resolution import bench_check
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.core.wording import STATUS_MARKS, ratio_words, speed_words, time_change_words
-from speclib.report.html_format import gib, pct, wrap
+from speclib.report.html_format import gib, pct, word_badge, wrap
 from speclib.report.multirun import machine_label
 
 __all__ = [
@@ -452,7 +452,7 @@ def verdict_table_html(an: RunAnalysis) -> str:
             "</span></td>"
             f"<td>{_measured_cell(c)}</td>"
             f"<td>{_ratio_cell(c)}</td>"
-            f"<td><span class='speclib-word speclib-{word}'>{word.upper()}</span>"
+            f"<td>{word_badge(word)}"
             f"{_goodput_note(c, an)}</td>"
             f"<td>{_reason(c)}</td>"
             f"<td>{_acceptance_cell(c)}</td>"
@@ -507,10 +507,10 @@ def _recommended_row(r: Any) -> str:
     :mod:`speclib.analysis.recommend`)."""
     if r.value is None:
         label = {"no_k_pays": "NO K PAYS", "undecided": "UNDECIDED"}.get(r.outcome, "NO DATA")
-        word = f"<span class='speclib-word speclib-inconclusive'>{label}</span>"
+        word = word_badge("inconclusive", label)
     else:
         value = ", ".join(f"{k}={v}" for k, v in r.value.items())
-        word = f"<span class='speclib-word speclib-adopt'>{html.escape(value)}</span>"
+        word = word_badge("adopt", value)
     ratio = "–"
     if r.ratio is not None and r.ci_low is not None:
         ratio = (

@@ -29,6 +29,7 @@ from speclib.analysis.recommend import Recommendation
 from speclib.analysis.schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.core.params import ParamsError, load_params
 from tests.unit.test_robustness import REPO, _params, _wait_gone
+from tests.unit.test_sweep import ngram_sweep
 
 # ------------------------------------------------------------------------- break-even
 
@@ -274,11 +275,7 @@ def load_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("load")
     path = _params(tmp, n_prompts=24)
     data = yaml.safe_load(path.read_text())
-    data["series"][1] = {
-        "name": "spec",
-        "speculative_config": {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3},
-        "sweep": {"num_speculative_tokens": [1, 3]},
-    }
+    data["series"][1] = ngram_sweep([1, 3])
     data["server"]["env"] = {"FAKE_VLLM_STEP_S": str(STEP_S),
                              "FAKE_VLLM_SPEC_LOAD_STEP_S": str(SPEC_LOAD_S)}  # fmt: skip
     data["workload"].update(concurrency=[1, 2, 4, 8], replicates=3)

@@ -302,6 +302,15 @@ def test_recommend_validates_its_inputs() -> None:
 # ------------------------------------------------------------ end to end (stand-in)
 
 
+def ngram_sweep(ks: list[int]) -> dict:
+    """The stand-in runs' experiment series: an ngram family "spec" swept over ``ks``."""
+    return {
+        "name": "spec",
+        "speculative_config": {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3},
+        "sweep": {"num_speculative_tokens": ks},
+    }
+
+
 @pytest.fixture(scope="module")
 def sweep_run(tmp_path_factory) -> Path:
     """control + ngram sweep k ∈ {2, 3} + aa = 4 servers; memory per server set so that 3
@@ -309,11 +318,7 @@ def sweep_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("sweep")
     path = _params(tmp, n_prompts=4)
     data = yaml.safe_load(path.read_text())
-    data["series"][1] = {
-        "name": "spec",
-        "speculative_config": {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3},
-        "sweep": {"num_speculative_tokens": [2, 3]},
-    }
+    data["series"][1] = ngram_sweep([2, 3])
     per = psutil.virtual_memory().available / 2**30 * 0.85 / 3.5  # 3 fit, not 4
     data["protocol"] = {"aa": True, "design": "auto", "memory_per_server_gib": per}
     data["workload"].update(replicates=2)
