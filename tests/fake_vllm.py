@@ -12,6 +12,9 @@ plain (speculative) server's token chunks and writes them at once, as a client t
 scheduled in time reads them, while ``--enable-per-request-metrics`` stamps stay on time.
 ``FAKE_VLLM_LOAD_STEP_S`` (``FAKE_VLLM_SPEC_LOAD_STEP_S`` for a speculative server) lengthens
 every step by that much per other request in flight: a server whose speed falls with load.
+``FAKE_VLLM_REQUEST_LOG=<folder>`` appends every finished request's body to
+``<folder>/<pid>.jsonl`` (with ``speculative``: whether this server speculates), so a test
+can check what each arm was sent after the servers are gone.
 The real kit never uses this file.
 """
 
@@ -109,16 +112,32 @@ def main(argv: list[str]) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     sock.listen(128)
-    asyncio.run(_run(state, sock))
+    asyncio.run(_run(state, sock, speculative=spec is not None))
     return 0
 
 
-async def _run(state: _State, sock: socket.socket) -> None:
+def _log_bodies(state: _State, logged: int, speculative: bool) -> int:
+    """Append the bodies of the requests finished since ``logged`` to the request log."""
+    folder = os.environ.get("FAKE_VLLM_REQUEST_LOG")
+    if not folder or len(state.log) <= logged:
+        return logged
+    with state.lock:
+        new = list(state.log[logged:])
+    path = Path(folder) / f"{os.getpid()}.jsonl"
+    with path.open("a", encoding="utf-8") as fh:
+        for ex in new:
+            fh.write(json.dumps({"speculative": speculative, "body": ex.body}) + "\n")
+    return logged + len(new)
+
+
+async def _run(state: _State, sock: socket.socket, *, speculative: bool = False) -> None:
     await _serve(state, sock)
     print("INFO Application startup complete.", flush=True)
     die_after = os.environ.get("FAKE_VLLM_DIE_AFTER_REQUESTS")
+    logged = 0
     while True:
         await asyncio.sleep(0.02)
+        logged = _log_bodies(state, logged, speculative)
         if die_after and len(state.log) >= int(die_after):
             print(
                 "ERROR engine core died (scripted)\nTraceback (most recent call last):\n"

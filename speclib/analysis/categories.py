@@ -1,4 +1,4 @@
-"""Per-category TPOT ratios with descriptive block-level intervals.
+"""Per-category and per-turn TPOT ratios with descriptive block-level intervals.
 
 Prompts come in categories (``known``, ``repeat``, ``unseen``, ...) and an arm's TPOT
 ratio differs between them: that says where a speed-up comes from. A ratio from a few
@@ -16,6 +16,10 @@ A category gets **no interval** when its pairs sit in fewer than ``min_blocks`` 
 
 These intervals are **descriptive**: one per category and arm, not adjusted for
 multiplicity (:data:`CATEGORY_NOTE`). The verdict is the pooled one, over all categories.
+
+A multi-turn run (``workload.multi_turn``) gets the same per turn of its questions
+(:func:`turn_ratios`, :data:`TURN_NOTE`): whether speculation pays as differently on turn 2,
+whose prompt carries the turn-1 answer, as on turn 1.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ __all__ = [
     "CATEGORY_NOTE",
     "MIN_CATEGORY_BLOCKS",
     "MIN_CATEGORY_PAIRS",
+    "TURN_NOTE",
     "CategoryRatio",
     "category_ratios",
+    "turn_ratios",
 ]
 
 MIN_CATEGORY_PAIRS = 6
@@ -48,13 +54,18 @@ CATEGORY_NOTE = (
     "per-category intervals are descriptive: not adjusted for multiplicity; "
     "the verdict is the pooled one"
 )
+TURN_NOTE = (
+    "per-turn intervals are descriptive: not adjusted for multiplicity; "
+    "the verdict is the pooled one"
+)
 _UNCATEGORISED = "uncategorised"
 
 
 @dataclass(frozen=True)
 class CategoryRatio:
-    """One category's TPOT ratio (arm / reference) and, when there is enough data, its
-    block-level interval.
+    """One category's (or turn's) TPOT ratio (arm / reference) and, when there is enough
+    data, its block-level interval. ``category`` names the group: the prompt category, or
+    ``"turn 2"`` from :func:`turn_ratios`.
 
     ``estimate`` is the block model's ratio (the mean over blocks of the arm's contrasts,
     as a ratio; below 1 the arm is faster). ``ci_low``/``ci_high`` are the interval at
@@ -103,9 +114,10 @@ def _check(pairs: Any, confidence_level: float, min_pairs: int, min_blocks: int)
 
 
 def _usable(pairs: pd.DataFrame | None) -> pd.DataFrame:
-    """The pairs with a finite, positive TPOT on both sides, with a category label."""
+    """The pairs with a finite, positive TPOT on both sides, with a category label and a
+    turn (missing outside a multi-turn run)."""
     if pairs is None or not len(pairs) or "tpot_s_c" not in pairs or "tpot_s_e" not in pairs:
-        return pd.DataFrame(columns=["tpot_s_c", "tpot_s_e", "block", "category"])
+        return pd.DataFrame(columns=["tpot_s_c", "tpot_s_e", "block", "category", "turn"])
     c = pd.to_numeric(pairs["tpot_s_c"], errors="coerce").to_numpy(float)
     e = pd.to_numeric(pairs["tpot_s_e"], errors="coerce").to_numpy(float)
     keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
@@ -115,6 +127,8 @@ def _usable(pairs: pd.DataFrame | None) -> pd.DataFrame:
         out["block"] = out["replicate"]
     cats = out["category"] if "category" in out else pd.Series(None, index=out.index)
     out["category"] = cats.fillna(_UNCATEGORISED).astype(str)
+    turns = out["turn"] if "turn" in out else pd.Series(None, index=out.index)
+    out["turn"] = pd.to_numeric(turns, errors="coerce").astype("Int64")
     return out
 
 
@@ -167,6 +181,50 @@ def category_ratios(
     against the control; pass ``arm=aa_arm`` for them). Returns one
     :class:`CategoryRatio` per category, in sorted order (empty without usable pairs).
     """
+    mine, aa, opts = _prepare(pairs, arm, confidence_level, aa_arm, aa_pairs, min_pairs,
+                              min_blocks)  # fmt: skip
+    return {
+        cat: _one(cat, mine[mine["category"] == cat],
+                  None if aa is None else aa[aa["category"] == cat], **opts)
+        for cat in sorted(set(mine["category"]))
+    }  # fmt: skip
+
+
+def turn_ratios(
+    pairs: pd.DataFrame,
+    *,
+    arm: str,
+    confidence_level: float,
+    aa_arm: str | None = None,
+    aa_pairs: pd.DataFrame | None = None,
+    min_pairs: int = MIN_CATEGORY_PAIRS,
+    min_blocks: int = MIN_CATEGORY_BLOCKS,
+) -> dict[int, CategoryRatio]:
+    """Every turn's TPOT ratio of ``arm`` in a multi-turn run, with its block-level interval.
+
+    As :func:`category_ratios`, grouped by the pairs' ``turn`` (1-based) instead of their
+    category; pairs without a turn are left out, so a run without turns gives an empty
+    mapping. Keys are the turns in order, each :class:`CategoryRatio` named ``"turn k"``.
+    """
+    mine, aa, opts = _prepare(pairs, arm, confidence_level, aa_arm, aa_pairs, min_pairs,
+                              min_blocks)  # fmt: skip
+    turns = sorted(int(t) for t in set(mine["turn"].dropna()))
+    return {
+        t: _one(f"turn {t}", _of_turn(mine, t), None if aa is None else _of_turn(aa, t), **opts)
+        for t in turns
+    }
+
+
+def _of_turn(pairs: pd.DataFrame, turn: int) -> pd.DataFrame:
+    """The pairs of one turn (a missing turn matches none)."""
+    return pairs[pairs["turn"].eq(turn).fillna(False).astype(bool)]
+
+
+def _prepare(
+    pairs: pd.DataFrame, arm: str, confidence_level: float, aa_arm: str | None,
+    aa_pairs: pd.DataFrame | None, min_pairs: int, min_blocks: int,
+) -> tuple[pd.DataFrame, pd.DataFrame | None, dict[str, Any]]:  # fmt: skip
+    """The arguments checked; the arm's and the A/A arm's usable pairs; options of :func:`_one`."""
     _check(pairs, confidence_level, min_pairs, min_blocks)
     if aa_pairs is not None and aa_arm is None:
         raise ValueError("`aa_pairs` needs `aa_arm` (the name of the A/A arm)")
@@ -174,8 +232,4 @@ def category_ratios(
     aa = _usable(aa_pairs) if aa_arm is not None and arm != aa_arm else None
     opts = {"arm": arm, "aa_arm": aa_arm, "confidence_level": confidence_level,
             "min_pairs": min_pairs, "min_blocks": min_blocks}  # fmt: skip
-    return {
-        cat: _one(cat, mine[mine["category"] == cat],
-                  None if aa is None else aa[aa["category"] == cat], **opts)
-        for cat in sorted(set(mine["category"]))
-    }  # fmt: skip
+    return mine, aa, opts

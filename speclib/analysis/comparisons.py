@@ -6,10 +6,11 @@ the experiments; computes TTFT and E2E ratio CIs for the gates with the same blo
 TPOT (:func:`gate_cis`: per-arm paired t over replicate blocks, same reference); weighs the
 gates (errors, outputs, memory, TTFT/E2E; each "pass", "fail" or "not assessed"); sums
 acceptance per request and from the launches' ``/metrics`` deltas; compares greedy outputs;
-gives each prompt category its TPOT ratio with a descriptive block-level interval
-(:mod:`speclib.analysis.categories`); and explains the speed-up with the standard model of
-speculative decoding. A launch-blind prompt-level bootstrap of TPOT is kept as labelled
-information (``tpot_prompt_level``), never a gate or the verdict.
+gives each prompt category (and each turn of a multi-turn run) its TPOT ratio with a
+descriptive block-level interval (:mod:`speclib.analysis.categories`); and explains the
+speed-up with the standard model of speculative decoding. A launch-blind prompt-level
+bootstrap of TPOT is kept as labelled information (``tpot_prompt_level``), never a gate or
+the verdict.
 
 The module is over 400 lines because a comparison's record (:class:`Comparison` and its
 ``summary.json`` entry) and its assembly from pairs, intervals and gates change together.
@@ -35,7 +36,13 @@ from speclib.analysis.agreement import (
     count_bad_outputs,
     summarize_agreement,
 )
-from speclib.analysis.categories import CATEGORY_NOTE, CategoryRatio, category_ratios
+from speclib.analysis.categories import (
+    CATEGORY_NOTE,
+    TURN_NOTE,
+    CategoryRatio,
+    category_ratios,
+    turn_ratios,
+)
 from speclib.analysis.decision import Decision, Verdict, apply_gates
 from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
 from speclib.analysis.launches import LaunchMetrics
@@ -99,6 +106,7 @@ class Comparison:
     pairs: pd.DataFrame = field(repr=False)
     plausibility: Any = None  # speclib.analysis.sampling.PlausibilityResult (sampled runs)
     by_category: dict[str, CategoryRatio] = field(default_factory=dict)
+    by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
 
     @property
     def word(self) -> str:
@@ -117,6 +125,12 @@ class Comparison:
         where the category has too few pairs or blocks; see
         :mod:`speclib.analysis.categories`)."""
         return self.by_category
+
+    @property
+    def tpot_ratio_by_turn(self) -> dict[int, CategoryRatio]:
+        """TPOT ratio per turn of a multi-turn run with its descriptive block-level
+        interval, by turn (empty outside a multi-turn run)."""
+        return self.by_turn
 
     def dropped_pairs(self) -> dict[str, int]:
         """Pairs the TPOT comparison could not use, counted by side and reason (failed,
@@ -180,6 +194,8 @@ class Comparison:
                 "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
                 "tpot_ratio_by_category": {cat: r.to_dict() for cat, r in self.by_category.items()},
                 "tpot_ratio_by_category_note": CATEGORY_NOTE if self.by_category else None,
+                "tpot_ratio_by_turn": {str(t): r.to_dict() for t, r in self.by_turn.items()},
+                "tpot_ratio_by_turn_note": TURN_NOTE if self.by_turn else None,
                 "confidence_level": tpot.confidence_level if tpot else None,
                 "ci_method": tpot.method if tpot else None,
                 "tpot_decision": dec.word if dec else "inconclusive",
@@ -420,6 +436,7 @@ def _compare(
     bench_problem: str | None = None,
     mode_problem: str | None = None,
     by_category: dict[str, CategoryRatio] | None = None,
+    by_turn: dict[int, CategoryRatio] | None = None,
     latency_cis: dict[str, RatioCI | None] | None = None,
     ttft_problem: str | None = None,
 ) -> Comparison:
@@ -508,6 +525,7 @@ def _compare(
         pairs=pairs,
         plausibility=plaus,
         by_category=by_category or {},
+        by_turn=by_turn or {},
     )
 
 
@@ -651,8 +669,10 @@ def compare_level(
             ci, dec = decided.experiments.get(n, (None, None))
         why = None if n == aa else problem
         mode = (mode_problems or {}).get(n) or (mode_problems or {}).get(params.control_name)
-        cats = category_ratios(pairs[n], arm=n, confidence_level=a.confidence,
-                               aa_arm=aa, aa_pairs=pairs.get(aa) if aa else None)  # fmt: skip
+        groups = {"arm": n, "confidence_level": a.confidence, "aa_arm": aa,
+                  "aa_pairs": pairs.get(aa) if aa else None}  # fmt: skip
+        cats = category_ratios(pairs[n], **groups)
+        turns = turn_ratios(pairs[n], **groups)  # empty unless the records have turns
         if dec is None and mode:
             dec = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
         out.append(
@@ -671,6 +691,7 @@ def compare_level(
                 mode_problem=mode,
                 latency_cis=latency[n],
                 by_category=cats,
+                by_turn=turns,
                 ttft_problem=ttft_problem,
             )
         )

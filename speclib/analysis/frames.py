@@ -53,6 +53,7 @@ _CARRIED = (
     "text",
     "token_ids",
     "category",
+    "turn",
     "spec_rate",
     "spec_mean_len",
     "spec_steps",
@@ -104,6 +105,9 @@ def _row(rec: RequestRecord) -> dict[str, Any]:
 def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
     """A DataFrame of records (one row each), derived metrics recomputed from raw fields.
 
+    ``turn`` (a nullable integer) is the turn of a multi-turn run's prompt, missing
+    elsewhere and in records written before the field existed.
+
     ``tpot_s``/``ttft_s`` are the client's here (also in ``tpot_client_s``/``ttft_client_s``);
     ``tpot_server_s``/``ttft_server_s`` the server's own stamps (NaN without them). The
     analysis sets ``tpot_s`` to the verdict's instrument
@@ -117,6 +121,7 @@ def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
     numeric = ("ttft_s", "tpot_s", "e2e_s", "spec_rate", "spec_mean_len", "t_end")
     for col in (*numeric, "tpot_client_s", "ttft_client_s", "tpot_server_s", "ttft_server_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
+    df["turn"] = pd.to_numeric(df["turn"], errors="coerce").astype("Int64")
     return df
 
 
@@ -172,8 +177,9 @@ def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFram
     then, else the replicate (the unit of the block-level statistics either way).
 
     ``df`` needs ``series``, ``ok`` and the key columns (a missing ``level`` counts as level
-    0, as in :func:`records_frame`); latencies, output tokens and text, category, acceptance
-    and chunk sizes come along, suffixed ``_c`` and ``_e``, when ``df`` has them.
+    0, as in :func:`records_frame`); latencies, output tokens and text, category, turn,
+    acceptance and chunk sizes come along, suffixed ``_c`` and ``_e``, when ``df`` has them
+    (``category`` and ``turn`` also unsuffixed, from either side).
     """
     if "level" not in df.columns:
         df = df.assign(level=0)
@@ -196,6 +202,8 @@ def pair_frame(df: pd.DataFrame, *, control: str, experiment: str) -> PairedFram
             valid[f"{m}_e"] = pd.to_numeric(valid[f"{m}_e"], errors="coerce")
     if "category" in cols:
         valid["category"] = valid["category_c"].fillna(valid["category_e"])
+    if "turn" in cols:
+        valid["turn"] = valid["turn_c"].fillna(valid["turn_e"])
     if not by_block:
         valid["block"] = valid["replicate"]
     return PairedFrame(

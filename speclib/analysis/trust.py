@@ -322,8 +322,9 @@ def aa_check(aa: list[Any], margin: float) -> TrustCheck:
             name,
             NOT_ASSESSED,
             "no A/A arm",
-            "protocol.aa is off, or the A/A "
-            "arm has no usable pairs: the bench's noise floor is unknown",
+            "protocol.aa is off, or the A/A arm has no usable pairs: the bench's noise floor "
+            "is unknown (a calibration run measures it: protocol.aa on, or the control "
+            "and its A/A copy alone as in params/cpu-demo-aa.yaml)",
         )
     checks = [(c, bench_check(ci, margin=margin)) for c, ci in cis]
     known = [b.resolution for _, b in checks if b.resolution is not None]

@@ -84,12 +84,14 @@ class RunEvent:
 
 
 def arm_request_total(run_dir: str | Path) -> int | None:
-    """Measured requests one arm sends per block: load levels × prompts × repeats.
+    """Measured requests one arm sends per block: load levels × prompts (one per turn of
+    each question in a multi-turn run) × repeats.
 
     Read from ``params.resolved.json`` in the run folder; None when it cannot be read.
     """
     from speclib.core.datasets import workload_prompts
     from speclib.core.params import ExperimentParams
+    from speclib.core.turns import sent_prompt_count
 
     rd = RunDir.at(run_dir)
     try:
@@ -97,7 +99,7 @@ def arm_request_total(run_dir: str | Path) -> int | None:
         data["source"] = None
         params = ExperimentParams.model_validate(data)
         w = params.workload
-        n_prompts = len(workload_prompts(params).prompts)
+        n_prompts = sent_prompt_count(workload_prompts(params).prompts, w)
     except Exception:  # a progress display never stops a run
         return None
     return len(w.levels) * n_prompts * w.repeats

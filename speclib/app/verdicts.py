@@ -5,7 +5,8 @@ bench serve``'s result block.
 per experiment and load level (median TPOT of control and arm in ms, the TPOT ratio with its
 interval and the interval's level, the verdict, one short reason from :func:`short_reason`,
 the gates as marks where "not assessed" is never a tick), then the A/A arm as a "bench
-check: resolution ±x %" line (:func:`bench_check_line`), the bench-trust lines (with the
+check: resolution ±x %" line (:func:`bench_check_line`), a multi-turn run's TPOT ratio per
+turn (:func:`turn_lines`, only where a line fits), the bench-trust lines (with the
 workload's warnings, :func:`workload_lines`) and a calibration's result; the full reasons
 stay in ``summary.json`` and the report. No line is longer than :data:`MAX_LINE`.
 :func:`outcome_json` gives the verdicts as one JSON object. Pure functions of
@@ -43,6 +44,7 @@ __all__ = [
     "short_reason",
     "table_rows",
     "trust_lines",
+    "turn_lines",
     "verdict_rows",
     "workload_lines",
 ]
@@ -346,11 +348,13 @@ def _plain_lines(renderable: Any, width: int) -> list[str]:
 
 def end_lines(summary: dict[str, Any]) -> list[str]:
     """The lines under the verdict table: what the gates' marks mean, the A/A arm's bench
-    check per load level, the bench-trust lines and a calibration's result."""
+    check per load level, the TPOT ratio per turn (multi-turn runs), the bench-trust lines
+    and a calibration's result."""
     comps = summary.get("comparisons") or []
     margin = (summary.get("analysis") or {}).get("margin")
     lines = [gate_legend([c.get("gates") for c in comps if c.get("role") != "aa"])]
     lines += [bench_check_line(c, margin=margin) for c in comps if c.get("role") == "aa"]
+    lines += turn_lines(summary)
     lines += trust_lines(summary)
     lines += [(summary.get("calibration") or {}).get("text") or ""]
     lines += load_lines(summary)
@@ -436,6 +440,32 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
     else:
         print("\n".join([rule, *head]), file=console.file)
     print("\n".join([*tail, rule]), file=console.file, flush=True)
+
+
+def _turn_line(c: dict[str, Any], *, intervals: bool) -> str:
+    turns = c.get("tpot_ratio_by_turn") or {}
+    cells = []
+    for turn, r in turns.items():
+        ci = [r.get("ci_low"), r.get("ci_high")] if intervals else None
+        cells.append(f"t{turn} {ratio_cell(r.get('ratio'), ci, None)}")
+    return f"per turn {c.get('experiment')} at {c.get('load')}: " + " · ".join(cells)
+
+
+def turn_lines(summary: dict[str, Any]) -> list[str]:
+    """A multi-turn run's TPOT ratio per turn, one line per experiment and load level
+    ("per turn ngram-k4 at c=1: t1 ×0.812 [0.701, 0.940] · t2 ×0.650 [0.552, 0.766]"),
+    without the intervals when the line would pass :data:`MAX_LINE`, and left out when
+    even that does not fit (the report has them all). Empty without per-turn ratios."""
+    out = []
+    for c in summary.get("comparisons") or []:
+        if c.get("role") == "aa" or len(c.get("tpot_ratio_by_turn") or {}) < 2:
+            continue
+        line = _turn_line(c, intervals=True)
+        if len(line) > MAX_LINE:
+            line = _turn_line(c, intervals=False)
+        if len(line) <= MAX_LINE:
+            out.append(line)
+    return out
 
 
 def trust_lines(summary: dict[str, Any]) -> list[str]:

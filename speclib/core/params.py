@@ -36,6 +36,7 @@ from speclib.core.params_server import (
 from speclib.core.params_sweep import SweepError, expand_file_series, expand_sweeps
 from speclib.core.params_workload import (
     PROMPT_FORMATS,
+    TURN_FORMATS,
     AnalysisParams,
     LoadLevel,
     ProtocolParams,
@@ -50,6 +51,7 @@ __all__ = [
     "DRAFT_ALONE_SUFFIX",
     "PROMPT_FORMATS",
     "SPEC_METHODS",
+    "TURN_FORMATS",
     "AnalysisParams",
     "ExperimentParams",
     "LoadLevel",
@@ -170,6 +172,23 @@ class ExperimentParams(StrictModel):
             raise ValueError(
                 "protocol.cache_policy 'reset' needs vLLM's dev-mode endpoints, allowed only on "
                 f"a loopback server (server.host is {self.server.host!r}); use 'salt' instead"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _multi_turn_where_supported(self) -> ExperimentParams:
+        if not self.workload.multi_turn:
+            return self
+        if self.protocol.executor == "ray":
+            raise ValueError(
+                "workload.multi_turn is not supported with protocol.executor 'ray' yet: the "
+                "history must exist before blocks run in parallel (use executor: local)"
+            )
+        if self.protocol.crosscheck_vllm_bench:
+            raise ValueError(
+                "workload.multi_turn cannot be cross-checked with vllm bench "
+                "(protocol.crosscheck_vllm_bench): its custom dataset carries one user "
+                "message per prompt, not a conversation"
             )
         return self
 

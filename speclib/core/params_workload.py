@@ -21,6 +21,7 @@ from speclib.core.params_server import StrictModel
 
 __all__ = [
     "PROMPT_FORMATS",
+    "TURN_FORMATS",
     "AnalysisParams",
     "LoadLevel",
     "PromptFormat",
@@ -31,6 +32,8 @@ __all__ = [
 
 PromptFormat = Literal["speclib", "sharegpt", "spec-bench", "mt-bench", "jsonl", "csv", "hf-disk"]
 PROMPT_FORMATS: tuple[str, ...] = get_args(PromptFormat)
+TURN_FORMATS = ("mt-bench", "spec-bench")
+"""The formats whose questions have several turns (``workload.multi_turn``)."""
 _FORMAT_OPTIONS = {  # workload key -> the only format it applies to
     "sharegpt_turns": "sharegpt",
     "prompt_column": "csv",
@@ -66,6 +69,22 @@ class WorkloadParams(StrictModel):
         min_length=1,
         description="format csv: the column holding the category (unset: 'category' when "
         "the file has it, else every prompt is in category 'default').",
+    )
+    multi_turn: bool = Field(
+        False,
+        description="format mt-bench or spec-bench: send every turn of each question, not "
+        "only turn 1: one prompt per turn (ids <question_id>#t1, #t2, ...), turn k carrying "
+        "user turn 1, the answer to it, ..., user turn k. The earlier answers are the "
+        "control's, generated once greedily (temperature 0) before any measured request "
+        "and fed to every arm of every block (RUN_DIR/turn_history.jsonl), so every arm "
+        "gets identical inputs; each turn is measured and paired like any prompt, and the "
+        "report gives the TPOT ratio per turn. workload.num_prompts counts questions.",
+    )
+    history_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="workload.multi_turn: output tokens of each earlier-turn answer the "
+        "control generates for the history (unset: workload.max_tokens).",
     )
     num_prompts: int | None = Field(
         None,
@@ -122,6 +141,25 @@ class WorkloadParams(StrictModel):
                     f"(workload.format is {self.format!r})"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _turns_need_a_turn_format(self) -> WorkloadParams:
+        if self.multi_turn and self.format not in TURN_FORMATS:
+            raise ValueError(
+                f"workload.multi_turn needs a prompt format with turns ({' or '.join(TURN_FORMATS)}"
+                f"); workload.format is {self.format!r}"
+            )
+        if self.history_max_tokens is not None and not self.multi_turn:
+            raise ValueError(
+                "workload.history_max_tokens applies to workload.multi_turn: true only "
+                "(multi_turn is false)"
+            )
+        return self
+
+    @property
+    def history_tokens(self) -> int:
+        """Output tokens of each earlier-turn answer of the history (multi-turn runs)."""
+        return self.history_max_tokens or self.max_tokens
 
     @field_validator("max_tokens")
     @classmethod

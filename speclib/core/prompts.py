@@ -28,14 +28,17 @@ class PromptSetError(ValueError):
 class Prompt:
     """One prompt of a set.
 
-    ``turns`` keeps every user turn of a multi-turn question (MT-bench, Spec-Bench) for a
-    multi-turn runner; ``messages`` is what a single-turn run sends (turn 1).
+    ``turns`` keeps every user turn of a multi-turn question (MT-bench, Spec-Bench);
+    ``messages`` is what is sent: turn 1 in a single-turn run. A multi-turn run sends one
+    prompt per turn (:func:`speclib.core.turns.expand_turns`): its ``messages`` carry the
+    history and ``turn`` says which turn it is (1-based; None outside a multi-turn run).
     """
 
     id: str
     messages: tuple[dict[str, str], ...]
     category: str = "default"
     turns: tuple[str, ...] = ()
+    turn: int | None = None
 
     def as_messages(self) -> list[dict[str, str]]:
         """The messages as a fresh list of dicts (safe to hand to a request body)."""
@@ -135,7 +138,7 @@ def scan_sensitive(prompts: list[Prompt]) -> dict[str, list[str]]:
     """
     found: dict[str, list[str]] = {}
     for prompt in prompts:
-        text = "\n".join(m["content"] for m in prompt.messages)
+        text = "\n".join([*(m["content"] for m in prompt.messages), *prompt.turns])
         for kind, pattern in _PATTERNS.items():
             if pattern.search(text):
                 found.setdefault(kind, []).append(prompt.id)

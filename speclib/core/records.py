@@ -51,6 +51,8 @@ class RequestRecord:
     (vLLM's ``--enable-per-request-metrics``: ``queue_time_ms``,
     ``time_to_first_token_ms``, ``generation_time_ms``, ``mean_itl_ms``, all from the
     engine's clock): the second instrument, which no client delay can distort.
+    ``turn`` is set in a multi-turn run only (``prompt_id`` is then ``<question>#t<turn>``);
+    a record written before the field existed loads with ``turn`` None.
     """
 
     series: str
@@ -62,6 +64,7 @@ class RequestRecord:
     repeat: int = 0
     phase: str = "measure"  # "measure" or "warmup"
     category: str | None = None
+    turn: int | None = None  # multi-turn runs: which turn of its question (1-based)
     concurrency: int = 1
     level: int = 0  # index of the load level (params.workload.levels)
     request_rate: float | None = None  # Poisson rate of the level; None = closed loop

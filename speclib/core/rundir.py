@@ -7,6 +7,8 @@ Layout (the contract documented in the README)::
       params.resolved.json    the validated params with absolute paths
       manifest.json           provenance: versions, hardware, models, prompts, order, times
       requests.jsonl          one JSON line per request (all series, warm-up included)
+      turn_history.jsonl      multi-turn runs: the control's greedy answers to the earlier
+                              turns, fed to every arm (one JSON line per question and turn)
       launches/<launch_id>/   server.log, command.json, metrics_*.prom, memory.jsonl,
                               status.json (one folder per server launch)
       notebooks/              the executed notebooks (the record of what ran)
@@ -23,10 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OUTPUT_SCORES_FILE", "LaunchDir", "RunDir", "launch_id", "write_json_atomic"]
+__all__ = [
+    "OUTPUT_SCORES_FILE",
+    "TURN_HISTORY_FILE",
+    "LaunchDir",
+    "RunDir",
+    "launch_id",
+    "write_json_atomic",
+]
 
 OUTPUT_SCORES_FILE = "output_scores.jsonl"
 """Sampled runs: the target's log-probability of every output (one JSON line each)."""
+TURN_HISTORY_FILE = "turn_history.jsonl"
+"""Multi-turn runs: the earlier turns' answers every arm is fed (one JSON line each)."""
 
 
 def launch_id(series: str, replicate: int, level: int | None = None) -> str:
@@ -163,6 +174,12 @@ class RunDir:
     def blocks(self) -> Path:
         """One JSON line per replicate block: design, arms, start/end, why the run stopped."""
         return self.root / "blocks.jsonl"
+
+    @property
+    def turn_history(self) -> Path:
+        """Multi-turn runs: the control's greedy answers to the earlier turns of every
+        question, generated once and fed to every arm of every block."""
+        return self.root / TURN_HISTORY_FILE
 
     @property
     def output_scores(self) -> Path:

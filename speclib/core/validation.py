@@ -8,7 +8,9 @@ record is named by file and line) and, when the target's tokenizer is on this
 machine (a local folder, a built demo pair, or a hub id already in the local cache), renders
 every prompt with the chat template and checks that prompt + ``max_tokens`` fits
 ``max_model_len`` (vLLM refuses a longer prompt, and silently cuts ``max_tokens`` when prompt
-+ ``max_tokens`` is too long, so those requests measure shorter answers). What cannot be checked
++ ``max_tokens`` is too long, so those requests measure shorter answers); a multi-turn run's
+every turn is checked, each earlier answer counted at its most, ``history_max_tokens``
+tokens (the answers themselves are generated at run time). What cannot be checked
 here is said in ``notes``, never silently skipped. transformers is imported only for that
 length check.
 """
@@ -31,6 +33,7 @@ from speclib.core.params import (
     resolve_model_ref,
 )
 from speclib.core.prompts import Prompt, PromptSetError
+from speclib.core.turns import expand_turns, sent_prompt_count
 from speclib.core.vllm_schema import installed_spec_schema
 
 __all__ = ["DemoResolver", "PromptLength", "Validation", "prompt_lengths", "validate_params"]
@@ -75,6 +78,8 @@ def validate_params(
         raise ParamsError(f"{source}: invalid prompt file\n  - workload.prompts: {exc}") from None
     prompts = loaded.prompts
     notes += _prompt_set_notes(loaded.provenance)
+    if params.workload.multi_turn:
+        notes.append(_turn_note(params, prompts))
     target, why = _local_target(params, resolve_demo)
     if target is None:
         notes.append(f"prompt lengths not checked against max_model_len: {why}")
@@ -103,6 +108,28 @@ def _prompt_set_notes(provenance: dict[str, Any]) -> list[str]:
             f"{provenance['short_by']}, recorded in the manifest)"
         )
     return notes
+
+
+def _turn_note(params: ExperimentParams, questions: Sequence[Prompt]) -> str:
+    """What a multi-turn run sends: prompts per question, and how the history is made."""
+    n = sent_prompt_count(questions, params.workload)
+    return (
+        f"workload.multi_turn: {len(questions)} question(s) sent as {n} prompt(s), one per "
+        f"turn; the earlier turns' answers are the control's, greedy, up to "
+        f"{params.workload.history_tokens} tokens each, generated once before measuring"
+    )
+
+
+def _checked_prompts(
+    params: ExperimentParams, questions: Sequence[Prompt]
+) -> tuple[list[Prompt], dict[str, int]]:
+    """The prompts whose length is checked, and tokens to add to each: a multi-turn run's
+    turns with empty earlier answers, each answer counted as ``history_tokens`` tokens."""
+    if not params.workload.multi_turn:
+        return list(questions), {}
+    turns = expand_turns(questions, {q.id: [""] * len(q.turns) for q in questions})
+    budget = params.workload.history_tokens
+    return turns, {p.id: budget * ((p.turn or 1) - 1) for p in turns}
 
 
 def _spec_notes(params: ExperimentParams) -> list[str]:
@@ -205,7 +232,11 @@ def _fit_problem(
         return None, f"prompt lengths not checked against max_model_len: {why}"
     if not getattr(tokenizer, "chat_template", None):
         return None, "prompt lengths not checked: the target's tokenizer has no chat template"
-    lengths = prompt_lengths(prompts, tokenizer)
+    checked, reserve = _checked_prompts(params, prompts)
+    lengths = [
+        PromptLength(x.id, x.tokens + reserve.get(x.id, 0))
+        for x in prompt_lengths(checked, tokenizer)
+    ]
     max_tokens = params.workload.max_tokens
     over = [x for x in lengths if x.tokens + max_tokens > limit]
     if not over:
@@ -215,10 +246,15 @@ def _fit_problem(
         effect = "vLLM refuses a prompt longer than max_model_len"
     else:
         effect = "vLLM would silently cut max_tokens for them, so they measure shorter answers"
+    history = (
+        f" and {params.workload.history_tokens} per earlier answer (workload.history_max_tokens)"
+        if reserve.get(worst.id)
+        else ""
+    )
     return (
         f"workload.max_tokens / {limit_name}: {len(over)} of {len(lengths)} prompt(s) of "
         f"{prompt_file} do not fit; the longest, {worst.id!r}, is {worst.tokens} tokens "
-        f"with the chat template, and {worst.tokens} + max_tokens {max_tokens} = "
+        f"with the chat template{history}, and {worst.tokens} + max_tokens {max_tokens} = "
         f"{worst.tokens + max_tokens} > {limit_name} {limit} ({effect}): raise "
         "max_model_len, lower max_tokens or shorten the prompts"
     ), None

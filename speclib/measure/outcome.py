@@ -228,6 +228,7 @@ def to_record(acc: Accumulator, spec: RequestSpec, ctx: RunContext, due: float) 
         repeat=spec.repeat,
         phase=ctx.phase,
         category=spec.category,
+        turn=spec.turn,
         concurrency=ctx.concurrency,
         status=acc.status,
         t_start=acc.t_start,

@@ -62,12 +62,14 @@ def build_request_body(
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One request to send: identity for the record, and the pre-encoded body."""
+    """One request to send: identity for the record, and the pre-encoded body (``turn``:
+    the turn of a multi-turn run's prompt, copied into the record)."""
 
     prompt_id: str
     repeat: int
     category: str | None
     body: bytes
+    turn: int | None = None
 
 
 def chat_url(base_url: str) -> str:

@@ -355,6 +355,19 @@ def command_lines_html(launches: Any) -> str:
     )
 
 
+def _multi_turn_words(found: dict[str, Any], wl: Any) -> str:
+    """How a multi-turn run's turns were sent: one prompt per turn, with the control's
+    greedy answers as every arm's history (from the manifest's ``multi_turn`` entry)."""
+    series = found.get("series") or "the control"
+    tokens = found.get("max_tokens") or wl.history_tokens
+    return (
+        f"every turn of each question is a prompt of its own (id <question>#t<turn>), turn k "
+        f"carrying the earlier turns and their answers; the answers are {series}'s, greedy "
+        f"(temperature 0, up to {tokens} tokens), generated once before any measured "
+        f"request ({found.get('history_file') or 'turn_history.jsonl'}) and fed to every arm"
+    )
+
+
 def method_html(an: RunAnalysis) -> str:
     """Protocol, warnings, per-series numbers, reconciliation, provenance, command lines."""
     p = an.params
@@ -389,6 +402,8 @@ def method_html(an: RunAnalysis) -> str:
             f"({p.analysis.n_resamples} resamples, seed {p.analysis.seed}) is information only"
         ),
     }
+    if getattr(wl, "multi_turn", False):
+        protocol["multi-turn"] = _multi_turn_words(an.manifest.get("multi_turn") or {}, wl)
     parts = ["<h2>Method and provenance</h2>", _kv_table(protocol)]
     if an.warnings:
         items = "".join(f"<li>{html.escape(w)}</li>" for w in an.warnings)

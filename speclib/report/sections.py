@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from speclib.analysis.categories import CATEGORY_NOTE
+from speclib.analysis.categories import CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.comparisons import Comparison
 from speclib.analysis.resolution import bench_check
 from speclib.analysis.run_analysis import RunAnalysis
@@ -612,22 +612,39 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
     )
 
 
-def _by_category(c: Comparison) -> str:
-    """Where the effect comes from, when the prompts come in several categories: each
-    category's ratio in words with its descriptive interval, or why it has none."""
-    cats = getattr(c, "tpot_ratio_by_category", None) or {}
-    if len(cats) < 2:
-        return ""
+def _group_words(groups: dict[Any, Any]) -> str:
+    """Each group's ratio (a :class:`CategoryRatio`) in words, with its descriptive
+    interval or why it has none, separated by semicolons."""
     parts = []
-    for cat, r in cats.items():
+    for r in groups.values():
         counts = f"{r.n_pairs} pairs in {r.n_blocks} block{'s' * (r.n_blocks != 1)}"
         if r.has_interval:
             ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
             where = f"{_conf(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
         else:
             where = f"{counts}: {r.note or 'no interval'}"
-        parts.append(f"{cat} {ratio_words(r.estimate)} ({where})")
-    return " TPOT ratio by prompt category: " + "; ".join(parts) + f". The {CATEGORY_NOTE}."
+        parts.append(f"{r.category} {ratio_words(r.estimate)} ({where})")
+    return "; ".join(parts)
+
+
+def _by_category(c: Comparison) -> str:
+    """Where the effect comes from, when the prompts come in several categories: each
+    category's ratio in words with its descriptive interval, or why it has none; then,
+    in a multi-turn run, the same per turn (:func:`_by_turn`)."""
+    cats = getattr(c, "tpot_ratio_by_category", None) or {}
+    text = ""
+    if len(cats) >= 2:
+        text = f" TPOT ratio by prompt category: {_group_words(cats)}. The {CATEGORY_NOTE}."
+    return text + _by_turn(c)
+
+
+def _by_turn(c: Comparison) -> str:
+    """A multi-turn run's TPOT ratio per turn (turn 2 carries the turn-1 answer in its
+    prompt), in words with descriptive intervals; "" with fewer than two turns."""
+    turns = getattr(c, "tpot_ratio_by_turn", None) or {}
+    if len(turns) < 2:
+        return ""
+    return f" TPOT ratio per turn: {_group_words(turns)}. The {TURN_NOTE}."
 
 
 def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:

@@ -5,9 +5,12 @@ in the interleaved design, a single arm in the sequential one (then it behaves e
 a one-server launch). For each arm it obtains a server (see :mod:`speclib.run.launching`;
 all arms start in parallel), samples its memory and, with several arms, the CPU of every
 server tagged with the arm being served (:mod:`speclib.serve.cpu`); takes ``/metrics``
-snapshots before warm-up and around each load level; sends the warm-up requests; then, per
-load level, sends the prompts in alternation slots (:func:`speclib.run.design.plan_slots`):
-at concurrency 1 each prompt goes to every arm back to back in a fresh random order. Every
+snapshots before warm-up and around each load level; sends the warm-up requests; in a
+multi-turn run, has the control answer the earlier turns once (or reads those answers from
+the run folder, :mod:`speclib.run.history`) and expands each question into one prompt per
+turn; then, per load level, sends the prompts in alternation slots
+(:func:`speclib.run.design.plan_slots`): at concurrency 1 each prompt goes to every arm
+back to back in a fresh random order. Every
 record is appended to ``requests.jsonl`` with its block, slot and position in the slot.
 After the last level it runs the optional ``vllm bench`` cross-check per arm, stops every
 server, verifies each arm's mode (speculation on or off) and writes each launch's
@@ -29,10 +32,12 @@ from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams
 from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.turns import sent_prompt_count
 from speclib.measure.worker import shared_worker
 from speclib.run.alternate import measure_levels
 from speclib.run.arms import Arm, stamp, start_all, warm_up
 from speclib.run.design import Block, block_id, group_launch_id
+from speclib.run.history import block_prompts
 from speclib.run.launching import api_key
 from speclib.run.observe import (
     SeriesResult,
@@ -167,7 +172,8 @@ def run_block(
     names = list(arms) if arms else [a.name for a in params.arms]
     block = block or block_id(design, replicate, names[0] if len(names) == 1 else None)
     group = Block(block, replicate, tuple(names)).group
-    prompts = list(workload_prompts(params).prompts)
+    questions = list(workload_prompts(params).prompts)
+    n_prompts = sent_prompt_count(questions, params.workload)
     lids = [group_launch_id(n, replicate, group) for n in names]
     runs = [
         Arm(params.series_by_name(n), lid, rd.launch_files(lid))
@@ -176,19 +182,19 @@ def run_block(
     for arm in runs:
         arm.files.root.mkdir(parents=True, exist_ok=True)
     try:
-        _run(params, rd, runs, prompts, replicate, block, show_progress)
+        _run(params, rd, runs, questions, replicate, block, show_progress)
     except BaseException as exc:
         why = f"{type(exc).__name__}: {exc}"
         for arm in runs:
             if not arm.files.status.exists():
-                status = _status(params, arm, replicate, block, design, why, len(prompts))
+                status = _status(params, arm, replicate, block, design, why, n_prompts)
                 status = replace(status, extra={"traceback": traceback.format_exc()[-4000:]})
                 write_json_atomic(arm.files.status, status.to_dict())
         raise
-    return [_conclude(params, rd, a, replicate, block, design, names, len(prompts)) for a in runs]
+    return [_conclude(params, rd, a, replicate, block, design, names, n_prompts) for a in runs]
 
 
-def _run(params, rd: RunDir, runs: list[Arm], prompts, replicate: int, block: str, show):
+def _run(params, rd: RunDir, runs: list[Arm], questions, replicate: int, block: str, show):
     key = api_key(params)
     with contextlib.ExitStack() as stack:
         start_all(params, rd, runs, stack)
@@ -205,9 +211,10 @@ def _run(params, rd: RunDir, runs: list[Arm], prompts, replicate: int, block: st
                 params,
                 rd,
                 arm,
-                prompts,
+                questions,
                 stamp(arm, replicate, block, 0, params.workload.levels[0]),
             )
+        prompts = block_prompts(params, rd, questions, live, block)
         placement = place_client(shared_worker().pid, [a.handle.pid for a in live if a.handle])
         for arm in live:
             arm.client_placement = placement

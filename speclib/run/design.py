@@ -246,7 +246,9 @@ def plan_blocks(
     from :func:`plan_groups` (``r0``, ``r0.1``, …; the groups run in ``protocol.order``).
     Sequential: one block per launch, ordered within each replicate by ``protocol.order``
     (``abba`` reverses every other replicate, ``random`` shuffles with ``protocol.seed``,
-    ``fixed`` keeps file order).
+    ``fixed`` keeps file order); with ``workload.multi_turn`` the control's launch opens
+    the first replicate, since its answers are every arm's history
+    (:mod:`speclib.run.history`).
     """
     names = [a.name for a in params.arms]
     reps = replicates if replicates is not None else range(params.workload.replicates)
@@ -263,6 +265,9 @@ def plan_blocks(
         return out
     for rep in range(max(reps, default=-1) + 1):
         order = _ordered(params, names, rng, rep)
+        if rep == 0 and params.workload.multi_turn:  # the control's answers come first
+            order.remove(params.control_name)
+            order.insert(0, params.control_name)
         if rep in reps:
             out += [Block(block_id(design, rep, a), rep, (a,)) for a in order]
     return out

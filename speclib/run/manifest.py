@@ -22,6 +22,7 @@ from typing import Any
 
 from speclib.core.datasets import LoadedPrompts, workload_prompts
 from speclib.core.params import ExperimentParams, resolve_model_ref
+from speclib.run.history import history_provenance
 from speclib.serve.memory import nvidia_smi_rows
 
 __all__ = ["build_manifest", "folder_sha256", "model_identity", "package_versions"]
@@ -153,10 +154,12 @@ def build_manifest(
 
     ``prompts``: the run's prompts as already loaded (default: loaded here); their
     provenance is the manifest's ``prompts`` entry (``path``, ``sha256``, ``format``,
-    records read and skipped, the sample drawn and how many short).
+    records read and skipped, the sample drawn and how many short). A multi-turn run adds
+    ``multi_turn``: the history is the control's, greedy, with its ``max_tokens``
+    (:func:`speclib.run.history.history_provenance`).
     """
     prompts = workload_prompts(params) if prompts is None else prompts
-    return {
+    manifest = {
         "kit": "speclib",
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "params_file": params.source,
@@ -172,3 +175,6 @@ def build_manifest(
         "order": order,
         "analysis": params.analysis.model_dump(),
     }
+    if params.workload.multi_turn:
+        manifest["multi_turn"] = history_provenance(params, prompts.prompts)
+    return manifest

@@ -157,6 +157,7 @@ def not_attempted(
             prompt_id=s.prompt_id,
             repeat=s.repeat,
             category=s.category,
+            turn=getattr(s, "turn", None),
             ok=False,
             error=f"not attempted: {reason}",
             extra={"attempted": False},

@@ -6,6 +6,8 @@ gives the seeded Poisson arrival times of an open-loop load level, identical for
 series; :func:`warmup_prompts` derives warm-up prompts that share no prefix with the
 measured ones. Used by the measured launches (:mod:`speclib.run.block`) and by the
 ``vllm bench`` cross-check (:mod:`speclib.run.crosscheck`), so both send the same requests.
+:func:`history_request_specs` are the unmeasured greedy requests that answer the earlier
+turns of a multi-turn run (:mod:`speclib.run.history`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from speclib.core.params import ExperimentParams
 from speclib.core.prompts import Prompt
 
-__all__ = ["arrival_offsets", "make_request_specs", "warmup_prompts"]
+__all__ = ["arrival_offsets", "history_request_specs", "make_request_specs", "warmup_prompts"]
 
 
 def make_request_specs(
@@ -46,7 +48,42 @@ def make_request_specs(
                 min_tokens=wl.min_tokens,
                 cache_salt=cache_salt,
             )
-            specs.append(RequestSpec(prompt_id=p.id, repeat=rep, category=p.category, body=body))
+            specs.append(
+                RequestSpec(prompt_id=p.id, repeat=rep, category=p.category, body=body, turn=p.turn)
+            )
+    return specs
+
+
+def history_request_specs(
+    prompts: list[Prompt],
+    params: ExperimentParams,
+    *,
+    model: str,
+    cache_salt: str | None = None,
+) -> list[Any]:
+    """The requests answering one earlier turn of a multi-turn run: greedy (temperature 0,
+    top_p 1, no top_k, seed or min_tokens), ``workload.history_tokens`` output tokens,
+    stopping at the end-of-sequence token even with ``workload.ignore_eos`` (an answer,
+    not a measurement)."""
+    from speclib.measure import RequestSpec, build_request_body
+
+    specs = []
+    for p in prompts:
+        body = build_request_body(
+            model=model,
+            messages=p.as_messages(),
+            max_tokens=params.workload.history_tokens,
+            temperature=0.0,
+            top_p=1.0,
+            top_k=None,
+            seed=None,
+            ignore_eos=False,
+            min_tokens=None,
+            cache_salt=cache_salt,
+        )
+        specs.append(
+            RequestSpec(prompt_id=p.id, repeat=0, category=p.category, body=body, turn=p.turn)
+        )
     return specs
 
 

@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from speclib.analysis.sampling import expected_logprob, outside_nucleus
-from speclib.core.datasets import workload_prompts
 from speclib.core.httpapi import HTTPError, request_bytes, served_model
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
+from speclib.core.turns import measured_prompts
 from speclib.run.launching import api_key, server_for
 
 __all__ = [
@@ -342,7 +342,7 @@ def _run_items(params: Any, run_dir: Path) -> list[ScoreItem]:
     rd = RunDir.at(run_dir)
     if not rd.requests.exists():
         raise FileNotFoundError(f"{rd.requests} does not exist: nothing to score")
-    messages = {p.id: p.as_messages() for p in workload_prompts(params).prompts}
+    messages = {p.id: p.as_messages() for p in measured_prompts(params, rd.root)}
     return items_from_records(read_records(rd.requests), messages)
 
 

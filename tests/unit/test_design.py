@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _params(tmp_path: Path, **protocol):
-    data = yaml.safe_load((REPO / "params" / "cpu-demo.yaml").read_text())
+    data = yaml.safe_load((REPO / "params" / "cpu-demo-full.yaml").read_text())
     data["workload"]["prompts"] = str(REPO / "prompts" / "demo-mixed.jsonl")
     data["protocol"] = {**data.get("protocol", {}), **protocol}
     path = tmp_path / "p.yaml"

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_SETS = sorted((REPO / "prompts").glob("demo-*.jsonl"))
+DEMO_FORMATS = {"demo-multiturn.jsonl": "mt-bench"}  # the others are the kit's own format
 
 
 def _rec(series: str, prompt: int, **kw) -> RequestRecord:
@@ -219,8 +220,9 @@ def test_a_missing_or_changed_prompt_file_is_not_assessed(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("path", DEMO_SETS, ids=lambda p: p.name)
 def test_the_demo_prompt_sets_hold_no_near_duplicates(path: Path) -> None:
-    prompts = read_dataset(path).prompts
-    texts = {p.id: "\n".join(m["content"] for m in p.messages) for p in prompts}
+    prompts = read_dataset(path, DEMO_FORMATS.get(path.name, "speclib")).prompts
+    texts = {p.id: "\n".join([m["content"] for m in p.messages] + list(p.turns[1:]))
+             for p in prompts}  # fmt: skip
     check = near_duplicate_check(texts)
     assert check.status == "pass", check.detail
 
