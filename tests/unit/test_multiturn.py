@@ -305,7 +305,7 @@ def test_the_demo_multi_turn_params_validate() -> None:
     found = validate_params(DEMO)
     params = found.params
     assert params.workload.multi_turn and params.workload.format == "mt-bench"
-    assert params.workload.replicates == 2 and params.workload.max_tokens == 48
+    assert params.workload.replicates == 4 and params.workload.max_tokens == 48
     assert params.workload.truncation_expected
     assert len(found.prompts) == 8 and all(len(p.turns) == 2 for p in found.prompts)
     assert len({p.category for p in found.prompts}) == 3

@@ -132,6 +132,28 @@ def test_the_history_is_the_controls_greedy_answers_turn_by_turn(tmp_path) -> No
     assert [b["messages"] for b in bodies][-1] == [dict(m) for m in got[2].messages]
 
 
+def test_a_failed_history_request_stops_the_block_with_its_cause(tmp_path) -> None:
+    """No measured turn 2 without the whole history: a 500 from the control is named."""
+    from speclib.core.params import ExperimentParams
+    from speclib.core.prompts import Prompt
+    from speclib.core.rundir import RunDir
+    from speclib.core.turns import TurnHistoryError
+    from speclib.run.arms import Arm
+    from speclib.run.history import generate_history
+    from tests.fakeserver import FakeServer, Script
+
+    params = ExperimentParams.model_validate(yaml.safe_load(_params(tmp_path).read_text()))
+    questions = [Prompt(q, (_user(q + "1"),), "c", (q + "1", q + "2")) for q in ("a", "b")]
+    rd = RunDir.at(tmp_path / "run")
+    control = Arm(params.series_by_name("control"), "control-r0", rd.launch_files("control-r0"))
+    failing = Script(status=500, error_message="KV cache exhausted")
+    with FakeServer(default=failing) as srv:
+        control.base_url, control.model = srv.base_url, "fake-model"
+        with pytest.raises(TurnHistoryError, match=r"2 of 2 requests to the control") as err:
+            generate_history(params, control, questions, block="r0")
+    assert "control-r0" in str(err.value) and "KV cache exhausted" in str(err.value)
+
+
 def test_a_multi_turn_run_feeds_every_arm_the_controls_history(tmp_path) -> None:
     params = _params(tmp_path)
     run, log = tmp_path / "run", tmp_path / "bodies"
