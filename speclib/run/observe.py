@@ -157,7 +157,7 @@ def not_attempted(
             prompt_id=s.prompt_id,
             repeat=s.repeat,
             category=s.category,
-            turn=getattr(s, "turn", None),
+            turn=s.turn,
             ok=False,
             error=f"not attempted: {reason}",
             extra={"attempted": False},
