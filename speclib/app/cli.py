@@ -15,6 +15,7 @@ failures.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,15 +37,23 @@ def _absolute_paths(args: argparse.Namespace) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from speclib.core.params import ParamsError
     from speclib.core.validation import validate_params
-    from speclib.demo.models import default_cache_dir, recipe_key
+    from speclib.demo.models import built_demo_dir
+    from speclib.run.cli_check import require_commands
+    from speclib.run.placement import gpu_inventory, memory_plan, placements
 
-    def built_demo(name: str) -> Path | None:  # the demo pair's folder, never a build here
-        folder = default_cache_dir() / f"demo-{recipe_key()}" / name
-        return folder if (folder / "config.json").is_file() else None
-
-    result = validate_params(args.file, resolve_demo=built_demo)
+    result = validate_params(args.file, resolve_demo=built_demo_dir)
     params = result.params
+    commands = require_commands(params, args.file)
+    inventory = gpu_inventory()
+    placed = placements(params, n_gpus=len(inventory))
+    plan = memory_plan([[a.name for a in params.arms]], placed, inventory)
+    if plan.problems:
+        raise ParamsError(
+            f"{args.file}: the servers up together do not fit their GPUs\n"
+            + "\n".join(f"  - {p}" for p in plan.problems)
+        )
     names = ", ".join(_series_label(s) for s in params.series)
     aa = " + A/A arm 'aa'" if params.protocol.aa else ""
     aa += "".join(f" + draft-alone arm {a!r}" for a in params.draft_alone_arms.values())
@@ -53,8 +62,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{params.protocol.design}, {params.workload.replicates} replicate block(s), "
         f"concurrency {params.workload.concurrency}; {len(result.prompts)} prompt(s)"
     )
-    for note in result.notes:
+    for note in [*result.notes, *commands.notes()]:
         print(f"note: {note}")
+    if commands.skipped is None:
+        print(f"server commands: every flag accepted by vLLM {commands.vllm}'s parser")
+    for name, p in placed.items():
+        if p.gpus is not None:
+            share = f"{p.utilization:g}" + (" (derived)" if p.derived else "")
+            print(f"placement: {name} on GPU {','.join(map(str, p.gpus))}, share {share}")
     return 0
 
 
@@ -77,10 +92,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if out is None:  # named here, so that the display watches the folder the run writes
         out = str(default_run_dir(load_params(params, check_files=False, check_vllm=False)))
 
+    if args.detach:
+        return _detached(args, params, out)
+
     def run(log: Callable[[str], None]) -> Any:
         return run_experiment(params, out=out, resume=bool(args.resume), log=log)
 
     return _shown(args, out, run)
+
+
+def _detached(args: argparse.Namespace, params: str, out: str) -> int:
+    """Start this same run in a session of its own, writing to ``OUT/run.log``; return at
+    once. The detached kit still stops every server it started when it ends or is killed."""
+    import subprocess
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    log = Path(out) / "run.log"
+    argv = [sys.executable, "-m", "speclib", "run", "--out", out]
+    argv += ["--resume", out] if args.resume else [params]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as fh:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+    print(f"running detached (pid {proc.pid}, its own session): {out}")
+    print(f"progress: tail -f {log}   stop: kill {proc.pid}   (servers stop with it)")
+    return 0
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -205,6 +247,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("params", nargs="?", help="params YAML file (optional with --resume)")
     r.add_argument("--out", help="run folder (default: output_dir or runs/<name>-<time>)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run")
+    r.add_argument(
+        "--detach",
+        action="store_true",
+        help="run in a session of its own and return at once (progress in RUN_DIR/run.log)",
+    )
     _output_options(r)
     r.set_defaults(func=_cmd_run)
     a = sub.add_parser("analyze", help="re-run the analysis on a run folder (no server)")
@@ -259,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     from speclib.core.params import ParamsError
     from speclib.core.prompts import PromptSetError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["build-demo"]:  # its own parser owns every option after the verb
+        return _cmd_build_demo(argparse.Namespace(rest=argv[1:]))
     args = _parser().parse_args(argv)
     _absolute_paths(args)
     try:

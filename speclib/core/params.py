@@ -205,11 +205,26 @@ class ExperimentParams(StrictModel):
         control = next(s for s in self.series if s.name == self.control_name)
         arms = list(self.series)
         if self.protocol.aa:
-            arms.append(control.model_copy(update={"name": AA_ARM}))
+            arms.append(control.model_copy(update={"name": AA_ARM, "gpus": self.aa_gpus}))
         for of, name in self.draft_alone_arms.items():
             update = {"name": name, "draft_alone_of": of, "per_request_metrics": None}
             arms.append(control.model_copy(update=update))
         return arms
+
+    def gpus_of(self, series: SeriesParams) -> list[int] | None:
+        """The GPUs a series' server is placed on (None: not placed, vLLM's default)."""
+        return series.gpus if series.gpus is not None else self.server.gpus
+
+    @property
+    def aa_gpus(self) -> list[int] | None:
+        """Where the A/A arm runs: on the first experiment's GPUs when they are not the
+        control's (so the A/A ratio measures the hardware difference the verdicts carry),
+        else beside the control."""
+        control = next(s for s in self.series if s.name == self.control_name)
+        for s in self.series:
+            if s.name != control.name and self.gpus_of(s) != self.gpus_of(control):
+                return self.gpus_of(s)
+        return control.gpus
 
     @property
     def draft_alone_arms(self) -> dict[str, str]:

@@ -110,7 +110,19 @@ class ServerParams(StrictModel):
     dtype: str | None = Field(None, description="--dtype (auto, float32, bfloat16, half)")
     enforce_eager: bool = Field(False, description="--enforce-eager (fast start, no graphs)")
     tensor_parallel_size: int = Field(1, ge=1, description="Target --tensor-parallel-size")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="--gpu-memory-utilization of every server: the share of each of its GPUs "
+        "it may take. Unset on a GPU: 0.90 split among the servers that share the GPU.",
+    )
+    gpus: list[int] | None = Field(
+        None,
+        description="GPU indices every server uses (CUDA_VISIBLE_DEVICES), one per "
+        "tensor-parallel rank; a series' own gpus override it. Unset: GPUs 0 … "
+        "tensor_parallel_size - 1.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI arguments.")
     per_request_timing: bool = Field(
         True,
@@ -148,6 +160,20 @@ class ServerParams(StrictModel):
                 )
         return value
 
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indices(cls, value: list[int] | None) -> list[int] | None:
+        return _check_gpus(value)
+
+    @model_validator(mode="after")
+    def _gpus_match_tp(self) -> ServerParams:
+        if self.gpus is not None and len(self.gpus) != self.tensor_parallel_size:
+            raise ValueError(
+                f"gpus {self.gpus} names {len(self.gpus)} GPU(s) but tensor_parallel_size is "
+                f"{self.tensor_parallel_size}: name one GPU per rank"
+            )
+        return self
+
     @model_validator(mode="after")
     def _remote_needs_key(self) -> ServerParams:
         if not is_loopback(self.host):
@@ -182,6 +208,12 @@ class SeriesParams(StrictModel):
         description="--per-request-spec-decode-metrics summary (default: on for experiments).",
     )
     base_url: str | None = Field(None, description="Measure an external endpoint for this arm.")
+    gpus: list[int] | None = Field(
+        None,
+        description="GPU indices of this arm's server (CUDA_VISIBLE_DEVICES), one per "
+        "tensor-parallel rank; default server.gpus. Arms on different GPUs differ by hardware "
+        "too: the report says so and the A/A arm runs on the experiment's GPUs.",
+    )
     draft_alone_of: str | None = Field(
         None,
         description="Set by the kit, not in params files: this arm serves the draft model "
@@ -197,6 +229,11 @@ class SeriesParams(StrictModel):
         description="Set by the kit, not in params files: this series' values of the swept "
         "speculative_config keys.",
     )
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indices(cls, value: list[int] | None) -> list[int] | None:
+        return _check_gpus(value)
 
     @field_validator("speculative_config")
     @classmethod
@@ -237,6 +274,14 @@ class SeriesParams(StrictModel):
         if self.per_request_metrics is None:
             return not self.is_control
         return self.per_request_metrics
+
+
+def _check_gpus(value: list[int] | None) -> list[int] | None:
+    if value is None:
+        return None
+    if not value or any(i < 0 for i in value) or len(set(value)) != len(value):
+        raise ValueError(f"gpus must be distinct GPU indices >= 0, got {value}")
+    return value
 
 
 def _validate_spec_config(spec: dict[str, Any]) -> None:

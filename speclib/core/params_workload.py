@@ -291,6 +291,14 @@ class ProtocolParams(StrictModel):
         "own arm's 0-20 %, and more often for the faster speculative arms, which biases the "
         "ratio. 0 disables the pause.",
     )
+    compile_cache: Literal["auto", "shared", "private"] = Field(
+        "auto",
+        description="vLLM's cache folder (VLLM_CACHE_ROOT: torch.compile artefacts, keyed by "
+        "vLLM on the model and compilation config). shared: one folder under "
+        "$SPECLIB_CACHE for every launch, so a configuration compiles once per machine; "
+        "private: a fresh folder per launch (every start compiles). auto: shared on a GPU, "
+        "private on a CPU (the CPU demo runs eager).",
+    )
     server_nice: int = Field(
         19,
         ge=0,

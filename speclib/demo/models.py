@@ -43,10 +43,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from speclib.demo.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, generate_chats
 from speclib.demo.recipe import DEFAULT_RECIPE, DemoRecipe
+from speclib.demo.synthetic import (
+    DECLARATION_FILE,
+    PRESETS,
+    SyntheticRecipe,
+    build_synthetic_draft,
+    build_synthetic_target,
+    parse_synthetic_ref,
+)
 from speclib.demo.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
@@ -68,6 +76,7 @@ __all__ = [
     "DemoPair",
     "build_demo_pair",
     "build_into",
+    "built_demo_dir",
     "default_cache_dir",
     "demo_model_dir",
     "main",
@@ -204,16 +213,52 @@ def build_demo_pair(
 
 
 def demo_model_dir(
-    name: Literal["target", "draft"],
+    name: str,
     *,
     cache_dir: Path | None = None,
     log: Callable[[str], Any] | None = None,
 ) -> Path:
-    """Folder of the demo ``target`` or ``draft`` model, building the pair if missing."""
-    if name not in ("target", "draft"):
-        raise ValueError(f"`name` must be 'target' or 'draft', got {name!r}")
-    pair = build_demo_pair(cache_dir=cache_dir, log=log or _stderr)
-    return pair.target_dir if name == "target" else pair.draft_dir
+    """Folder of a demo model, building it if missing: ``target`` or ``draft`` of the CPU
+    pair, or a synthetic pair's ``<preset>/target`` or ``<preset>/draft[@agreement]``
+    (:mod:`speclib.demo.synthetic`; a ValueError names a bad reference)."""
+    if name in ("target", "draft"):
+        pair = build_demo_pair(cache_dir=cache_dir, log=log or _stderr)
+        return pair.target_dir if name == "target" else pair.draft_dir
+    return _synthetic_dir(name, cache_dir=cache_dir, log=log or _stderr, build=True)
+
+
+def built_demo_dir(name: str) -> Path | None:
+    """The folder of demo model ``name`` if it is built already (never builds); a ValueError
+    names a reference that is no demo model."""
+    if name in ("target", "draft"):
+        folder = default_cache_dir() / f"demo-{recipe_key()}" / name
+        return folder if (folder / "config.json").is_file() else None
+    return _synthetic_dir(name, cache_dir=None, log=_stderr, build=False)
+
+
+def _synthetic_dir(
+    name: str, *, cache_dir: Path | None, log: Callable[[str], Any], build: bool
+) -> Path | None:
+    preset, role, agreement = parse_synthetic_ref(name)
+    recipe = SyntheticRecipe(preset=preset, agreement=agreement if agreement is not None else 0.7)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    pair_root = root / f"synthetic-{preset}-s{recipe.seed}-v{BUILDER_VERSION}"
+    final = pair_root / ("target" if role == "target" else f"draft-a{recipe.agreement:.4f}")
+    if (final / DECLARATION_FILE).is_file() or not build:
+        return final if (final / DECLARATION_FILE).is_file() else None
+    pair_root.mkdir(parents=True, exist_ok=True)
+    with _file_lock(pair_root / f"{final.name}.lock", log):
+        if (final / DECLARATION_FILE).is_file():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=pair_root))
+        try:
+            tmp.chmod(0o755)
+            builder = build_synthetic_target if role == "target" else build_synthetic_draft
+            builder(recipe, tmp, log=log)
+            _publish(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def _stderr(message: str) -> None:
@@ -317,8 +362,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     parser.add_argument("--quiet", action="store_true", help="print only the two folders")
+    parser.add_argument(
+        "--synthetic",
+        metavar="PRESET",
+        choices=sorted(PRESETS),
+        help="build a synthetic pair of real shapes instead (qwen3-4b: the seed pair's shapes, "
+        "for a GPU; seconds to build), whose draft agrees with the target at --agreement",
+    )
+    parser.add_argument(
+        "--agreement", type=float, default=0.7, help="the synthetic draft's agreement (0-1)"
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     log = (lambda _msg: None) if args.quiet else _stderr
+    if args.synthetic:
+        draft = f"{args.synthetic}/draft@{args.agreement:g}"
+        for ref in (f"{args.synthetic}/target", draft):
+            print(f"demo:{ref}: {demo_model_dir(ref, cache_dir=args.cache_dir, log=log)}")
+        return 0
     pair = build_demo_pair(cache_dir=args.cache_dir, force=args.force, log=log)
     print(f"target: {pair.target_dir}")
     print(f"draft:  {pair.draft_dir}")

@@ -14,6 +14,7 @@ arm's unmeasured warm-up requests.
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -65,6 +66,7 @@ class Arm:
     sampler: Any = None
     died_during: bool = False
     client_placement: dict[str, Any] = field(default_factory=dict)
+    command: list[str] | None = None  # a failed launch's command (a started one: spec.argv)
 
     @property
     def name(self) -> str:
@@ -82,9 +84,11 @@ class ServerKeeper(threading.Thread):
     its own thread, which lives until the block releases it.
     """
 
-    def __init__(self, params: ExperimentParams, rd: RunDir, arm: Arm) -> None:
+    def __init__(
+        self, params: ExperimentParams, rd: RunDir, arm: Arm, after: ServerKeeper | None = None
+    ) -> None:
         super().__init__(name=f"speclib-server-{arm.lid}", daemon=True)
-        self.params, self.rd, self.arm = params, rd, arm
+        self.params, self.rd, self.arm, self.after = params, rd, arm, after
         self.ready = threading.Event()
         self.release = threading.Event()
         self.value: tuple[str, Any, Any] | None = None
@@ -92,6 +96,13 @@ class ServerKeeper(threading.Thread):
 
     def run(self) -> None:
         try:
+            if self.after is not None:  # shares a GPU with it: start once it is ready
+                while not self.after.ready.wait(0.2):
+                    if self.release.is_set():
+                        return
+                if self.release.is_set():
+                    return
+            self.arm.started = time.time()
             with server_for(self.params, self.arm.series, self.rd, self.arm.lid) as value:
                 self.value = value
                 self.ready.set()
@@ -103,9 +114,20 @@ class ServerKeeper(threading.Thread):
 
 
 def start_all(params: ExperimentParams, rd: RunDir, arms: list[Arm], stack) -> None:
-    """Start every arm's server in parallel; a failure is kept on its arm, not raised."""
+    """Start every arm's server: in parallel, except that servers sharing a GPU start one
+    after another (:func:`speclib.run.placement.start_after`); a failure is kept on its
+    arm, not raised."""
+    from speclib.run.placement import gpu_count, placements, start_after
+
     key = api_key(params)
-    keepers = [ServerKeeper(params, rd, a) for a in arms]
+    order = start_after([a.name for a in arms], placements(params, n_gpus=gpu_count()))
+    keepers: list[ServerKeeper] = []
+    by_name: dict[str, ServerKeeper] = {}
+    for a in arms:
+        before = order.get(a.name)
+        keeper = ServerKeeper(params, rd, a, after=by_name.get(before) if before else None)
+        keepers.append(keeper)
+        by_name[a.name] = keeper
     stack.callback(release_all, keepers)
     for keeper in keepers:
         keeper.start()
@@ -116,10 +138,20 @@ def start_all(params: ExperimentParams, rd: RunDir, arms: list[Arm], stack) -> N
         if keeper.value is None:
             err = keeper.error
             arm.start_error = f"{type(err).__name__}: {err}" if err else "server did not start"
+            arm.command = _written_command(arm)
             continue
         arm.base_url, arm.handle, arm.spec = keeper.value
         arm.external = is_external(params, arm.series)
         arm.model = arm.spec.served_model if arm.spec else external_model(arm.base_url, key)
+
+
+def _written_command(arm: Arm) -> list[str] | None:
+    """The command a failed launch was given, as written before it started (None: it never
+    got that far)."""
+    try:
+        return list(json.loads(arm.files.command.read_text(encoding="utf-8"))["argv"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def release_all(keepers: list[ServerKeeper]) -> None:

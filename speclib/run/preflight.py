@@ -4,7 +4,10 @@ What the ``00_setup`` notebook calls before any series starts. It verifies that 
 server can be started here (vLLM importable as a module — the CPU wheel's ``vllm`` console
 script is not used), builds the embedded demo pair when the params name it, compares the
 target and draft vocabularies of every ``draft_model`` series (a mismatch stops the run with
-both sizes named), warns about prompts that look like personal data or secrets, and writes
+both sizes named), checks every server command against the installed vLLM's parser and
+the memory plan of the servers that share a GPU (:mod:`speclib.run.cli_check`,
+:mod:`speclib.run.placement`: a refused flag or a plan that cannot fit stops the run before
+any server starts), warns about prompts that look like personal data or secrets, and writes
 ``manifest.json`` with the launch order.
 """
 
@@ -17,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams
+from speclib.core.params import ExperimentParams, ParamsError
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.manifest import build_manifest, hardware
+from speclib.run.placement import gpu_inventory, memory_plan, placements
 
 __all__ = [
+    "OmittedFlagWarning",
     "SensitivePromptWarning",
     "SetupReport",
     "VocabMismatchError",
@@ -35,6 +41,10 @@ __all__ = [
 
 class VocabMismatchError(ValueError):
     """Target and draft tokenizers differ; draft_model speculation would be refused or wrong."""
+
+
+class OmittedFlagWarning(UserWarning):
+    """A measurement flag the installed vLLM lacks is left out of the server commands."""
 
 
 class SensitivePromptWarning(UserWarning):
@@ -186,6 +196,17 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
     if kept.get("design") and kept.get("blocks"):
         choice = DesignChoice(**kept["design"])
         blocks = [Block(b["block"], b["replicate"], tuple(b["arms"])) for b in kept["blocks"]]
+    commands = require_commands(params, f"params {params.name!r}")
+    for note in commands.notes():
+        warnings.warn(note, OmittedFlagWarning, stacklevel=2)
+    inventory = gpu_inventory()
+    placed = placements(params, n_gpus=len(inventory))
+    plan = memory_plan([b.arms for b in blocks], placed, inventory)
+    if plan.problems:
+        raise ParamsError(
+            f"params {params.name!r}: the servers up together do not fit their GPUs\n"
+            + "\n".join(f"  - {p}" for p in plan.problems)
+        )
     order = [
         {"series": arm, "replicate": b.replicate, "launch_id": lid, "block": b.block}
         for b in blocks
@@ -197,6 +218,9 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
     manifest["vllm"] = version
     manifest["security_advisories"] = _advisories(version)
     manifest["vocab_checks"] = checks
+    manifest["cli"] = commands.to_dict()
+    manifest["placement"] = {name: p.to_dict() for name, p in placed.items()}
+    manifest["memory_plan"] = plan.to_dict()
     manifest["sensitive_prompt_warnings"] = sensitive
     write_json_atomic(rd.manifest, manifest)
     return SetupReport(

@@ -23,7 +23,9 @@ __all__ = [
     "MemorySampler",
     "MemorySummary",
     "gpu_memory_used",
+    "gpu_process_bytes",
     "nvidia_smi_rows",
+    "tree_pids",
     "tree_rss_bytes",
     "tree_sum",
 ]
@@ -82,14 +84,57 @@ def gpu_memory_used() -> list[int] | None:
     return [int(float(r[0])) * 1024 * 1024 for r in rows if r and r[0].strip()]
 
 
+def gpu_process_bytes(pids: set[int]) -> int | None:
+    """GPU memory used by the processes ``pids`` together (``nvidia-smi
+    --query-compute-apps``); None without an NVIDIA GPU or when none of them holds any."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None or not pids:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    total, seen = 0, False
+    for line in out.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            pid, mib = int(fields[0]), float(fields[1])
+        except (IndexError, ValueError):
+            continue
+        if pid in pids:
+            total += int(mib * 1024 * 1024)
+            seen = True
+    return total if seen else None
+
+
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and all its descendants (empty when it is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(p.pid for p in root.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
 @dataclass(frozen=True)
 class MemorySummary:
-    """Peak and mean of the samples of one series launch."""
+    """Peak and mean of the samples of one series launch; ``gpu_process_peak_bytes`` is
+    the GPU memory held by the server's own processes (NVIDIA only), ``gpu_peak_bytes``
+    the whole of each GPU (every server on it)."""
 
     n_samples: int
     rss_peak_bytes: int | None
     rss_mean_bytes: float | None
     gpu_peak_bytes: list[int] | None
+    gpu_process_peak_bytes: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -97,6 +142,7 @@ class MemorySummary:
             "rss_peak_bytes": self.rss_peak_bytes,
             "rss_mean_bytes": self.rss_mean_bytes,
             "gpu_peak_bytes": self.gpu_peak_bytes,
+            "gpu_process_peak_bytes": self.gpu_process_peak_bytes,
         }
 
 
@@ -112,6 +158,7 @@ class MemorySampler:
         self._thread: threading.Thread | None = None
         self._rss: list[int] = []
         self._gpu_peak: list[int] | None = None
+        self._gpu_process_peak: int | None = None
         self._use_gpu = shutil.which("nvidia-smi") is not None
 
     def __enter__(self) -> MemorySampler:
@@ -128,12 +175,21 @@ class MemorySampler:
     def _sample(self, fh: TextIO) -> None:
         rss = tree_rss_bytes(self.pid)
         gpu = gpu_memory_used() if self._use_gpu else None
+        mine = gpu_process_bytes(tree_pids(self.pid)) if self._use_gpu else None
         if rss is not None:
             self._rss.append(rss)
         if gpu is not None:
             prev = self._gpu_peak or [0] * len(gpu)
             self._gpu_peak = [max(a, b) for a, b in zip(prev, gpu, strict=False)]
-        row = {**self.label, "t": time.time(), "rss_bytes": rss, "gpu_used_bytes": gpu}
+        if mine is not None:
+            self._gpu_process_peak = max(mine, self._gpu_process_peak or 0)
+        row = {
+            **self.label,
+            "t": time.time(),
+            "rss_bytes": rss,
+            "gpu_used_bytes": gpu,
+            "gpu_process_bytes": mine,
+        }
         fh.write(json.dumps(row) + "\n")
         fh.flush()
 
@@ -151,4 +207,5 @@ class MemorySampler:
             rss_peak_bytes=max(rss) if rss else None,
             rss_mean_bytes=sum(rss) / len(rss) if rss else None,
             gpu_peak_bytes=self._gpu_peak,
+            gpu_process_peak_bytes=self._gpu_process_peak,
         )

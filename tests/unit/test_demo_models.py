@@ -132,8 +132,14 @@ def test_default_cache_dir_honours_env(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 @pytest.mark.unit
 def test_demo_model_dir_rejects_unknown_names(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="`name`"):
-        dm.demo_model_dir("teacher", cache_dir=tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="is not a demo model"):
+        dm.demo_model_dir("teacher", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="presets"):
+        dm.demo_model_dir("qwen9/target", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="only the draft"):
+        dm.demo_model_dir("tiny/target@0.5", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        dm.demo_model_dir("tiny/draft@1.5", cache_dir=tmp_path)
 
 
 def _fake_build(out: Path, *, recipe: dr.DemoRecipe, key: str, log: object) -> None:

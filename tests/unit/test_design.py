@@ -42,9 +42,13 @@ def test_explicit_interleaved_that_does_not_fit_is_an_error(tmp_path: Path) -> N
 
 def test_gpu_shares_are_checked_instead_of_rss(tmp_path: Path) -> None:
     params = _params(tmp_path, design="auto")
-    choice = choose_design(params, available_gib=500.0, gpus=1)
-    assert choice.design == "sequential"  # 3 x the default 0.9 share of one GPU
-    assert "gpu_memory_utilization" in choice.reason
+    derived = choose_design(params, available_gib=0.1, gpus=1)  # RSS does not count
+    assert derived.design == "interleaved" and "gpu_memory_utilization 0.22 each" in derived.reason
+    data = params.model_dump()
+    data["server"]["gpu_memory_utilization"] = 0.85  # 4 x 0.85 of one GPU
+    set_share = params.model_validate(data)
+    choice = choose_design(set_share, available_gib=500.0, gpus=1)
+    assert choice.design == "sequential" and "do not fit" in choice.reason
 
 
 def test_interleaved_blocks_hold_every_arm_sequential_blocks_one(tmp_path: Path) -> None:

