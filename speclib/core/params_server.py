@@ -110,7 +110,13 @@ class ServerParams(StrictModel):
     dtype: str | None = Field(None, description="--dtype (auto, float32, bfloat16, half)")
     enforce_eager: bool = Field(False, description="--enforce-eager (fast start, no graphs)")
     tensor_parallel_size: int = Field(1, ge=1, description="Target --tensor-parallel-size")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="--gpu-memory-utilization: the share of GPU memory each server takes "
+        "(the servers of a block share the GPUs, each with this share).",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI arguments.")
     per_request_timing: bool = Field(
         True,
@@ -173,7 +179,12 @@ class SeriesParams(StrictModel):
     and ``sweep_value``.
     """
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description="The arm's name in records, tables and figures ('aa' is reserved for the "
+        "A/A arm when protocol.aa is on).",
+    )
     speculative_config: dict[str, Any] | None = Field(
         None, description="JSON object passed to --speculative-config; null for the control."
     )
