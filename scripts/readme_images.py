@@ -1,4 +1,4 @@
-"""Regenerate the README's report images from a real run folder.
+"""Regenerate the report images of README.md and docs/ from a real run folder.
 
 ``python scripts/readme_images.py RUN_DIR`` writes ``docs/report-first-screen.png`` (the
 report's first screen in headless Chromium at 1400×1000, as the browser test sees it) and

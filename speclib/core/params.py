@@ -78,8 +78,13 @@ class ParamsError(ValueError):
 class ExperimentParams(StrictModel):
     """A whole experiment file."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    description: str = ""
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="The experiment's name (the default run folder is runs/<name>-<time>).",
+    )
+    description: str = Field(
+        "", description="Free text shown beside the answer at the top of the report."
+    )
     output_dir: str | None = Field(None, description="Run folder (default runs/<name>-<time>).")
     server: ServerParams
     series: list[SeriesParams] = Field(

@@ -199,7 +199,12 @@ class SeriesParams(StrictModel):
     and ``sweep_value``.
     """
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description="The arm's name in records, tables and figures ('aa' is reserved for the "
+        "A/A arm when protocol.aa is on).",
+    )
     speculative_config: dict[str, Any] | None = Field(
         None, description="JSON object passed to --speculative-config; null for the control."
     )

@@ -104,7 +104,9 @@ class WorkloadParams(StrictModel):
     max_tokens: int = Field(
         64, description="Output tokens per request; at least 2 (TPOT needs a second token)."
     )
-    min_tokens: int | None = Field(None, ge=0)
+    min_tokens: int | None = Field(
+        None, ge=0, description="Per-request min_tokens (at most max_tokens; unset: none)."
+    )
     ignore_eos: bool = Field(False, description="Generate max_tokens even past EOS.")
     truncation_expected: bool = Field(
         False,
@@ -112,8 +114,13 @@ class WorkloadParams(StrictModel):
         "the workload check then reports the share of answers cut at max_tokens without a "
         "warning. Declared before the run; ignored with ignore_eos, which always warns.",
     )
-    temperature: float = Field(0.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(
+        0.0,
+        ge=0,
+        description="Sampling temperature; 0 is greedy (outputs compared with the control's), "
+        "above 0 analysis.score_outputs auto scores every output under the target.",
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling bound (1: off).")
     top_k: int | None = Field(None, description="Unset by default (see known CPU bugs).")
     seed: int | None = Field(None, description="Per-request sampling seed.")
     concurrency: int | list[int] = Field(
@@ -123,9 +130,16 @@ class WorkloadParams(StrictModel):
         None, description="Poisson arrival rates (requests/s), one open-loop load level each."
     )
     arrival_seed: int = Field(0, description="Seed of the Poisson arrival times.")
-    replicates: int = Field(1, ge=1, description="Server launches per series.")
+    replicates: int = Field(
+        1,
+        ge=1,
+        description="Replicate blocks: each starts a fresh server for every arm; an arm's "
+        "TPOT interval has blocks - 1 degrees of freedom (one block decides nothing).",
+    )
     warmup_requests: int = Field(2, ge=0, description="Unmeasured requests before a series.")
-    request_timeout_s: float = Field(300.0, gt=0)
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds before a request counts as failed (timeout)."
+    )
     max_error_rate: float = Field(
         0.5, gt=0, le=1, description="Stop a series early when this share of requests fail."
     )
@@ -242,9 +256,9 @@ class ProtocolParams(StrictModel):
     design: Literal["auto", "interleaved", "sequential"] = Field(
         "auto",
         description="interleaved: in each replicate block the servers of all arms start "
-        "together and stay up, and requests alternate between arms (c=1: each prompt goes "
-        "to every arm back to back, in a fresh random order per prompt; c>1 or request "
-        "rates: short alternating slots), so drift in time hits every arm alike; "
+        "together and stay up, and requests alternate between arms in short slots "
+        "(protocol.slot_requests, in a fresh random arm order per slot), so drift in time hits "
+        "every arm alike; "
         "sequential: one server at a time, in protocol.order; auto: interleaved when all "
         "arms fit in memory together, else sequential.",
     )
@@ -402,9 +416,20 @@ class AnalysisParams(StrictModel):
     control: str | None = Field(
         None, description="Control series name (default: the one without speculative_config)."
     )
-    confidence: float = Field(0.95, gt=0.5, lt=1)
+    confidence: float = Field(
+        0.95,
+        gt=0.5,
+        lt=1,
+        description="Confidence of the intervals: the TPOT verdicts hold it family-wise (Holm "
+        "over every experiment and load level); the gates, the A/A arm and goodput use it as is.",
+    )
     margin: float = Field(0.05, gt=0, lt=1, description="Equivalence margin δ on TPOT ratio.")
-    n_resamples: int = Field(4000, ge=100)
+    n_resamples: int = Field(
+        4000,
+        ge=100,
+        description="Bootstrap resamples: of the prompt-level TPOT interval (kept in "
+        "summary.json as information) and of the sampled runs' log-prob interval.",
+    )
     seed: int = Field(12345, description="Seed of the bootstrap rng.")
     max_error_rate_increase: float = Field(
         0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."

@@ -1,6 +1,6 @@
 """The run folder: where every file of a run lives, and small readers for them.
 
-Layout (the contract documented in the README)::
+Layout (the contract documented in docs/run-folder.md)::
 
     RUN_DIR/
       params.yaml             the params file as given (copied; holds no secret)

@@ -1,4 +1,4 @@
-"""The two instruments of finished runs, side by side, as the README's tables.
+"""The two instruments of finished runs, side by side, as the tables in docs/measurements.md.
 
 For each run folder: one row per launch window (launch × load level) with the client's and
 the server's mean TPOT and TTFT, their gaps, the streams read late, and whether the window

@@ -217,8 +217,9 @@ def test_vllm_bench_crosscheck_ran_beside_every_launch_of_the_first_block(demo_r
         rows = {r["metric"]: r for r in check["rows"]}
         kit, bench = rows["median TPOT"]["kit"], rows["median TPOT"]["vllm_bench"]
         # No bound on kit / bench: the server's own speed differs between the two windows
-        # (README, "Measurement fidelity"), and in the interleaved window a speculative
-        # server ran up to 2x slower per token than in vllm bench's back-to-back window.
+        # (docs/measurements.md, client against vllm bench), and in the interleaved window a
+        # speculative server ran up to 2x slower per token than in vllm bench's back-to-back
+        # window.
         # What each client measured is checked against the server's own TPOT below.
         assert kit > 0 and bench > 0, (lid, kit, bench)
         assert abs(check["client_vs_server"]["vllm bench"]) < 0.03, (lid, check)

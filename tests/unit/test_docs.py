@@ -1,0 +1,100 @@
+"""The docs keep their promises: the params reference is the models' own, the README stays a
+short guide, and every file it (or a page of docs/) points to exists."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+# repo folders whose paths, written as `code` in the README, must exist
+_TRACKED = ("docs/", "scripts/", "params/", "prompts/", "speclib/", "tests/", "notebooks/")
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+_CODE = re.compile(r"`([^`\s]+)`")
+
+
+def _generator():
+    path = REPO / "scripts" / "make_params_doc.py"
+    spec = importlib.util.spec_from_file_location("make_params_doc", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _links(page: Path) -> list[tuple[str, str]]:
+    """``(file, anchor)`` of every local markdown link of a page (file "" for the page)."""
+    text = page.read_text(encoding="utf-8")
+    found = [m.group(1) for m in _LINK.finditer(text)]
+    local = [t for t in found if "://" not in t and not t.startswith("mailto:")]
+    return [(t.split("#")[0], t.partition("#")[2]) for t in local]
+
+
+def _local_links(page: Path) -> list[str]:
+    return [file for file, _ in _links(page) if file]
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    out = set()
+    in_code = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        in_code ^= line.startswith("```")
+        if not in_code and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
+def test_params_doc_is_generated_from_the_models() -> None:
+    expected = _generator().render()
+    committed = (REPO / "docs" / "params.md").read_text(encoding="utf-8")
+    assert committed == expected, (
+        "docs/params.md differs from the params models: run "
+        ".venv/bin/python scripts/make_params_doc.py and commit docs/params.md"
+    )
+
+
+def test_params_doc_has_every_field_of_every_section() -> None:
+    gen = _generator()
+    text = gen.render()
+    for path, model in gen.sections():
+        assert (f"## `{path}`" if path else "## Top level") in text
+        for name in model.model_fields:
+            assert f"| `{name}` |" in text, f"{path or 'top level'}.{name} missing"
+    assert "## `analysis.slo`" in text and "## `series[]`" in text
+
+
+def test_readme_is_a_short_guide() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines (at most 300)"
+
+
+def test_every_file_the_readme_points_to_exists() -> None:
+    text = README.read_text(encoding="utf-8")
+    targets = _local_links(README)
+    targets += [
+        m.group(1).rstrip(".,:;)")
+        for m in _CODE.finditer(text)
+        if m.group(1).startswith(_TRACKED) and "*" not in m.group(1)
+    ]
+    assert any(t.startswith("docs/") and t.endswith(".md") for t in targets)
+    missing = sorted({t for t in targets if not (REPO / t).exists()})
+    assert not missing, f"README.md points to missing files: {missing}"
+
+
+def test_every_link_between_the_docs_pages_resolves() -> None:
+    missing = []
+    for page in [README, *sorted((REPO / "docs").glob("*.md"))]:
+        for file, anchor in _links(page):
+            target = page.parent / file if file else page
+            if not target.exists():
+                missing.append(f"{page.name} → {file}")
+            elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
+                missing.append(f"{page.name} → {file}#{anchor} (no such heading)")
+    assert not missing, missing
