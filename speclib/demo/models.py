@@ -50,6 +50,7 @@ from speclib.demo.recipe import DEFAULT_RECIPE, DemoRecipe
 from speclib.demo.synthetic import (
     DECLARATION_FILE,
     PRESETS,
+    SYNTHETIC_VERSION,
     SyntheticRecipe,
     build_synthetic_draft,
     build_synthetic_target,
@@ -242,7 +243,7 @@ def _synthetic_dir(
     preset, role, agreement = parse_synthetic_ref(name)
     recipe = SyntheticRecipe(preset=preset, agreement=agreement if agreement is not None else 0.7)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    pair_root = root / f"synthetic-{preset}-s{recipe.seed}-v{BUILDER_VERSION}"
+    pair_root = root / f"synthetic-{preset}-s{recipe.seed}-v{SYNTHETIC_VERSION}"
     final = pair_root / ("target" if role == "target" else f"draft-a{recipe.agreement:.4f}")
     if (final / DECLARATION_FILE).is_file() or not build:
         return final if (final / DECLARATION_FILE).is_file() else None

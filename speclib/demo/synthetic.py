@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,17 +44,20 @@ __all__ = [
     "PRESETS",
     "PairShape",
     "QwenShape",
+    "SYNTHETIC_VERSION",
     "SyntheticRecipe",
     "build_synthetic_draft",
     "build_synthetic_target",
     "chain_maps",
     "declared_acceptance",
+    "expected_acceptance",
     "parse_synthetic_ref",
     "read_declaration",
     "synthetic_prompts",
 ]
 
 DECLARATION_FILE = "speclib-synthetic.json"
+SYNTHETIC_VERSION = 2  # bump when the maps or the weights' construction change
 UNK, EOS = "<unk>", "<|endoftext|>"
 FIRST_WORD = 2  # ids 0 and 1 are UNK and EOS; words follow
 CHAT_TEMPLATE = (
@@ -156,7 +159,8 @@ def parse_synthetic_ref(name: str) -> tuple[str, str, float | None]:
 def chain_maps(recipe: SyntheticRecipe) -> tuple[np.ndarray, np.ndarray]:
     """``(target_next, draft_next)``: each word's next word for the target (one cycle through
     every word) and for the draft (the target's on a random ``agreement`` share of the words,
-    another word elsewhere). Non-word ids map to -1."""
+    another word elsewhere). Both maps are one-to-one, so each head row has one source and
+    the right logit stands ``sqrt(hidden)`` above the rest. Non-word ids map to -1."""
     shape = recipe.shape
     rng = np.random.default_rng([recipe.seed, 7001])
     order = rng.permutation(np.arange(FIRST_WORD, FIRST_WORD + shape.words))
@@ -164,11 +168,10 @@ def chain_maps(recipe: SyntheticRecipe) -> tuple[np.ndarray, np.ndarray]:
     target_next[order] = np.roll(order, -1)
     agree_rng = np.random.default_rng([recipe.seed, 7002, round(recipe.agreement * 1e6)])
     agrees = agree_rng.random(shape.words) < recipe.agreement
-    shift = agree_rng.integers(1, shape.words, size=shape.words)  # never the right word
-    position = np.arange(shape.words)
-    wrong = order[(position + 1 + shift) % shape.words]
+    wrong = agree_rng.permutation(order[~agrees])
     draft_next = target_next.copy()
-    draft_next[order[~agrees]] = wrong[~agrees]
+    if len(wrong) > 1:  # each wrong guess is the right answer of another wrong word
+        draft_next[wrong] = target_next[np.roll(wrong, -1)]
     return target_next, draft_next
 
 
@@ -180,6 +183,38 @@ def declared_acceptance(agreement: float, k: int) -> dict[str, Any]:
         "acceptance_per_position": per_position,
         "acceptance_rate": sum(per_position) / k,
         "mean_acceptance_length": 1.0 + sum(per_position),
+    }
+
+
+def expected_acceptance(
+    draft_next: np.ndarray, outputs: Sequence[Sequence[int]], k: int
+) -> dict[str, Any]:
+    """The drafts and per-position acceptances that greedy ``draft_model`` speculation
+    with a chain draft (``draft_next``) must give on these greedy outputs, exactly.
+
+    The first output token comes from the prefill; from then on each step drafts ``k``
+    tokens from the last accepted one, the draft's i-th guess is right while every guess
+    before it was (the draft follows its own chain), and the step ends with the target's
+    own token after the accepted run. Only drafts that are verified are counted.
+    """
+    drafts, per_position = 0, [0] * k
+    for ids in outputs:
+        pos, n = 0, len(ids)
+        while pos < n - 1:
+            run = 0
+            while (
+                run < k and pos + run + 1 < n and draft_next[ids[pos + run]] == ids[pos + run + 1]
+            ):
+                run += 1
+            drafts += 1
+            for i in range(run):
+                per_position[i] += 1
+            pos += run + 1
+    return {
+        "num_drafts": drafts,
+        "accepted_per_pos": per_position,
+        "acceptance_per_position": [a / drafts if drafts else None for a in per_position],
+        "mean_acceptance_length": 1 + sum(per_position) / drafts if drafts else None,
     }
 
 
@@ -361,6 +396,7 @@ def _write_model(
 def _info(recipe: SyntheticRecipe, role: str, started: float) -> dict[str, Any]:
     return {
         "builder": "speclib.demo.synthetic",
+        "builder_version": SYNTHETIC_VERSION,
         "role": role,
         "recipe": asdict(recipe),
         "shape": asdict(recipe.shape.target if role == "target" else recipe.shape.draft),

@@ -210,6 +210,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s*")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit)(?::\s*\S.*)?$")
+_ARGPARSE = re.compile(r"^[\w./ -]+: error: \S.*$")  # "api_server.py: error: unrecognized …"
 
 
 def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
@@ -228,11 +229,12 @@ def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
 
 def root_cause(log_text: str) -> str | None:
     """The last exception line of a server log (``AssertionError: Synthetic acceptance not
-    supported …``), without vLLM's log prefix: the cause of a crash, not vLLM's pointer
+    supported …``), or argparse's ``prog: error: unrecognized arguments: …``, without
+    vLLM's log prefix: the cause of a crash, not vLLM's pointer
     line ("See stack trace above for the root cause"). None when the log names none."""
     for line in reversed(log_text.splitlines()):
         text = _LOG_PREFIX.sub("", _ANSI.sub("", line).strip())
-        if _EXCEPTION.match(text):
+        if _EXCEPTION.match(text) or _ARGPARSE.match(text):
             return text
     return None
 

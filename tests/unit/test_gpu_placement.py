@@ -1,0 +1,164 @@
+"""Servers on GPUs: placement, derived memory shares, the memory plan and the start order.
+
+The plan and the order are pure functions, checked on hand-made GPUs; the start order and
+the command line are then checked through the CLI with the stand-in server (real
+processes), whose params name GPUs: placement needs no GPU, only ``nvidia-smi`` does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from speclib.core.params import ParamsError, load_params
+from speclib.run.placement import GpuInfo, memory_plan, placements, start_after
+from tests.unit.test_robustness import _params, _run, _wait_gone
+
+
+def _load(tmp: Path, *, series_gpus: dict[str, list[int]] | None = None, **server) -> object:
+    path = _params(tmp, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["server"].update(server)
+    data["series"].append(
+        {"name": "spec2", "speculative_config": {**data["series"][1]["speculative_config"]}}
+    )
+    for s in data["series"]:
+        if series_gpus and s["name"] in series_gpus:
+            s["gpus"] = series_gpus[s["name"]]
+    path.write_text(yaml.safe_dump(data))
+    return load_params(path)
+
+
+H200 = [GpuInfo(0, "NVIDIA H200", 143771.0, 500.0), GpuInfo(1, "NVIDIA H200", 143771.0, 0.0)]
+
+
+def test_servers_sharing_a_gpu_split_the_default_share(tmp_path: Path) -> None:
+    params = _load(tmp_path, gpus=[0])
+    placed = placements(params, n_gpus=1)
+    assert {p.gpus for p in placed.values()} == {(0,)}
+    assert [p.utilization for p in placed.values()] == [0.3, 0.3, 0.3]  # 0.90 / 3
+    assert all(p.derived for p in placed.values())
+    assert not memory_plan([list(placed)], placed, H200).problems
+
+
+def test_arms_on_separate_gpus_split_only_with_their_neighbours(tmp_path: Path) -> None:
+    params = _load(tmp_path, series_gpus={"control": [0], "spec": [1], "spec2": [1]})
+    placed = placements(params, n_gpus=2)
+    assert placed["control"].utilization == 0.9 and placed["control"].gpus == (0,)
+    assert placed["spec"].utilization == placed["spec2"].utilization == 0.45
+    order = start_after(["control", "spec", "spec2"], placed)
+    assert order == {"control": None, "spec": None, "spec2": "spec"}
+
+
+def test_a_set_share_that_cannot_fit_is_an_error_with_the_numbers(tmp_path: Path) -> None:
+    params = _load(tmp_path, gpus=[0], gpu_memory_utilization=0.85)
+    placed = placements(params, n_gpus=1)
+    plan = memory_plan([list(placed)], placed, H200)
+    assert any("control 0.85 + spec 0.85 + spec2 0.85 = 2.55" in p for p in plan.problems)
+    assert any("over the limit 0.95" in p for p in plan.problems)
+
+
+def test_the_plan_counts_memory_other_processes_hold(tmp_path: Path) -> None:
+    params = _load(tmp_path, gpus=[0], gpu_memory_utilization=0.31)
+    placed = placements(params, n_gpus=1)
+    busy = [GpuInfo(0, "NVIDIA H200", 143771.0, 60000.0)]
+    (problem,) = memory_plan([list(placed)], placed, busy).problems
+    assert "0.93 × 143771 MiB = 133707 MiB, but only 83771 MiB are free" in problem
+    assert "60000 MiB in use by other processes" in problem
+
+
+def test_a_gpu_the_machine_lacks_is_named(tmp_path: Path) -> None:
+    params = _load(tmp_path, series_gpus={"spec2": [3]})
+    placed = placements(params, n_gpus=2)
+    plan = memory_plan([list(placed)], placed, H200)
+    assert any(
+        "GPU 3 is named for spec2 but this machine has GPUs [0, 1]" in p for p in plan.problems
+    )
+
+
+def test_without_a_gpu_nothing_is_placed_unless_named(tmp_path: Path) -> None:
+    params = _load(tmp_path)
+    placed = placements(params, n_gpus=0)
+    assert all(p.gpus is None and p.utilization is None for p in placed.values())
+    assert set(start_after(list(placed), placed).values()) == {None}
+
+
+def test_gpus_must_name_one_gpu_per_tensor_parallel_rank(tmp_path: Path) -> None:
+    with pytest.raises(ParamsError, match=r"server.*names 1 GPU\(s\) but tensor_parallel_size"):
+        _load(tmp_path, gpus=[0], tensor_parallel_size=2)
+    with pytest.raises(ParamsError, match="distinct GPU indices"):
+        _load(tmp_path, series_gpus={"spec": [1, 1]})
+
+
+def test_the_aa_arm_runs_on_the_experiments_gpus_when_they_differ(tmp_path: Path) -> None:
+    path = _params(tmp_path, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["protocol"] = {"aa": True}
+    data["series"][1]["gpus"] = [1]
+    path.write_text(yaml.safe_dump(data))
+    params = load_params(path)
+    arms = {a.name: params.gpus_of(a) for a in params.arms}
+    assert arms == {"control": None, "spec": [1], "aa": [1]}
+
+
+def _statuses(run: Path) -> dict[str, dict]:
+    out = {}
+    for f in (run / "launches").glob("*/status.json"):
+        s = json.loads(f.read_text())
+        out[s["series"]] = s
+    return out
+
+
+def _commands(run: Path) -> dict[str, dict]:
+    return {
+        f.parent.name.rsplit("-r", 1)[0]: json.loads(f.read_text())
+        for f in (run / "launches").glob("*/command.json")
+    }
+
+
+def test_servers_sharing_a_gpu_start_one_after_another(tmp_path: Path) -> None:
+    path = _params(tmp_path, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["protocol"] = {"aa": True, "switch_pause_s": 0}
+    data["server"]["gpus"] = [0]
+    path.write_text(yaml.safe_dump(data))
+    proc = _run(["run", str(path), "--out", str(tmp_path / "run")], env={"FAKE_VLLM_START_S": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not _wait_gone()
+    status = _statuses(tmp_path / "run")
+    starts = sorted(
+        (s["started_at"], s["started_at"] + s["server_ready_s"]) for s in status.values()
+    )
+    for (_, ready), (start, _) in itertools.pairwise(starts):
+        assert start >= ready - 0.05  # the next starts once the one before is ready
+    commands = _commands(tmp_path / "run")
+    for cmd in commands.values():
+        assert cmd["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+        i = cmd["argv"].index("--gpu-memory-utilization")
+        assert cmd["argv"][i + 1] == "0.3"  # 0.90 split among three servers
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["placement"]["aa"] == {
+        "gpus": [0],
+        "gpu_memory_utilization": 0.3,
+        "derived": True,
+    }
+    assert manifest["memory_plan"]["problems"] == []
+
+
+def test_servers_on_separate_gpus_start_together(tmp_path: Path) -> None:
+    path = _params(tmp_path, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["protocol"] = {"switch_pause_s": 0}
+    data["series"][0]["gpus"], data["series"][1]["gpus"] = [0], [1]
+    path.write_text(yaml.safe_dump(data))
+    proc = _run(["run", str(path), "--out", str(tmp_path / "run")], env={"FAKE_VLLM_START_S": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = _statuses(tmp_path / "run")
+    assert abs(status["control"]["started_at"] - status["spec"]["started_at"]) < 0.9
+    commands = _commands(tmp_path / "run")
+    assert commands["control"]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert commands["spec"]["env"]["CUDA_VISIBLE_DEVICES"] == "1"
