@@ -42,9 +42,9 @@ import numpy as np
 __all__ = [
     "DECLARATION_FILE",
     "PRESETS",
+    "SYNTHETIC_VERSION",
     "PairShape",
     "QwenShape",
-    "SYNTHETIC_VERSION",
     "SyntheticRecipe",
     "build_synthetic_draft",
     "build_synthetic_target",
