@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.httpapi import http_ok
+from speclib.core.logtext import message, plain
 from speclib.serve.pidfile import reap_pidfile, write_pidfile
 from speclib.serve.priority import place
 from speclib.serve.supervisor import (
@@ -207,8 +208,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError(f"no fresh ephemeral port on {host} after 100 tries")
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s*")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit)(?::\s*\S.*)?$")
 _ARGPARSE = re.compile(r"^[\w./ -]+: error: \S.*$")  # "api_server.py: error: unrecognized …"
 
@@ -224,7 +223,7 @@ def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
             data = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(_ANSI.sub("", x) for x in data.splitlines()[-lines:])
+    return "\n".join(plain(x) for x in data.splitlines()[-lines:])
 
 
 def root_cause(log_text: str) -> str | None:
@@ -233,7 +232,7 @@ def root_cause(log_text: str) -> str | None:
     vLLM's log prefix: the cause of a crash, not vLLM's pointer
     line ("See stack trace above for the root cause"). None when the log names none."""
     for line in reversed(log_text.splitlines()):
-        text = _LOG_PREFIX.sub("", _ANSI.sub("", line).strip())
+        text = message(line)
         if _EXCEPTION.match(text) or _ARGPARSE.match(text):
             return text
     return None
