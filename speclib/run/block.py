@@ -47,6 +47,7 @@ from speclib.run.observe import (
     snapshot,
     verify_mode,
 )
+from speclib.run.truth import acceptance_truth
 from speclib.serve import process as srv
 from speclib.serve.cpu import CpuSampler
 from speclib.serve.memory import MemorySampler
@@ -143,10 +144,22 @@ def _conclude(
         status = _status(params, arm, replicate, block, design, error, n_prompts)
         result = replace(status, mode_check=mode)
     extra = {"crosscheck": arm.crosscheck} if arm.crosscheck is not None else {}
+    truth = _truth(params, arm)
+    if truth is not None:
+        extra["acceptance_truth"] = truth
     cause = srv.root_cause(srv.tail(arm.files.server_log, lines=400)) if result.error else None
     result = replace(result, block_arms=list(arms_in_block), extra=extra, error_cause=cause)
     write_json_atomic(arm.files.status, result.to_dict())
     return result
+
+
+def _truth(params, arm: Arm) -> dict[str, Any] | None:
+    """The acceptance a synthetic draft must give on this arm's outputs (never fails the
+    block: a problem is written instead)."""
+    try:
+        return acceptance_truth(params, arm.series, arm.records)
+    except Exception as exc:  # a bad declaration must not lose the block's records
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def run_block(

@@ -1,0 +1,56 @@
+"""The acceptance a synthetic draft must give on the outputs a launch produced.
+
+A draft built by :mod:`speclib.demo.synthetic` declares its acceptance (``speclib-synthetic.json``
+in its folder). Beyond that expectation, its greedy acceptance on given outputs is exact:
+:func:`speclib.demo.synthetic.expected_acceptance` replays the verify steps. After a block,
+:func:`acceptance_truth` computes both for each ``draft_model`` arm whose draft is such a
+folder, from the arm's measured records, so the analysis can hold the acceptance vLLM
+reported (``/metrics`` deltas) against a truth. Any other arm has none (None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from speclib.core.params import ExperimentParams, SeriesParams
+from speclib.core.records import RequestRecord
+
+__all__ = ["acceptance_truth"]
+
+
+def acceptance_truth(
+    params: ExperimentParams, series: SeriesParams, records: Sequence[RequestRecord]
+) -> dict[str, Any] | None:
+    """Declared and exact acceptance of this arm's synthetic draft on its measured outputs
+    (greedy requests only), or None where the arm has no synthetic draft."""
+    from speclib.demo.synthetic import (
+        SyntheticRecipe,
+        chain_maps,
+        declared_acceptance,
+        read_declaration,
+    )
+    from speclib.run.launching import resolve_model
+
+    spec = series.speculative_config or {}
+    if spec.get("method") != "draft_model" or not isinstance(spec.get("model"), str):
+        return None
+    if params.workload.temperature != 0:
+        return None  # the truth is for greedy decoding
+    declaration = read_declaration(Path(resolve_model(spec["model"], params)))
+    if not declaration or declaration.get("role") != "draft":
+        return None
+    from speclib.demo.synthetic import expected_acceptance
+
+    k = int(spec["num_speculative_tokens"])
+    recipe = SyntheticRecipe(**declaration["recipe"])
+    _, draft_next = chain_maps(recipe)
+    outputs = [r.token_ids for r in records if r.ok and r.phase == "measure" and r.token_ids]
+    return {
+        "k": k,
+        "agreement": declaration["agreement_realised"],
+        "declared": declared_acceptance(declaration["agreement_realised"], k),
+        "expected": expected_acceptance(draft_next, outputs, k),
+        "n_requests": len(outputs),
+    }
