@@ -106,8 +106,10 @@ def _detached(args: argparse.Namespace, params: str, out: str) -> int:
     once. The detached kit still stops every server it started when it ends or is killed."""
     import subprocess
 
+    from speclib.core.rundir import RunDir
+
     Path(out).mkdir(parents=True, exist_ok=True)
-    log = Path(out) / "run.log"
+    log = RunDir.at(out).run_log
     argv = [sys.executable, "-m", "speclib", "run", "--out", out]
     argv += ["--resume", out] if args.resume else [params]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -59,7 +59,7 @@ def default_run_dir(params: ExperimentParams) -> Path:
 
 
 def _prepare(params: ExperimentParams, rd: RunDir, *, resume: bool) -> None:
-    if rd.root.exists() and any(rd.root.iterdir()) and not resume:
+    if rd.root.exists() and any(p != rd.run_log for p in rd.root.iterdir()) and not resume:
         raise RunFailed(f"run folder {rd.root} is not empty: use --resume or another --out")
     rd.root.mkdir(parents=True, exist_ok=True)
     if params.source and not rd.params_copy.exists():

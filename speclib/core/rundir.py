@@ -128,6 +128,11 @@ class RunDir:
         return self.root / "requests.jsonl"
 
     @property
+    def run_log(self) -> Path:
+        """What a detached run (``speclib run --detach``) printed."""
+        return self.root / "run.log"
+
+    @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
