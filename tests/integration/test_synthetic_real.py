@@ -8,6 +8,7 @@ it produced is known exactly (:mod:`speclib.run.truth`). One block of two server
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_every_arm_answers_with_the_targets_chain(synthetic_run: Path) -> None:
     by_prompt: dict[str, set] = {}
     for r in records:
         ids = list(r.token_ids or ())
-        assert all(target_next[a] == b for a, b in zip(ids, ids[1:], strict=False))
+        assert all(target_next[a] == b for a, b in itertools.pairwise(ids))
         assert all(i >= FIRST_WORD for i in ids)
         by_prompt.setdefault(r.prompt_id, set()).add(tuple(ids))
     assert all(len(v) == 1 for v in by_prompt.values())  # the same greedy answer in each arm
