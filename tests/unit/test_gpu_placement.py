@@ -162,3 +162,58 @@ def test_servers_on_separate_gpus_start_together(tmp_path: Path) -> None:
     commands = _commands(tmp_path / "run")
     assert commands["control"]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
     assert commands["spec"]["env"]["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_tensor_parallel_target_is_placed_and_planned_per_gpu(tmp_path: Path) -> None:
+    from speclib.run.launching import build_launch_spec
+
+    path = _params(tmp_path, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["server"].update(tensor_parallel_size=2, launcher=None)
+    data["series"][1] = {
+        "name": "draft",
+        "speculative_config": {
+            "method": "draft_model",
+            "model": str(tmp_path),
+            "num_speculative_tokens": 4,
+            "draft_tensor_parallel_size": 1,
+        },
+    }
+    data["series"].append({**data["series"][1], "name": "draft-tp2", "gpus": [2, 3]})
+    data["series"][2]["speculative_config"] = {
+        **data["series"][1]["speculative_config"],
+        "draft_tensor_parallel_size": 2,
+    }
+    path.write_text(yaml.safe_dump(data))
+    params = load_params(path, check_vllm=False)
+    placed = placements(params, n_gpus=4)
+    assert placed["control"].gpus == placed["draft"].gpus == (0, 1)
+    assert placed["draft-tp2"].gpus == (2, 3) and placed["draft-tp2"].utilization == 0.9
+    assert placed["control"].utilization == 0.45  # two servers on GPUs 0 and 1
+    spec = build_launch_spec(
+        params,
+        params.series_by_name("draft-tp2"),
+        log_path=tmp_path / "log",
+        pidfile=None,
+        tmpdir=tmp_path,
+        cache_root=tmp_path / "cache",
+    )
+    argv = list(spec.argv)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config["draft_tensor_parallel_size"] == 2 and "tensor_parallel_size" not in config
+    assert spec.env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    four = [GpuInfo(i, "NVIDIA H200", 143771.0, 0.0) for i in range(4)]
+    plan = memory_plan([list(placed)], placed, four)
+    assert [(r["gpu"], r["servers"]) for r in plan.rows] == [
+        (0, ["control", "draft"]),
+        (1, ["control", "draft"]),
+        (2, ["draft-tp2"]),
+        (3, ["draft-tp2"]),
+    ]
+    assert not plan.problems
+    two = four[:2]
+    assert any(
+        "GPU 2 is named for draft-tp2" in p
+        for p in memory_plan([list(placed)], placed, two).problems
+    )

@@ -1,0 +1,60 @@
+"""A launch vLLM refuses: its arm is failed with vLLM's own error line, and keeps its command.
+
+The stand-in server here exits as argparse does (code 2, ``prog: error: unrecognized
+arguments: …``) when it is given a speculative config, so the control runs and the
+experiment never starts: the run still finishes, and nothing reads as measured.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.unit.test_robustness import FAKE, _params, _run, _wait_gone
+
+REFUSING = """\
+import os, sys
+if "--speculative-config" in sys.argv:
+    sys.stderr.write("usage: api_server.py [-h]\\n")
+    sys.stderr.write("api_server.py: error: unrecognized arguments: --made-up-flag summary\\n")
+    sys.exit(2)
+os.execv(sys.executable, [sys.executable, {fake!r}, *sys.argv[1:]])
+"""
+
+
+def _refused_run(tmp: Path) -> Path:
+    launcher = tmp / "refusing_vllm.py"
+    launcher.write_text(REFUSING.format(fake=str(FAKE)))
+    path = _params(tmp, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["server"]["launcher"] = [sys.executable, str(launcher)]
+    data["workload"]["replicates"] = 2
+    data["protocol"] = {"switch_pause_s": 0}
+    path.write_text(yaml.safe_dump(data))
+    proc = _run(["run", str(path), "--out", str(tmp / "run")])
+    assert proc.returncode == 1, proc.stderr[-3000:]  # a run with failed launches says so
+    assert "failed launches (2): spec-r0, spec-r1" in proc.stderr
+    assert not _wait_gone()
+    return tmp / "run"
+
+
+def test_a_refused_start_names_vllms_line_and_keeps_its_command(tmp_path: Path) -> None:
+    run = _refused_run(tmp_path)
+    status = json.loads((run / "launches" / "spec-r0" / "status.json").read_text())
+    assert not status["ok"]
+    assert (
+        status["error_cause"]
+        == "api_server.py: error: unrecognized arguments: --made-up-flag summary"
+    )
+    assert "--speculative-config" in status["command"]
+    summary = json.loads((run / "summary.json").read_text())
+    (comp,) = [c for c in summary["comparisons"] if c["experiment"] == "spec"]
+    assert comp["decision"] == "failed"
+    assert comp["error_rate_experiment"] is None  # never started: nothing was measured
+    report = (run / "report.html").read_text()
+    assert "spec could not be measured" in report
+    assert "unrecognized arguments: --made-up-flag" in report
+    assert "keep speculative decoding off" not in report
