@@ -45,9 +45,9 @@ def placement_warnings(
         if arm in (control, aa) or theirs is None or theirs == mine:
             continue
         if aa is not None and _gpus(placement.get(aa)) == theirs:
-            tail = f"the A/A arm ran on GPU(s) {list(theirs)} too, so its ratio carries that difference"
+            tail = f"the A/A arm ran on {list(theirs)} too, so its ratio carries that difference"
         else:
-            tail = "no A/A arm ran there, so that difference is not measured: set protocol.aa: true"
+            tail = "no A/A arm ran there, so it is not measured: set protocol.aa: true"
         out.append(
             f"{arm} ran on GPU(s) {list(theirs)}, the control on {list(mine or ())}: the "
             f"arms differ by hardware as well as by configuration; {tail}"
