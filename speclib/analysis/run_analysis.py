@@ -4,12 +4,12 @@ Pure computation over what the run wrote (``requests.jsonl``, each launch's
 ``status.json`` and ``/metrics`` snapshots, ``manifest.json``); no server is contacted, so
 ``speclib analyze RUN_DIR`` can re-decide a GPU run on a laptop with another margin or
 confidence level. :func:`analyze_run` loads the records, reads each launch's files
-(:mod:`speclib.analysis.launches`), builds the per-series table, compares every experiment
-series with the control at every load level (:mod:`speclib.analysis.comparisons`), builds
-the bench-trust panel (:mod:`speclib.analysis.trust`, with the workload's warnings from
-:mod:`speclib.analysis.workload_checks`) and collects the run's warnings; a run with a
+(:mod:`speclib.analysis.spec.launches`), builds the per-series table, compares every experiment
+series with the control at every load level (:mod:`speclib.analysis.verdict.comparisons`), builds
+the bench-trust panel (:mod:`speclib.analysis.health.trust`, with the workload's warnings from
+:mod:`speclib.analysis.health.workload_checks`) and collects the run's warnings; a run with a
 sweep also gets the recommended value of each sweep family at each load level
-(:mod:`speclib.analysis.recommend`). The result is a frozen :class:`RunAnalysis` whose
+(:mod:`speclib.analysis.load.recommend`). The result is a frozen :class:`RunAnalysis` whose
 :meth:`~RunAnalysis.summary` is written to ``summary.json``.
 """
 
@@ -22,22 +22,24 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.agreement import count_bad_outputs
-from speclib.analysis.chunks import tokens_per_chunk_distribution
-from speclib.analysis.comparisons import Comparison, compare_level, level_pairs
-from speclib.analysis.decision import Decision, Verdict
-from speclib.analysis.drift import drift_table
 from speclib.analysis.frames import finite_median, load_records
-from speclib.analysis.idle_load import idle_load_frame, idle_load_problem
-from speclib.analysis.instrument import (
+from speclib.analysis.health.drift import drift_table
+from speclib.analysis.health.idle_load import idle_load_frame, idle_load_problem
+from speclib.analysis.health.instrument import (
     InstrumentChoice,
     apply_instrument,
     choose_instrument,
     exclusion_table,
     launch_agreement,
 )
-from speclib.analysis.kv_capacity import kv_capacity
-from speclib.analysis.launches import (
+from speclib.analysis.health.trust import bench_trust, pre_checks, problem_of, ttft_problems
+from speclib.analysis.health.workload_checks import workload_checks
+from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
+from speclib.analysis.load.recommend import Recommendation, sweep_recommendations
+from speclib.analysis.spec.agreement import count_bad_outputs
+from speclib.analysis.spec.chunks import tokens_per_chunk_distribution
+from speclib.analysis.spec.kv_capacity import kv_capacity
+from speclib.analysis.spec.launches import (
     LaunchMetrics,
     crosscheck_summary,
     crosscheck_warnings,
@@ -46,13 +48,11 @@ from speclib.analysis.launches import (
     read_crosschecks,
     with_cache_hits,
 )
-from speclib.analysis.load_analysis import LoadAnalysis, analyze_load
-from speclib.analysis.recommend import Recommendation, sweep_recommendations
-from speclib.analysis.resolution import calibration
-from speclib.analysis.sequential import spending_plan
-from speclib.analysis.tpot_verdict import decide_family, summary_of
-from speclib.analysis.trust import bench_trust, pre_checks, problem_of, ttft_problems
-from speclib.analysis.workload_checks import workload_checks
+from speclib.analysis.stats.sequential import spending_plan
+from speclib.analysis.verdict.comparisons import Comparison, compare_level, level_pairs
+from speclib.analysis.verdict.decision import Decision, Verdict
+from speclib.analysis.verdict.resolution import calibration
+from speclib.analysis.verdict.tpot_verdict import decide_family, summary_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import (
     AA_ARM,
@@ -260,7 +260,7 @@ def series_table(
 def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
     if not (rd.root / "output_scores.jsonl").exists():
         return {}
-    from speclib.analysis.sampling import compare_run
+    from speclib.analysis.spec.sampling import compare_run
 
     try:
         return dict(compare_run(rd.root, params))
@@ -273,7 +273,7 @@ def decision_confidence(params: ExperimentParams, n_blocks: int) -> tuple[float,
 
     Without ``protocol.max_replicates`` it is ``analysis.confidence``. With it, the run adds
     blocks while a verdict is inconclusive and looks again, so each look gets its share of
-    α by O'Brien–Fleming-type spending (:mod:`speclib.analysis.sequential`) and the error
+    α by O'Brien–Fleming-type spending (:mod:`speclib.analysis.stats.sequential`) and the error
     rate holds across looks; the second value says so in words. A calibration run
     (``protocol.target_resolution``) stops on the A/A interval's width only, never on its
     position, so its looks spend no α: ``analysis.confidence``, with a note.
@@ -306,7 +306,7 @@ def decision_looks(params: ExperimentParams, n_blocks: int) -> list[tuple[int, f
     and for a calibration run (``protocol.target_resolution``: no comparison to decide, the
     A/A arm judged once on all its blocks). The analysis replays these looks from the
     records, so a comparison settled at an early look keeps that decision
-    (:func:`speclib.analysis.tpot_verdict.decide_family`).
+    (:func:`speclib.analysis.verdict.tpot_verdict.decide_family`).
     """
     most = params.protocol.max_replicates
     first = params.workload.replicates

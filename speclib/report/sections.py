@@ -16,10 +16,10 @@ import math
 import re
 from typing import Any
 
-from speclib.analysis.categories import CATEGORY_NOTE, TURN_NOTE
-from speclib.analysis.comparisons import Comparison
-from speclib.analysis.resolution import bench_check
 from speclib.analysis.run_analysis import RunAnalysis
+from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
+from speclib.analysis.verdict.comparisons import Comparison
+from speclib.analysis.verdict.resolution import bench_check
 from speclib.core.wording import STATUS_MARKS, ratio_words, speed_words, time_change_words
 from speclib.report.html_format import gib, pct, word_badge, wrap
 from speclib.report.multirun import machine_label
@@ -504,7 +504,7 @@ def _instrument_words(an: RunAnalysis) -> str:
 
 def _recommended_row(r: Any) -> str:
     """The "recommended" row of a sweep family at one load level (see
-    :mod:`speclib.analysis.recommend`)."""
+    :mod:`speclib.analysis.load.recommend`)."""
     if r.value is None:
         label = {"no_k_pays": "NO K PAYS", "undecided": "UNDECIDED"}.get(r.outcome, "NO DATA")
         word = word_badge("inconclusive", label)

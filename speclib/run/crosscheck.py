@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from speclib.analysis.crosscheck import (
+from speclib.analysis.health.crosscheck import (
     DEFAULT_TOLERANCE,
     BenchCheckError,
     BenchResult,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from speclib.analysis.crosscheck import BenchRequest
 from speclib.analysis.frames import records_frame
+from speclib.analysis.health.crosscheck import BenchRequest
 from speclib.analysis.run_analysis import late_read_warnings
 from speclib.core.records import RequestRecord, late_chunks, tpot_s
 from tests.benchmarks.fidelity import bench_errors, kit_errors, summarize, truth_of

@@ -3,7 +3,7 @@
 This module turns matched per-prompt latencies (TPOT, and equally TTFT or end-to-end) of a
 control series (target model, no speculation) and an experiment series (same target with a
 draft model or n-gram speculation) into one frozen :class:`RatioCI`. It only computes; the
-decision rule and the gates live in :mod:`speclib.analysis.decision`.
+decision rule and the gates live in :mod:`speclib.analysis.verdict.decision`.
 
 The effect is the geometric-mean ratio ``exp(mean(log(experiment / control)))``: below 1
 means the experiment is faster. Its confidence interval comes from a bootstrap:
@@ -16,7 +16,7 @@ means the experiment is faster. Its confidence interval comes from a bootstrap:
   narrowness of the percentile interval) and says why in ``RatioCI.note``;
 * with two or more launches: a two-stage bootstrap that resamples launches, then pairs
   within each launch, corrected to match the random-effects ANOVA variance and widened by
-  ``t[L-1] / z`` (:mod:`speclib.analysis.stats_clustered` says how and why, with its
+  ``t[L-1] / z`` (:mod:`speclib.analysis.stats.clustered` says how and why, with its
   simulated coverage).
 
 Beside the CI the result carries the median paired difference (in the input's unit), the
@@ -29,8 +29,8 @@ would narrow the CI faster. Nothing here returns a silent NaN: undefined quantit
 Example::
 
     import numpy as np
-    from speclib.analysis.stats import paired_ratio_ci
-    from speclib.analysis.decision import decide
+    from speclib.analysis.stats.paired import paired_ratio_ci
+    from speclib.analysis.verdict.decision import decide
 
     ci = paired_ratio_ci(control_tpot, experiment_tpot, clusters=replicate,
                          confidence_level=0.95, rng=np.random.default_rng(12345))
@@ -50,7 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from speclib.analysis.stats_clustered import (
+from speclib.analysis.stats.clustered import (
     cluster_codes,
     padded_by_launch,
     two_stage_interval,
@@ -215,7 +215,7 @@ def paired_mean_interval(
 
     The one-stage interval of :func:`paired_ratio_ci` (which passes log latencies), shared
     by other paired comparisons on an additive scale (the per-prompt log-prob differences
-    of :mod:`speclib.analysis.sampling`). ``control`` and ``experiment`` are 1-D float
+    of :mod:`speclib.analysis.spec.sampling`). ``control`` and ``experiment`` are 1-D float
     arrays of equal length, at least two pairs, already validated by the caller.
     :func:`scipy.stats.bootstrap` (``paired=True``) runs with ``method`` (``"BCa"`` or
     ``"percentile"``); ``obstacle``, the caller's reason why BCa cannot work on its data,
@@ -288,7 +288,7 @@ def t_width_scale(
     ``n_blocks`` blocks on ``df`` degrees of freedom, with the block SD held and one degree
     of freedom more per added block: ``t[df + b - n, q] / t[df, q] * sqrt(n / b)``,
     ``q = (1 + confidence_level) / 2``. The one projection behind every "N more blocks"
-    (:mod:`speclib.analysis.decision`, :mod:`speclib.analysis.resolution`)."""
+    (:mod:`speclib.analysis.verdict.decision`, :mod:`speclib.analysis.verdict.resolution`)."""
     if not (isinstance(n_blocks, (int, np.integer)) and n_blocks >= 1):
         raise ValueError(f"`n_blocks` must be a positive integer (got {n_blocks!r})")
     if not (isinstance(df, (int, np.integer)) and df >= 1):

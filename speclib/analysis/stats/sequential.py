@@ -19,7 +19,7 @@ look gets its own, stricter level from an **alpha-spending function**.
   boundaries would use that correlation to widen the early levels; with t-intervals on a
   handful of blocks the union bound is the simple valid choice). For N = 4 and
   ``min_blocks = 2`` at α = 0.05 the looks use α_k = 0.0056, 0.0180, 0.0264.
-* :func:`interval_word` is the decision rule of :mod:`speclib.analysis.decision` on a bare
+* :func:`interval_word` is the decision rule of :mod:`speclib.analysis.verdict.decision` on a bare
   interval: **adopt** if the upper bound is below ``1 - δ``; **equivalent** if the interval
   lies inside ``(1 - δ, 1 + δ)``; **worse** if the lower bound is above 1; else
   **inconclusive**.
@@ -28,7 +28,7 @@ look gets its own, stricter level from an **alpha-spending function**.
 
 Several experiments (and load levels): at each look, decide the comparisons still
 undecided with Holm's procedure at family level ``1 - α_k``
-(:func:`speclib.analysis.tpot_verdict.decide_family` with ``looks``); a comparison that
+(:func:`speclib.analysis.verdict.tpot_verdict.decide_family` with ``looks``); a comparison that
 decides at look k is **frozen**: it keeps that decision and that interval, built at the
 level of that look and Holm step (which is what the report shows as its confidence, never
 the overall ``1 - α``). The run continues while any comparison is undecided, and only the
@@ -41,7 +41,7 @@ A calibration run (``protocol.target_resolution``: the control and the A/A arm o
 no comparison to decide and uses no spending plan: the runner adds blocks while the A/A
 interval, at ``analysis.confidence``, is wider than the target, judging its width only,
 never where it lies; the A/A arm's word is taken once, on all its blocks
-(:mod:`speclib.analysis.resolution`).
+(:mod:`speclib.analysis.verdict.resolution`).
 
 Example::
 
@@ -203,7 +203,7 @@ def spending_plan(max_blocks: int, *, min_blocks: int = 2, alpha: float = 0.05) 
 def interval_word(low: float, high: float, *, margin: float) -> str:
     """The decision word of an interval ``(low, high)`` of a ratio, at margin δ = ``margin``.
 
-    Same rule as :func:`speclib.analysis.decision.decide`: "adopt", "equivalent", "worse"
+    Same rule as :func:`speclib.analysis.verdict.decision.decide`: "adopt", "equivalent", "worse"
     or "inconclusive" (an undefined interval such as ``(0, inf)`` is inconclusive).
     """
     margin = _check_margin(margin)

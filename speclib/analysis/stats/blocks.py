@@ -7,7 +7,7 @@ regime shifts hit all arms of a block alike and cancel in the paired log-ratios.
 remains is one *instance effect* per server and block plus per-request noise. This module
 turns the per-block mean paired log-ratios ``d[a, b]`` (arm ``a`` vs the control of block
 ``b``) into one frozen :class:`BlockArmCI` per arm. It only computes; the decision words
-live in :mod:`speclib.analysis.decision`.
+live in :mod:`speclib.analysis.verdict.decision`.
 
 **Model.** With ``y[arm, b]`` the mean log TPOT of an arm's server in block ``b``::
 
@@ -51,7 +51,7 @@ unseen.)
 by least squares gives a pooled residual variance ``BlockAnalysis.sigma2`` with
 ``BlockAnalysis.df`` degrees of freedom. No TPOT interval uses it; it is the scale of the
 heterogeneity check below and of the sweep recommendation
-(:mod:`speclib.analysis.recommend`).
+(:mod:`speclib.analysis.load.recommend`).
 
 **Components.** When the within-block variance of the pair log-ratios is known, each arm
 also carries the standard error that prompt-level noise alone would give
@@ -82,7 +82,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
-from speclib.analysis.stats import DegenerateDataWarning
+from speclib.analysis.stats.paired import DegenerateDataWarning
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -501,7 +501,7 @@ def block_ratio_cis(
     control, if any; ``reference`` is ``"control"`` or ``"controls"`` (see the module
     docstring; the aa arm's own interval is always against the control). An arm whose
     block contrasts all agree exactly gets a zero-width interval and a
-    :class:`~speclib.analysis.stats.DegenerateDataWarning`.
+    :class:`~speclib.analysis.stats.paired.DegenerateDataWarning`.
     """
     summary = _check_summary(summary)
     _check_options(summary, aa_arm, reference, confidence_level)

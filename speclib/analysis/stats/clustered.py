@@ -1,4 +1,5 @@
-"""The two-stage (launch-clustered) bootstrap behind :func:`speclib.analysis.stats.paired_ratio_ci`.
+"""The two-stage (launch-clustered) bootstrap behind
+:func:`speclib.analysis.stats.paired.paired_ratio_ci`.
 
 When the pairs come from two or more launches (server replicates), the interval of the mean
 log-ratio comes from a two-stage bootstrap that resamples launches with replacement, then
@@ -146,7 +147,7 @@ def widen(
 ) -> tuple[NDArray, NDArray]:
     """Scale both distances from the estimate by ``factor`` (Student-t expansion).
 
-    Also the expansion of the one-stage percentile interval in :mod:`speclib.analysis.stats`.
+    Also the expansion of the one-stage percentile interval in :mod:`speclib.analysis.stats.paired`.
     """
     return est - factor * (est - low), est + factor * (high - est)
 

@@ -4,7 +4,7 @@ A verdict must survive the machine's own noise: measured on the kit's CPU machin
 drifts ±10 % between windows, shifts regime inside a launch, and two identical servers
 differ by ~5 %. The per-pair bootstrap over one launch per arm cannot see the last of these
 (it gave 2 false verdicts in 6 A/A runs). So the TPOT interval of every arm comes from
-:mod:`speclib.analysis.blocks`: a paired t-interval on that arm's own per-replicate-block
+:mod:`speclib.analysis.stats.blocks`: a paired t-interval on that arm's own per-replicate-block
 contrasts against the control (with an A/A arm: against the mean of the two control
 servers), on ``blocks - 1`` degrees of freedom. Each arm's interval rests on its own noise;
 only the control and the A/A arm, two copies of one server, are treated as exchangeable.
@@ -12,18 +12,18 @@ One block leaves no degrees of freedom: the interval is ``(0, inf)`` and the ver
 why it cannot decide.
 
 **The family.** :func:`decide_family` applies the pre-declared rule
-(:func:`speclib.analysis.decision.decide`) with Holm's step-down over the whole family of
+(:func:`speclib.analysis.verdict.decision.decide`) with Holm's step-down over the whole family of
 TPOT comparisons: every experiment arm (each sweep value is an arm) at every load level.
 The A/A arm is not part of the family: it is decided on its own, per load level, at the
 family confidence, and if it shows an effect (adopt or worse) the bench is untrustworthy
 and every experiment's verdict of that level says so (see
-:func:`speclib.analysis.decision.apply_gates`). Its reason reads as a bench check (its
+:func:`speclib.analysis.verdict.decision.apply_gates`). Its reason reads as a bench check (its
 resolution against δ and the blocks that would make it "equivalent",
-:mod:`speclib.analysis.resolution`), never as an experiment's plan towards "adopt" or
+:mod:`speclib.analysis.verdict.resolution`), never as an experiment's plan towards "adopt" or
 "worse". :func:`family_text` says what the family
 was, e.g. "Holm over 6 comparisons: 2 arms × 3 load levels".
 
-**Looks.** With ``looks`` (a run-until-decided plan, :mod:`speclib.analysis.sequential`)
+**Looks.** With ``looks`` (a run-until-decided plan, :mod:`speclib.analysis.stats.sequential`)
 the decisions are replayed look by look from the same records: at look ``k`` only the
 replicates ``< k`` count, the comparisons still open are decided by Holm at that look's
 family confidence ``1 - α_k``, and a comparison decided at look ``k`` keeps that
@@ -42,10 +42,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclib.analysis.blocks import BlockAnalysis, BlockArmCI, block_ratio_cis, summarize_blocks
-from speclib.analysis.decision import Decision, holm_decide
-from speclib.analysis.resolution import bench_check
-from speclib.analysis.stats import DegenerateDataWarning, RatioCI
+from speclib.analysis.stats.blocks import (
+    BlockAnalysis,
+    BlockArmCI,
+    block_ratio_cis,
+    summarize_blocks,
+)
+from speclib.analysis.stats.paired import DegenerateDataWarning, RatioCI
+from speclib.analysis.verdict.decision import Decision, holm_decide
+from speclib.analysis.verdict.resolution import bench_check
 
 __all__ = [
     "LevelDecision",
@@ -260,7 +265,7 @@ def _aa_gate(main, pairs_by_arm, aa_arm, reps, margin):
     """The A/A arm's own ``(ci, decision)`` and the bench-effect reason (or None).
 
     The decision is the rule's word with the bench check as its reason
-    (:meth:`speclib.analysis.resolution.BenchCheck.decision`)."""
+    (:meth:`speclib.analysis.verdict.resolution.BenchCheck.decision`)."""
     if not (aa_arm and main is not None and main.aa is not None):
         return None, None
     ci = as_ratio_ci(main.aa, _before(pairs_by_arm[aa_arm], reps))

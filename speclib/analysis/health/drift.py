@@ -3,7 +3,7 @@
 On the kit's CPU machines a server's speed can shift regime inside one launch (TPOT 22–24 ms
 for 9 requests, then 14–17 ms for 12, then back). Arms measured one after the other then
 compare the effect with the machine's mood. :func:`drift_table` runs Pettitt's change-point
-test (:mod:`speclib.analysis.changepoint`) on every launch's positive per-request TPOT (a
+test (:mod:`speclib.analysis.stats.changepoint`) on every launch's positive per-request TPOT (a
 TPOT of 0 means every token was read at once: it measures the read, not a speed) in time order
 and, for each experiment, on its paired log-ratios against the control in time order within
 the block. A shift in the raw series that is absent from the paired one was **cancelled**
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclib.analysis.changepoint import pettitt_test, shift_cancelled
 from speclib.analysis.frames import pair_frame
+from speclib.analysis.stats.changepoint import pettitt_test, shift_cancelled
 
 __all__ = ["drift_sentence", "drift_table"]
 

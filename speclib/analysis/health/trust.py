@@ -6,19 +6,19 @@ wrong (measured on a fresh 2-core machine: "no false effect" beside a client 41 
 server). So the bench is trusted only when all of these pass:
 
 - **instruments** — on every launch, the client's mean TPOT within
-  :data:`~speclib.analysis.instrument.TPOT_TOLERANCE` of the server's own stamps, and its
+  :data:`~speclib.analysis.health.instrument.TPOT_TOLERANCE` of the server's own stamps, and its
   TTFT lag behind the server's first-token stamp within
-  :data:`~speclib.analysis.instrument.TTFT_TOLERANCE_S` or, where a busy client lags more
+  :data:`~speclib.analysis.health.instrument.TTFT_TOLERANCE_S` or, where a busy client lags more
   (many streams on few cores), equal across the arms of a block and level within it;
-- **late reads** — at most :data:`~speclib.analysis.instrument.LATE_SHARE_LIMIT` of each
-  arm's streams read late, arms within :data:`~speclib.analysis.instrument.LATE_GAP_LIMIT`;
+- **late reads** — at most :data:`~speclib.analysis.health.instrument.LATE_SHARE_LIMIT` of each
+  arm's streams read late, arms within :data:`~speclib.analysis.health.instrument.LATE_GAP_LIMIT`;
 - **exclusions** — the arms' shares of requests left out of the TPOT comparison within
-  :data:`~speclib.analysis.instrument.EXCLUSION_GAP_LIMIT` of each other;
+  :data:`~speclib.analysis.health.instrument.EXCLUSION_GAP_LIMIT` of each other;
 - **CPU starvation** — idle servers did not load the arms unequally
-  (:func:`speclib.analysis.idle_load.idle_load_problem`);
+  (:func:`speclib.analysis.health.idle_load.idle_load_problem`);
 - **A/A** — the A/A arm shows no effect the rule would act on (no false effect), with its
   resolution against δ and the blocks that would make it "equivalent"
-  (:mod:`speclib.analysis.resolution`); an interval wider than :func:`coarse_limit` cannot
+  (:mod:`speclib.analysis.verdict.resolution`); an interval wider than :func:`coarse_limit` cannot
   show a false effect and is "not assessed".
 
 A check is ``pass``, ``fail`` or ``not assessed`` (no data for it: not a pass); the bench is
@@ -28,7 +28,7 @@ from the server's stamps (then shown, not gating). The first four are known befo
 comparison: :func:`pre_checks` returns them and
 :func:`problem_of` the reason string that makes every verdict "untrustworthy" when one
 fails. :func:`bench_trust` adds the A/A check and returns the panel for ``summary.json``.
-The workload checks (:mod:`speclib.analysis.workload_checks`: outputs cut by max_tokens,
+The workload checks (:mod:`speclib.analysis.health.workload_checks`: outputs cut by max_tokens,
 near-duplicate prompts, offered vs achieved rate, prompt set size, category sizes) ride along
 in the panel's own ``workload`` list: they warn on the first screen but never gate, and do
 not count toward "trusted" (the workload is the user's choice, not a fault of the bench).
@@ -44,14 +44,14 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.instrument import (
+from speclib.analysis.health.instrument import (
     EXCLUSION_GAP_LIMIT,
     LATE_GAP_LIMIT,
     LATE_SHARE_LIMIT,
     TPOT_TOLERANCE,
     TTFT_TOLERANCE_S,
 )
-from speclib.analysis.resolution import bench_check
+from speclib.analysis.verdict.resolution import bench_check
 
 __all__ = [
     "FAIL",
@@ -313,7 +313,7 @@ def problem_of(checks: list[TrustCheck]) -> str | None:
 def aa_check(aa: list[Any], margin: float) -> TrustCheck:
     """The A/A arm shows no effect the rule would act on (its word is neither adopt nor
     worse), and how fine the bench resolves: its bench check
-    (:func:`speclib.analysis.resolution.bench_check`) at every load level."""
+    (:func:`speclib.analysis.verdict.resolution.bench_check`) at every load level."""
     name = "A/A"
     cis = [(c, c.cis.get("tpot_s")) for c in aa]
     cis = [(c, ci) for c, ci in cis if ci is not None]

@@ -11,7 +11,7 @@ every k is clamped to ``num_speculative_tokens``, which must therefore be the la
 the schedule.
 
 :func:`k_schedule` turns one sweep family's recommendations at closed-loop concurrency
-levels (:mod:`speclib.analysis.recommend`) into such a schedule, **on the interval
+levels (:mod:`speclib.analysis.load.recommend`) into such a schedule, **on the interval
 bounds**: at a level the k is the recommended one (it pays, interval below ``1 - margin``,
 and is not shown worse than the best k by more than δ); where arms pay but the rule could
 not choose, the paying arm with the lowest upper bound; where no k is shown to pay, ``0``
@@ -23,7 +23,7 @@ undetermined; the same k at every level is no schedule ("use a fixed k").
 
 **Mapping levels to batch sizes.** A closed-loop level at concurrency ``c`` keeps at most
 ``c`` requests on the server, fewer while a slot drains; the kit measures the mean number in
-flight (:mod:`speclib.analysis.goodput`, Little's law) and uses it, rounded, as the batch
+flight (:mod:`speclib.analysis.load.goodput`, Little's law) and uses it, rounded, as the batch
 size the level stands for (the nominal ``c`` where it was not measured or not increasing).
 Boundaries fall at the geometric midpoints between neighbouring levels' batch sizes, the
 first range starts at 1, the last runs to ``max_num_seqs``; adjacent ranges with the same k
@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from speclib.analysis.recommend import Recommendation
+from speclib.analysis.load.recommend import Recommendation
 from speclib.core.jsonutil import jsonable
 from speclib.core.vllm_schema import SCHEDULE_KEY
 

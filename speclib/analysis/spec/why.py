@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from speclib.analysis.speedup import alpha_from_mean_length, expected_tokens_per_step
+from speclib.analysis.spec.speedup import alpha_from_mean_length, expected_tokens_per_step
 from speclib.core.wording import ratio_words
 
 __all__ = [

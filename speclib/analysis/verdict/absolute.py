@@ -1,7 +1,7 @@
 """Absolute latencies of a comparison's pairs: what each side measured, in ms and tokens/s.
 
 The verdict rests on ratios; a decider also wants the numbers behind them. From the pairs
-the TPOT verdict uses (:attr:`speclib.analysis.comparisons.Comparison.pairs`, the chosen
+the TPOT verdict uses (:attr:`speclib.analysis.verdict.comparisons.Comparison.pairs`, the chosen
 instrument's TPOT), :func:`absolute_summary` gives per side (``control``, ``experiment``)
 the median and 90th percentile of TPOT and TTFT in ms, and the median per-stream output
 rate (``output_tokens / e2e_s``, tokens/s of one request: at concurrency 1 the user's

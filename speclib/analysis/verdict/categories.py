@@ -3,7 +3,7 @@
 Prompts come in categories (``known``, ``repeat``, ``unseen``, ...) and an arm's TPOT
 ratio differs between them: that says where a speed-up comes from. A ratio from a few
 pairs is not a fact, though, so each category gets the interval of the **same block model
-the TPOT verdict uses** (:func:`speclib.analysis.tpot_verdict.block_analysis`): the arm's
+the TPOT verdict uses** (:func:`speclib.analysis.verdict.tpot_verdict.block_analysis`): the arm's
 pairs of that category are summarised per replicate block, and a paired t-interval on the
 arm's own block contrasts (against the mean of the two control servers when the A/A arm
 has pairs of the category, else against the control), on ``blocks - 1`` degrees of
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclib.analysis.stats import DegenerateDataWarning
-from speclib.analysis.tpot_verdict import block_analysis
+from speclib.analysis.stats.paired import DegenerateDataWarning
+from speclib.analysis.verdict.tpot_verdict import block_analysis
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -73,7 +73,7 @@ class CategoryRatio:
     few pairs or blocks; ``note`` then says which ("too few pairs for an interval,
     need 6"). ``reference``
     is ``"control"`` or ``"controls"`` (the mean of the control and the A/A arm), as in
-    :class:`speclib.analysis.blocks.BlockArmCI`; ``method`` describes the interval.
+    :class:`speclib.analysis.stats.blocks.BlockArmCI`; ``method`` describes the interval.
     """
 
     category: str

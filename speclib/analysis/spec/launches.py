@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.acceptance import Reconciliation, reconcile
+from speclib.analysis.spec.acceptance import Reconciliation, reconcile
 from speclib.core.prometheus import (
     CounterResetError,
     PrefixCacheDelta,

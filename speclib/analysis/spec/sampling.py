@@ -27,7 +27,7 @@ this module holds the statistics, pure functions of those scores.
 * **Comparison** (:func:`compare_plausibility`): per prompt, the mean log-prob of the
   experiment's outputs minus the control's (averaged over replicates, levels, repeats), a
   paired bootstrap CI of the mean difference
-  (:func:`speclib.analysis.stats.paired_mean_interval`), and a declared equivalence
+  (:func:`speclib.analysis.stats.paired.paired_mean_interval`), and a declared equivalence
   margin δ in nats/token. The series is **implausible** when the CI lies entirely below
   −δ, or when it has tokens outside the nucleus on more prompts than the control
   (one-sided exact sign test), whatever its speed. Each output is also classed
@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.stats import (
+from speclib.analysis.stats.paired import (
     MIN_PAIRS_BCA,
     DegenerateDataWarning,
     paired_mean_interval,

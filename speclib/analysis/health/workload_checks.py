@@ -1,15 +1,15 @@
 """Workload checks: is the workload the user chose measuring what they think it measures?
 
-Five checks, each a :class:`~speclib.analysis.trust.TrustCheck` with ``gating=False``: a
+Five checks, each a :class:`~speclib.analysis.health.trust.TrustCheck` with ``gating=False``: a
 failure is a warning on the bench-trust panel's first screen, never a veto of a verdict (the
 workload is the user's choice, not a fault of the bench), and none counts toward the bench
-being "trusted" (:func:`speclib.analysis.trust.bench_trust` keeps them in their own list).
+being "trusted" (:func:`speclib.analysis.health.trust.bench_trust` keeps them in their own list).
 
 - **outputs cut by max_tokens** (:func:`cut_outputs_check`): most of an arm's answers
   stopped at ``workload.max_tokens``, so TPOT and acceptance describe only their start
   (with ``workload.ignore_eos`` every answer also runs past where the model would stop);
 - **near-duplicate prompts** (:func:`near_duplicate_check`): pairs of the prompts sent whose
-  word 5-gram Jaccard similarity is at least 0.8 (:mod:`speclib.analysis.near_duplicates`);
+  word 5-gram Jaccard similarity is at least 0.8 (:mod:`speclib.analysis.health.near_duplicates`);
   they count one case several times and inflate the acceptance of drafters that match text
   seen before;
 - **offered vs achieved rate** (:func:`arrival_rate_check`): at a Poisson level, the rate at
@@ -19,7 +19,7 @@ being "trusted" (:func:`speclib.analysis.trust.bench_trust` keeps them in their 
   ``workload.num_prompts`` asks for (the manifest's ``prompts.short_by``);
 - **category sizes** (:func:`category_size_check`): categories with too few prompts, or too
   few pairs per arm and load level, for their own interval
-  (:mod:`speclib.analysis.categories`).
+  (:mod:`speclib.analysis.verdict.categories`).
 
 :func:`workload_checks` runs all five on a run's params, records and manifest. Pure
 functions over what the run wrote (the prompt file is read again, and left "not assessed"
@@ -34,10 +34,10 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
 from speclib.analysis.frames import pair_frame
-from speclib.analysis.near_duplicates import near_duplicate_pairs
-from speclib.analysis.trust import FAIL, NOT_ASSESSED, PASS, TrustCheck
+from speclib.analysis.health.near_duplicates import near_duplicate_pairs
+from speclib.analysis.health.trust import FAIL, NOT_ASSESSED, PASS, TrustCheck
+from speclib.analysis.verdict.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
 from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams
 from speclib.core.prompts import PromptSetError
@@ -376,8 +376,8 @@ def _fewest_pairs(rows: pd.DataFrame, control: str) -> dict[str, int]:
 
 def category_size_check(records: pd.DataFrame, *, control: str, min_prompts: int = 2) -> TrustCheck:
     """Prompt categories too small for their own interval: fewer than
-    :data:`~speclib.analysis.categories.MIN_CATEGORY_PAIRS` pairs of some arm with
-    ``control`` at some load level (the rule by which :mod:`speclib.analysis.categories`
+    :data:`~speclib.analysis.verdict.categories.MIN_CATEGORY_PAIRS` pairs of some arm with
+    ``control`` at some load level (the rule by which :mod:`speclib.analysis.verdict.categories`
     gives a category no interval), or fewer than ``min_prompts`` prompts (default 2: one
     prompt repeated over blocks speaks for that prompt, not for its category); a warning
     naming them. One category: "not assessed" (the report shows no per-category ratios)."""

@@ -1,7 +1,7 @@
 """The decision: turn a TPOT ratio CI and the gate inputs into one verdict word with reasons.
 
 :func:`decide` applies the rule declared before the run (margin δ, confidence level) to a
-:class:`~speclib.analysis.stats.RatioCI` of experiment / control TPOT:
+:class:`~speclib.analysis.stats.paired.RatioCI` of experiment / control TPOT:
 
 * **adopt** – the CI's upper bound is below ``1 - δ`` (time per token cut by more than the margin);
 * **equivalent** – the CI lies inside ``(1 - δ, 1 + δ)``;
@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.stats import RatioCI, t_width_scale
+from speclib.analysis.stats.paired import RatioCI, t_width_scale
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -560,7 +560,8 @@ def holm_decide(
     """Decide several experiments against one control with Holm's step-down procedure.
 
     ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioCI` of experiment
-    ``name`` at that level (e.g. a closure over :func:`speclib.analysis.stats.paired_ratio_ci`).
+    ``name`` at that level (e.g. a closure over
+    :func:`speclib.analysis.stats.paired.paired_ratio_ci`).
     Returns ``{name: (ci, decision)}``, each CI at the level its decision was made; see the
     module docstring for the procedure. ``names`` may be any hashable keys, e.g.
     ``(load level, arm)`` pairs when the family spans load levels.

@@ -7,7 +7,7 @@ TPOT (:func:`gate_cis`: per-arm paired t over replicate blocks, same reference);
 gates (errors, outputs, memory, TTFT/E2E; each "pass", "fail" or "not assessed"); sums
 acceptance per request and from the launches' ``/metrics`` deltas; compares greedy outputs;
 gives each prompt category (and each turn of a multi-turn run) its TPOT ratio with a
-descriptive block-level interval (:mod:`speclib.analysis.categories`); and explains the
+descriptive block-level interval (:mod:`speclib.analysis.verdict.categories`); and explains the
 speed-up with the standard model of speculative decoding. A launch-blind prompt-level
 bootstrap of TPOT is kept as labelled information (``tpot_prompt_level``), never a gate or
 the verdict.
@@ -27,39 +27,39 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclib.analysis.absolute import absolute_summary
-from speclib.analysis.acceptance import request_acceptance, sum_counters
-from speclib.analysis.agreement import (
+from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
+from speclib.analysis.spec.acceptance import request_acceptance, sum_counters
+from speclib.analysis.spec.agreement import (
     Agreement,
     AgreementSummary,
     compare_outputs,
     count_bad_outputs,
     summarize_agreement,
 )
-from speclib.analysis.categories import (
+from speclib.analysis.spec.launches import LaunchMetrics
+from speclib.analysis.spec.why import (
+    DraftCost,
+    WhySpeedup,
+    explain,
+    paired_stream_factors,
+    stream_steps,
+)
+from speclib.analysis.stats.paired import DegenerateDataWarning, RatioCI, paired_ratio_ci
+from speclib.analysis.verdict.absolute import absolute_summary
+from speclib.analysis.verdict.categories import (
     CATEGORY_NOTE,
     TURN_NOTE,
     CategoryRatio,
     category_ratios,
     turn_ratios,
 )
-from speclib.analysis.decision import Decision, Verdict, apply_gates
-from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
-from speclib.analysis.launches import LaunchMetrics
-from speclib.analysis.resolution import bench_check
-from speclib.analysis.stats import DegenerateDataWarning, RatioCI, paired_ratio_ci
-from speclib.analysis.tpot_verdict import (
+from speclib.analysis.verdict.decision import Decision, Verdict, apply_gates
+from speclib.analysis.verdict.resolution import bench_check
+from speclib.analysis.verdict.tpot_verdict import (
     LevelDecision,
     as_ratio_ci,
     block_analysis,
     decide_level,
-)
-from speclib.analysis.why import (
-    DraftCost,
-    WhySpeedup,
-    explain,
-    paired_stream_factors,
-    stream_steps,
 )
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import AA_ARM, AnalysisParams, ExperimentParams
@@ -104,7 +104,7 @@ class Comparison:
     explanation: WhySpeedup | None
     peak_rss_bytes: int | None
     pairs: pd.DataFrame = field(repr=False)
-    plausibility: Any = None  # speclib.analysis.sampling.PlausibilityResult (sampled runs)
+    plausibility: Any = None  # speclib.analysis.spec.sampling.PlausibilityResult (sampled runs)
     by_category: dict[str, CategoryRatio] = field(default_factory=dict)
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
 
@@ -116,14 +116,14 @@ class Comparison:
     @property
     def absolute(self) -> dict[str, dict[str, Any]]:
         """TPOT/TTFT p50 and p90 (ms) and per-stream tokens/s of each side, from the pairs
-        the verdict uses (:func:`speclib.analysis.absolute.absolute_summary`)."""
+        the verdict uses (:func:`speclib.analysis.verdict.absolute.absolute_summary`)."""
         return absolute_summary(self.pairs)
 
     @property
     def tpot_ratio_by_category(self) -> dict[str, CategoryRatio]:
         """TPOT ratio per prompt category with its descriptive block-level interval (None
         where the category has too few pairs or blocks; see
-        :mod:`speclib.analysis.categories`)."""
+        :mod:`speclib.analysis.verdict.categories`)."""
         return self.by_category
 
     @property
@@ -370,7 +370,7 @@ def _explain(
     salt: int,
 ) -> WhySpeedup | None:
     """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
-    known independently (:mod:`speclib.analysis.why`)."""
+    known independently (:mod:`speclib.analysis.spec.why`)."""
     spec_cfg = params.series_by_name(name).speculative_config or {}
     if not spec_cfg or tpot is None or not (tpot.estimate > 0) or not len(pairs):
         return None
@@ -575,7 +575,7 @@ def _finite(pairs: pd.DataFrame) -> pd.DataFrame:
 
 def level_pairs(df: pd.DataFrame, params: ExperimentParams, level: int) -> dict[str, pd.DataFrame]:
     """Every arm's usable TPOT pairs with the control at one load level (arms without any
-    left out): the input of :func:`speclib.analysis.tpot_verdict.decide_family`."""
+    left out): the input of :func:`speclib.analysis.verdict.tpot_verdict.decide_family`."""
     d = df[df["level"] == level]
     pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs
              for n in params.experiments}  # fmt: skip
@@ -590,7 +590,7 @@ def gate_cis(
     For each metric of :data:`GATE_METRICS`: the per-block mean log ratio of the metric,
     and per arm a paired t-interval on its own block contrasts, ``blocks - 1`` df, against
     the same reference as TPOT (with an A/A arm: the mean of the two control servers; see
-    :func:`speclib.analysis.tpot_verdict.block_analysis`). One block gives ``(0, inf)``:
+    :func:`speclib.analysis.verdict.tpot_verdict.block_analysis`). One block gives ``(0, inf)``:
     the gate is then "not assessed". Returns ``{arm: {metric: ci or None}}``.
     """
     out: dict[str, dict[str, RatioCI | None]] = {n: {} for n in pairs_by_arm}
@@ -634,7 +634,7 @@ def compare_level(
     launches whose mode check failed (their records must already be left out of ``df``;
     the arm's verdict is then "reject", gate ``mode``), ``decided`` the level's TPOT
     decisions when they were made over a larger family (every load level, looks; see
-    :func:`speclib.analysis.tpot_verdict.decide_family`), else they are decided here with
+    :func:`speclib.analysis.verdict.tpot_verdict.decide_family`), else they are decided here with
     this level's experiments as the family; ``ttft_problem`` why the TTFT gate cannot be
     assessed at this level (the client's TTFT lag differed between arms). When
     the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is

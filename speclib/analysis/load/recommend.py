@@ -9,11 +9,11 @@ control is ADOPT. When no arm of the family is ADOPT the answer is "no k pays" (
 **The test.** The best arm is the one with the lowest mean per-block log-ratio ``d``
 against the control. For every other arm ``a`` the ratio of ratios ``a / best`` rests on
 the two arms' own noise (each arm has its own instance variance, see
-:mod:`speclib.analysis.blocks`): where they share at least two blocks, a paired t-interval
+:mod:`speclib.analysis.stats.blocks`): where they share at least two blocks, a paired t-interval
 on the per-block differences ``d[a, b] - d[best, b]`` (the control's error cancels;
 df = shared blocks − 1); otherwise Welch's t on the two arms' block means (Satterthwaite
 df). An arm is *within δ* when the upper bound is below ``1 + δ``. Holm's step-down runs
-over the family's other arms exactly as :func:`~speclib.analysis.decision.holm_decide`
+over the family's other arms exactly as :func:`~speclib.analysis.verdict.decision.holm_decide`
 does (round with ``m`` open arms at confidence ``1 - α/m``; settled arms leave; stop when a
 round settles none). The best arm is chosen from the same data, which the test does not
 correct for: "within δ of the best" is read as "not shown worse than the best by more
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from speclib.analysis.blocks import BlockSummary, summarize_blocks
-from speclib.analysis.comparisons import Comparison
+from speclib.analysis.stats.blocks import BlockSummary, summarize_blocks
+from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import ExperimentParams
 from speclib.core.params_sweep import sweep_sort_key

@@ -21,7 +21,7 @@ a **bench check**:
   effect (one server per arm and block) is what dominates an A/A interval;
 * **false effect** – the interval's word by the decision rule: "adopt" or "worse" on an arm
   without an effect means the bench's noise is larger than its intervals admit (the A/A
-  gate of :mod:`speclib.analysis.tpot_verdict` then makes every verdict "untrustworthy");
+  gate of :mod:`speclib.analysis.verdict.tpot_verdict` then makes every verdict "untrustworthy");
   an interval that excludes 1 but stays inside ``(1 - δ, 1 + δ)`` is an instance effect
   smaller than δ, which the rule does not act on.
 
@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.decision import Decision, decide
-from speclib.analysis.stats import RatioCI, t_width_scale
+from speclib.analysis.stats.paired import RatioCI, t_width_scale
+from speclib.analysis.verdict.decision import Decision, decide
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -223,7 +223,7 @@ class BenchCheck:
         )
 
     def decision(self) -> Decision:
-        """The A/A arm's :class:`~speclib.analysis.decision.Decision`: the rule's word with
+        """The A/A arm's :class:`~speclib.analysis.verdict.decision.Decision`: the rule's word with
         this check as its reason; the only planning it carries is blocks towards
         "equivalent" (never pairs, never "adopt" or "worse")."""
         more = self.more_blocks
