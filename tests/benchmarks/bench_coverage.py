@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from speclib.analysis.stats.paired import DegenerateDataWarning
+from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.verdict.tpot_verdict import block_analysis, decide_family
 
 RATIOS = {"x1": 0.85, "x2": 0.85, "x3": 0.85, "null": 1.0, "aa": 1.0}

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.run_analysis import analyze_run, decision_confidence
+from speclib.analysis.run_analysis import analyze_run
+from speclib.analysis.verdict.run_rules import decision_confidence
 from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, append_record
 

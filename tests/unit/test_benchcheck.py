@@ -19,16 +19,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.analysis.health.crosscheck import (
-    ADJUSTED_ROW,
+from speclib.analysis.health.bench_result import (
     BenchCheckError,
     BenchResult,
-    compare_with_kit,
-    crosscheck_frame,
-    format_crosscheck,
     load_bench_result,
     merge_bench_results,
     parse_bench_result,
+)
+from speclib.analysis.health.crosscheck import (
+    ADJUSTED_ROW,
+    compare_with_kit,
+    crosscheck_frame,
+    format_crosscheck,
 )
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord

@@ -26,14 +26,9 @@ import warnings
 import numpy as np
 import pytest
 
-from speclib.analysis.stats.blocks import (
-    ONE_BLOCK_NOTE,
-    BlockSummary,
-    block_ratio_cis,
-    block_summary,
-    summarize_blocks,
-)
-from speclib.analysis.stats.paired import DegenerateDataWarning
+from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.block_summary import BlockSummary, block_summary, summarize_blocks
+from speclib.analysis.stats.blocks import ONE_BLOCK_NOTE, block_ratio_cis
 from speclib.analysis.stats.sequential import interval_word
 
 pytestmark = pytest.mark.unit

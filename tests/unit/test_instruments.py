@@ -410,7 +410,8 @@ def test_an_unequal_ttft_lag_warns_without_gating_and_a_tpot_gap_gates():
 
 
 def test_an_unassessable_ttft_leaves_the_gate_not_assessed():
-    from speclib.analysis.verdict.decision import Decision, apply_gates
+    from speclib.analysis.verdict.decision import Decision
+    from speclib.analysis.verdict.gates import apply_gates
 
     dec = Decision("adopt", "faster", 0.05, 0.95)
     verdict = apply_gates(

@@ -17,7 +17,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.absolute import absolute_summary
-from speclib.analysis.verdict.decision import Decision, Verdict
+from speclib.analysis.verdict.decision import Decision
+from speclib.analysis.verdict.gates import Verdict
 from speclib.core.params import LoadLevel
 from speclib.report.export import NOTEBOOK_ONLY, export_report, page_title
 from speclib.report.sections import (

@@ -17,7 +17,7 @@ import yaml
 
 from speclib.analysis.frames import pair_frame
 from speclib.analysis.load.recommend import OUTCOMES, SweepArm, recommend
-from speclib.analysis.stats.blocks import block_summary
+from speclib.analysis.stats.block_summary import block_summary
 from speclib.core.params import ExperimentParams, ParamsError, load_params
 from speclib.core.params_sweep import sweep_name
 from speclib.run.design import Block, choose_design, plan_blocks, plan_groups

@@ -16,14 +16,16 @@ import pytest
 
 from speclib.analysis.frames import records_frame
 from speclib.analysis.health.near_duplicates import jaccard, near_duplicate_pairs, shingles
+from speclib.analysis.health.prompt_checks import (
+    near_duplicate_check,
+    prompt_count_check,
+    sent_prompt_texts,
+)
 from speclib.analysis.health.trust import TrustCheck, bench_trust
 from speclib.analysis.health.workload_checks import (
     arrival_rate_check,
     category_size_check,
     cut_outputs_check,
-    near_duplicate_check,
-    prompt_count_check,
-    sent_prompt_texts,
     workload_checks,
 )
 from speclib.core.datasets import read_dataset

@@ -28,51 +28,35 @@ when it is gone or has changed since the run).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from speclib.analysis.frames import pair_frame
-from speclib.analysis.health.near_duplicates import near_duplicate_pairs
+from speclib.analysis.health.prompt_checks import (
+    duplicates_check,
+    more_words,
+    pct_words,
+    prompt_count_check,
+)
 from speclib.analysis.health.trust import FAIL, NOT_ASSESSED, PASS, TrustCheck
 from speclib.analysis.verdict.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
-from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams
-from speclib.core.prompts import PromptSetError
 
 __all__ = [
     "CUT_SHARE_LIMIT",
-    "DUPLICATE_JACCARD",
-    "DUPLICATE_SAMPLE",
     "RATE_SHARE_LIMIT",
-    "SHINGLE_WORDS",
     "arrival_rate_check",
     "category_size_check",
     "cut_outputs_check",
-    "near_duplicate_check",
-    "prompt_count_check",
-    "sent_prompt_texts",
     "workload_checks",
 ]
 
 CUT_SHARE_LIMIT = 0.5
 """Largest share of an arm's successful answers that may stop at max_tokens unwarned."""
-DUPLICATE_JACCARD = 0.8
-"""Word 5-gram Jaccard similarity from which two prompts count as near duplicates."""
-SHINGLE_WORDS = 5
-"""Words per shingle of the near-duplicate check."""
-DUPLICATE_SAMPLE = 5000
-"""Most prompts the near-duplicate check compares; a larger set is checked on a seeded
-random sample of this many."""
 RATE_SHARE_LIMIT = 0.9
 """Smallest share of its schedule's rate at which a Poisson level's requests must be sent."""
-_SHOWN = 6  # pairs, categories or levels named in a detail sentence
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f} %"
 
 
 def _measured(records: pd.DataFrame) -> pd.DataFrame:
@@ -81,11 +65,6 @@ def _measured(records: pd.DataFrame) -> pd.DataFrame:
     if "attempted" in records:
         return records[records["attempted"].fillna(True).astype(bool)]
     return records
-
-
-def _more(items: list[str]) -> str:
-    shown = ", ".join(items[:_SHOWN])
-    return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
 
 
 # --- outputs cut by max_tokens --------------------------------------------------------------
@@ -128,106 +107,28 @@ def cut_outputs_check(
     per_arm = {str(s): f"{int(n)}/{int(t)} cut" for s, (n, t) in cut.iterrows()}
     share = cut["sum"] / cut["size"]
     worst = str(share.idxmax())
-    figure = f"{_pct(share.max())} cut" + (f" in {worst}" if len(share) > 1 else "")
+    figure = f"{pct_words(share.max())} cut" + (f" in {worst}" if len(share) > 1 else "")
     if share.max() <= CUT_SHARE_LIMIT:
         detail = (
-            f"at most {_pct(share.max())} of an arm's answers stopped at max_tokens "
-            f"({max_tokens}); the rule warns above {_pct(CUT_SHARE_LIMIT)}"
+            f"at most {pct_words(share.max())} of an arm's answers stopped at max_tokens "
+            f"({max_tokens}); the rule warns above {pct_words(CUT_SHARE_LIMIT)}"
         )
         return TrustCheck(name, PASS, figure, detail, per_arm, gating=False)
     if expected and not ignore_eos:
         detail = (
-            f"{_pct(share.max())} of {worst}'s answers stopped at max_tokens ({max_tokens}), "
+            f"{pct_words(share.max())} of {worst}'s answers stopped at max_tokens ({max_tokens}), "
             "declared expected (workload.truncation_expected): the verdicts describe the first "
             f"{max_tokens} tokens of each answer, as the params intend"
         )
         return TrustCheck(name, PASS, figure + " (expected)", detail, per_arm, gating=False)
     detail = (
         f"most answers stopped at max_tokens ({max_tokens}; worst {worst} "
-        f"{_pct(share.max())}): TPOT and acceptance describe only the first {max_tokens} "
+        f"{pct_words(share.max())}): TPOT and acceptance describe only the first {max_tokens} "
         "tokens of answers that go on; raise workload.max_tokens so answers can end, or "
         "keep it if only their start matters"
     )
     detail += _ignore_eos_words(max_tokens) if ignore_eos else ""
     return TrustCheck(name, FAIL, figure, detail, per_arm, gating=False)
-
-
-# --- near-duplicate prompts -----------------------------------------------------------------
-
-
-def sent_prompt_texts(
-    params: ExperimentParams,
-    *,
-    provenance: Mapping[str, Any] | None = None,
-    ids: set[str] | None = None,
-) -> dict[str, str]:
-    """The text of every prompt the run sent, by id (its messages' contents, one per line),
-    read again with :func:`speclib.core.datasets.workload_prompts`.
-
-    ``provenance`` is the manifest's ``prompts`` entry: when its ``sha256`` differs from the
-    file's now, the file has changed since the run and :class:`PromptSetError` is raised.
-    ``ids`` (the prompt ids of the records) keeps only the prompts that were sent (all of
-    them when none matches). Raises
-    :class:`PromptSetError` (or :class:`OSError`) when the set cannot be read.
-    """
-    loaded = workload_prompts(params)
-    recorded = (provenance or {}).get("sha256")
-    if recorded and recorded != loaded.provenance.get("sha256"):
-        raise PromptSetError(
-            f"{loaded.provenance.get('path')}: changed since the run (its sha256 differs "
-            "from the manifest's)"
-        )
-    texts = {p.id: "\n".join(m["content"] for m in p.messages) for p in loaded.prompts}
-    if ids:
-        texts = {k: v for k, v in texts.items() if k in ids} or texts
-    return texts
-
-
-def _check_sample(limit: object, seed: object) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 2:
-        raise ValueError(f"`limit` must be an integer of at least 2 (got {limit!r})")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an integer (got {seed!r})")
-
-
-def near_duplicate_check(
-    texts: Mapping[str, str] | None,
-    *,
-    missing: str = "the prompt set could not be read",
-    threshold: float = DUPLICATE_JACCARD,
-    n: int = SHINGLE_WORDS,
-    limit: int = DUPLICATE_SAMPLE,
-    seed: int = 0,
-) -> TrustCheck:
-    """Pairs of prompts (``texts``: id → text) whose word ``n``-gram Jaccard similarity is
-    at least ``threshold``; a warning naming them when there is any. More than ``limit``
-    prompts: a random sample of ``limit`` drawn with ``seed`` is checked, and the detail says
-    so. ``texts`` None: "not assessed", ``missing`` saying why."""
-    _check_sample(limit, seed)
-    name = "near-duplicate prompts"
-    if texts is None:
-        return TrustCheck(name, NOT_ASSESSED, "prompts not read", missing, gating=False)
-    ids = list(texts)
-    sampled = len(ids) > limit
-    if sampled:
-        ids = [ids[i] for i in sorted(random.Random(seed).sample(range(len(ids)), limit))]
-    pairs = near_duplicate_pairs([texts[i] for i in ids], threshold=threshold, n=n)
-    scope = (
-        f"a random sample of {limit} of the {len(texts)} prompts (seed {seed})"
-        if sampled
-        else f"the {len(ids)} prompts sent"
-    )
-    rule = f"word {n}-gram Jaccard similarity ≥ {threshold:g}"
-    if not pairs:
-        detail = f"no two of {scope} have {rule}"
-        return TrustCheck(name, PASS, "none", detail, gating=False)
-    named = [f"{ids[i]} ~ {ids[j]} ({s:.2f})" for i, j, s in pairs]
-    detail = (
-        f"{len(pairs)} pair(s) of {scope} have {rule}: {_more(named)}; each counts one case "
-        "twice and inflates the acceptance of drafters that match text seen before (n-gram, "
-        "suffix): drop or rewrite one prompt of each pair"
-    )
-    return TrustCheck(name, FAIL, f"{len(pairs)} pair(s)", detail, gating=False)
 
 
 # --- offered vs achieved request rate -------------------------------------------------------
@@ -278,7 +179,7 @@ def _spans(sent: pd.DataFrame) -> pd.DataFrame:
 def _rate_words(r: Mapping[str, Any]) -> str:
     return (
         f"{r['series']} at {r['rate']:g} req/s, block {r['block_id']}: sent at "
-        f"{r['achieved']:.2f} req/s, {_pct(r['share'])} of its schedule's "
+        f"{r['achieved']:.2f} req/s, {pct_words(r['share'])} of its schedule's "
         f"{r['offered']:.2f} req/s"
     )
 
@@ -309,16 +210,16 @@ def arrival_rate_check(records: pd.DataFrame) -> TrustCheck:
         for r in worst_per_arm.itertuples()
     }
     worst = spans.loc[spans["share"].idxmin()]
-    figure = f"{_pct(worst['share'])} of offered at {worst['rate']:g} req/s"
+    figure = f"{pct_words(worst['share'])} of offered at {worst['rate']:g} req/s"
     late = spans[spans["share"] < RATE_SHARE_LIMIT]
     if not len(late):
         detail = (
-            f"every arm's requests went out at ≥ {_pct(RATE_SHARE_LIMIT)} of its seeded "
+            f"every arm's requests went out at ≥ {pct_words(RATE_SHARE_LIMIT)} of its seeded "
             f"schedule's rate (worst {_rate_words(worst.to_dict())})"
         )
         return TrustCheck(name, PASS, figure, detail, per_arm, gating=False)
     cap = int(late["concurrency"].max())
-    slow = _more([_rate_words(r) for r in late.to_dict("records")])
+    slow = more_words([_rate_words(r) for r in late.to_dict("records")])
     detail = (
         f"requests went out slower than offered ({slow}): they waited for one of the {cap} "
         "request slots (workload.concurrency caps the Poisson levels) or for a busy client, "
@@ -326,33 +227,6 @@ def arrival_rate_check(records: pd.DataFrame) -> TrustCheck:
         "workload.concurrency, or give the client a free core"
     )
     return TrustCheck(name, FAIL, figure, detail, per_arm, gating=False)
-
-
-# --- prompt set smaller than asked ----------------------------------------------------------
-
-
-def prompt_count_check(provenance: Mapping[str, Any] | None) -> TrustCheck:
-    """The prompt set against ``workload.num_prompts``, from the manifest's ``prompts``
-    entry (:func:`speclib.core.datasets.workload_prompts`' provenance); a warning when the
-    set is short."""
-    name = "prompt set size"
-    prov = provenance or {}
-    if prov.get("short_by") is None or prov.get("returned") is None:
-        return TrustCheck(name, NOT_ASSESSED, "not recorded", "the manifest does not record "
-                          "how many prompts were asked for (a run of an older kit)",
-                          gating=False)  # fmt: skip
-    asked, has, short = prov.get("requested"), int(prov["returned"]), int(prov["short_by"])
-    if short > 0:
-        detail = (
-            f"workload.num_prompts asks for {asked}, the set has {has} "
-            f"({prov.get('records_read')} record(s) read, {prov.get('skipped', 0)} skipped): "
-            f"the run sent all {has}; set num_prompts to {has} or use a larger set, so the "
-            "params say what was sent"
-        )
-        return TrustCheck(name, FAIL, f"{has} of {asked} asked", detail, gating=False)
-    figure = f"{has} prompts" if asked is None else f"{has} of {asked} asked"
-    detail = f"the set gave every prompt asked for ({prov.get('sample', 'first')} {has})"
-    return TrustCheck(name, PASS, figure, detail, gating=False)
 
 
 # --- categories too small for their own interval --------------------------------------------
@@ -417,7 +291,7 @@ def category_size_check(records: pd.DataFrame, *, control: str, min_prompts: int
         for c in small
     ]
     detail = (
-        f"{_more(named)}: fewer than {min_prompts} prompts or {MIN_CATEGORY_PAIRS} pairs per "
+        f"{more_words(named)}: fewer than {min_prompts} prompts or {MIN_CATEGORY_PAIRS} pairs per "
         "arm and load level, so the category gets no interval of its own, or one from too few "
         "prompts to speak for it; add prompts to it (workload.sample: stratified keeps each "
         f"category's share) or merge it with another{one_block}"
@@ -426,15 +300,6 @@ def category_size_check(records: pd.DataFrame, *, control: str, min_prompts: int
 
 
 # --- all of them ----------------------------------------------------------------------------
-
-
-def _duplicates(params: ExperimentParams, records: pd.DataFrame, provenance: Any) -> TrustCheck:
-    ids = set(records["prompt_id"].astype(str)) if "prompt_id" in records else None
-    try:
-        texts = sent_prompt_texts(params, provenance=provenance, ids=ids)
-    except (PromptSetError, OSError) as exc:
-        return near_duplicate_check(None, missing=f"the prompt set could not be read: {exc}")
-    return near_duplicate_check(texts)
 
 
 def workload_checks(
@@ -452,7 +317,7 @@ def workload_checks(
             ignore_eos=w.ignore_eos,
             expected=w.truncation_expected,
         ),
-        _duplicates(params, records, provenance),
+        duplicates_check(params, records, provenance),
         arrival_rate_check(records),
         prompt_count_check(provenance),
         category_size_check(records, control=params.control_name),

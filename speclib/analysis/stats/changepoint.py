@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from speclib.analysis.stats.paired import finite_1d
+from speclib.analysis.stats.base import finite_1d
 from speclib.core.jsonutil import jsonable
 
 __all__ = [

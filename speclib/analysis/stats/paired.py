@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -50,6 +49,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
+from speclib.analysis.stats.base import DegenerateDataWarning, finite_1d
 from speclib.analysis.stats.clustered import (
     cluster_codes,
     padded_by_launch,
@@ -60,13 +60,9 @@ from speclib.core.jsonutil import jsonable
 
 __all__ = [
     "MIN_PAIRS_BCA",
-    "DegenerateDataWarning",
     "RatioCI",
-    "finite_1d",
-    "holm_adjust",
     "paired_mean_interval",
     "paired_ratio_ci",
-    "t_width_scale",
     "wilcoxon_logratio",
 ]
 
@@ -75,10 +71,6 @@ MIN_PAIRS_BCA = 10
 
 _HEAVY_TIE_SHARE = 0.5  # BCa is skipped when one log-ratio value holds at least this share
 _METHODS = ("BCa", "percentile")
-
-
-class DegenerateDataWarning(stats.DegenerateDataWarning):
-    """The data cannot support the requested interval (one pair, all values equal, ...)."""
 
 
 @dataclass(frozen=True)
@@ -122,20 +114,6 @@ class RatioCI:
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def finite_1d(values: ArrayLike, name: str) -> NDArray[np.float64]:
-    """``values`` as a one-dimensional float array of finite numbers; ValueError naming
-    the argument ``name`` otherwise (shared input validation of the statistics modules)."""
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"`{name}` must be an array of numbers ({exc})") from None
-    if arr.ndim != 1:
-        raise ValueError(f"`{name}` must be one-dimensional (got shape {arr.shape})")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"`{name}` must hold finite numbers (found NaN or inf)")
-    return arr
 
 
 def _positive_1d(values: ArrayLike, name: str) -> NDArray[np.float64]:
@@ -281,27 +259,6 @@ def _expanded_percentile(
 # --------------------------------------------------------------------------- public API
 
 
-def t_width_scale(
-    *, n_blocks: int, df: int, confidence_level: float, blocks: ArrayLike
-) -> NDArray[np.float64]:
-    """A t-interval's half-width after ``blocks`` blocks, relative to today's after
-    ``n_blocks`` blocks on ``df`` degrees of freedom, with the block SD held and one degree
-    of freedom more per added block: ``t[df + b - n, q] / t[df, q] * sqrt(n / b)``,
-    ``q = (1 + confidence_level) / 2``. The one projection behind every "N more blocks"
-    (:mod:`speclib.analysis.verdict.decision`, :mod:`speclib.analysis.verdict.resolution`)."""
-    if not (isinstance(n_blocks, (int, np.integer)) and n_blocks >= 1):
-        raise ValueError(f"`n_blocks` must be a positive integer (got {n_blocks!r})")
-    if not (isinstance(df, (int, np.integer)) and df >= 1):
-        raise ValueError(f"`df` must be a positive integer (got {df!r})")
-    if not 0 < confidence_level < 1:
-        raise ValueError(f"`confidence_level` must be in (0, 1) (got {confidence_level!r})")
-    b = np.asarray(blocks, dtype=float)
-    if np.any(b < n_blocks):
-        raise ValueError(f"`blocks` must all be >= n_blocks = {n_blocks}")
-    q = 0.5 + confidence_level / 2
-    return stats.t.ppf(q, df + b - n_blocks) / stats.t.ppf(q, df) * np.sqrt(n_blocks / b)
-
-
 def wilcoxon_logratio(control: ArrayLike, experiment: ArrayLike) -> float:
     """Two-sided Wilcoxon signed-rank p-value of ``log(experiment / control)`` against 0.
 
@@ -314,27 +271,6 @@ def wilcoxon_logratio(control: ArrayLike, experiment: ArrayLike) -> float:
     if not np.any(log_ratio):
         return 1.0
     return float(stats.wilcoxon(log_ratio, zero_method="wilcox").pvalue)
-
-
-def holm_adjust(pvalues: Sequence[float] | ArrayLike) -> NDArray[np.float64]:
-    """Holm step-down adjusted p-values, in the input's order.
-
-    ``adjusted[(i)] = max_{j <= i} min(1, (m - j + 1) * p[(j)])`` over the ascending order
-    ``p[(1)] <= ... <= p[(m)]``. Reject hypothesis i at family-wise level α when
-    ``adjusted[i] <= α``. Example: ``holm_adjust([0.01, 0.04, 0.03])`` is
-    ``[0.03, 0.06, 0.06]``.
-    """
-    p = np.asarray(pvalues, dtype=np.float64)
-    if p.ndim != 1 or p.size == 0:
-        raise ValueError(f"`pvalues` must be a non-empty 1-D sequence (got shape {p.shape})")
-    if not np.all((p >= 0) & (p <= 1)):
-        raise ValueError(f"`pvalues` must lie in [0, 1] (got {p.tolist()})")
-    order = np.argsort(p, kind="stable")
-    m = p.size
-    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    adjusted = np.empty(m)
-    adjusted[order] = np.minimum(1.0, stepped)
-    return adjusted
 
 
 def paired_ratio_ci(

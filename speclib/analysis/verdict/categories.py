@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclib.analysis.stats.paired import DegenerateDataWarning
+from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.verdict.tpot_verdict import block_analysis
 from speclib.core.jsonutil import jsonable
 

@@ -12,23 +12,22 @@ speed-up with the standard model of speculative decoding. A launch-blind prompt-
 bootstrap of TPOT is kept as labelled information (``tpot_prompt_level``), never a gate or
 the verdict.
 
-The module is over 400 lines because a comparison's record (:class:`Comparison` and its
-``summary.json`` entry) and its assembly from pairs, intervals and gates change together.
+The pairs of a level and their intervals are in :mod:`speclib.analysis.verdict.pairs`, the
+acceptance, the why and the sampling check's gate inputs in
+:mod:`speclib.analysis.verdict.explain`. The module is still over 400 lines because a
+comparison's record (:class:`Comparison`, about 150 lines with its ``summary.json`` entry)
+and its assembly from pairs, intervals and gates (:func:`compare_level`) change together.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
-from speclib.analysis.spec.acceptance import request_acceptance, sum_counters
 from speclib.analysis.spec.agreement import (
     Agreement,
     AgreementSummary,
@@ -37,14 +36,8 @@ from speclib.analysis.spec.agreement import (
     summarize_agreement,
 )
 from speclib.analysis.spec.launches import LaunchMetrics
-from speclib.analysis.spec.why import (
-    DraftCost,
-    WhySpeedup,
-    explain,
-    paired_stream_factors,
-    stream_steps,
-)
-from speclib.analysis.stats.paired import DegenerateDataWarning, RatioCI, paired_ratio_ci
+from speclib.analysis.spec.why import WhySpeedup
+from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import (
     CATEGORY_NOTE,
@@ -53,28 +46,35 @@ from speclib.analysis.verdict.categories import (
     category_ratios,
     turn_ratios,
 )
-from speclib.analysis.verdict.decision import Decision, Verdict, apply_gates
+from speclib.analysis.verdict.decision import Decision
+from speclib.analysis.verdict.explain import (
+    acceptance_summary,
+    explain_speedup,
+    implausible_count,
+    plausibility_dict,
+    unscored_reason,
+)
+from speclib.analysis.verdict.gates import Verdict, apply_gates
+from speclib.analysis.verdict.pairs import (
+    GATE_METRICS,
+    finite_pairs,
+    gate_cis,
+    has_usable_pairs,
+    pair_exclusions,
+    pair_ratio_ci,
+)
 from speclib.analysis.verdict.resolution import bench_check
 from speclib.analysis.verdict.tpot_verdict import (
     LevelDecision,
-    as_ratio_ci,
-    block_analysis,
     decide_level,
 )
 from speclib.core.jsonutil import jsonable
-from speclib.core.params import AA_ARM, AnalysisParams, ExperimentParams
+from speclib.core.params import AA_ARM, ExperimentParams
 
 __all__ = [
-    "GATE_METRICS",
     "Comparison",
     "compare_level",
-    "gate_cis",
-    "level_pairs",
-    "pair_exclusions",
 ]
-
-GATE_METRICS = ("ttft_s", "e2e_s")
-"""The latency metrics with a gate, each interval from the block model of TPOT."""
 
 
 @dataclass(frozen=True)
@@ -225,33 +225,9 @@ class Comparison:
                 "acceptance": self.acceptance,
                 "explanation": _explanation_dict(self.explanation),
                 "peak_rss_bytes": self.peak_rss_bytes,
-                "plausibility": _plaus_dict(self.plausibility),
+                "plausibility": plausibility_dict(self.plausibility),
             }
         )
-
-
-def _plaus_dict(p: Any) -> dict[str, Any] | None:
-    if p is None:
-        return None
-    keep = (
-        "word",
-        "implausible",
-        "estimate",
-        "ci_low",
-        "ci_high",
-        "confidence_level",
-        "margin_nats",
-        "n_prompts",
-        "mean_logprob_control",
-        "mean_logprob_experiment",
-        "n_degenerate_control",
-        "n_degenerate_experiment",
-        "n_outside_control",
-        "n_outside_experiment",
-        "nucleus_p_value",
-        "reason",
-    )
-    return {k: getattr(p, k, None) for k in keep}
 
 
 def _explanation_dict(e: WhySpeedup | None) -> dict[str, Any] | None:
@@ -265,156 +241,6 @@ def _error_rate(records: pd.DataFrame) -> float:
 
 def _bad_outputs(records: pd.DataFrame) -> int:
     return count_bad_outputs(records.to_dict(orient="records"))
-
-
-def _ci(
-    pairs: pd.DataFrame,
-    metric: str,
-    level: float,
-    a: AnalysisParams,
-    salt: int,
-    *,
-    clustered: bool = True,
-) -> RatioCI | None:
-    c = pairs[f"{metric}_c"].to_numpy(float)
-    e = pairs[f"{metric}_e"].to_numpy(float)
-    keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
-    if keep.sum() == 0:
-        return None
-    clusters = pairs["replicate"].to_numpy()[keep]
-    rng = np.random.default_rng([a.seed, salt])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateDataWarning)
-        return paired_ratio_ci(
-            c[keep],
-            e[keep],
-            clusters=clusters if clustered and len(set(clusters)) > 1 else None,
-            confidence_level=level,
-            n_resamples=a.n_resamples,
-            rng=rng,
-        )
-
-
-def _acceptance(exp_df: pd.DataFrame, lms: list[LaunchMetrics]) -> dict[str, Any]:
-    ok = exp_df[exp_df["ok"].astype(bool)]
-    per_req = [request_acceptance(s) for s in ok["spec"] if isinstance(s, dict)]
-    with_drafts = [r for r in per_req if r.rate is not None]
-    counters = [m.spec for m in lms if m.spec is not None]
-    total = sum_counters(counters)
-    recs = [m.reconciliation for m in lms if m.reconciliation is not None]
-    return {
-        "requests_with_metrics": len(per_req),
-        "requests_without_drafts": sum(r.no_drafts for r in per_req),
-        "per_request_median_rate": statistics.median([r.rate for r in with_drafts])
-        if with_drafts
-        else None,
-        "per_request_median_mean_length": statistics.median(
-            [r.mean_length for r in with_drafts if r.mean_length is not None]
-        )
-        if with_drafts
-        else None,
-        "metrics_acceptance_rate": total.acceptance_rate if total else None,
-        "metrics_mean_acceptance_length": total.mean_acceptance_length if total else None,
-        "metrics_per_position_rate": list(total.per_position_rate or []) if total else None,
-        "metrics_counters": total.to_dict() if total else None,
-        "reconciled": all(r.matches for r in recs) if recs else None,
-        "reconciliation_notes": sorted({r.explanation for r in recs if r.explanation}),
-    }
-
-
-def _draft_cost(
-    df: pd.DataFrame, params: ExperimentParams, name: str, method: str | None, salt: int
-) -> tuple[DraftCost | None, str | None]:
-    """``c`` from the draft served alone (its TPOT over the control's), or why there is none."""
-    arm = params.draft_cost_arms.get(name)
-    if arm is None:
-        if method == "draft_model":
-            return (
-                None,
-                "set analysis.measure_draft_cost: true to serve the draft alone and measure c",
-            )
-        if method == "ngram":
-            return None, None
-        return None, f"the draft of method {method!r} cannot be served alone to measure c"
-    pairs = pair_frame(df, control=params.control_name, experiment=arm).pairs
-    ci = (
-        _ci(pairs, "tpot_s", params.analysis.confidence, params.analysis, salt)
-        if len(pairs)
-        else None
-    )
-    if ci is None or not math.isfinite(ci.estimate):
-        return None, f"the draft-alone arm {arm!r} gave no usable pairs (see its launch)"
-    source = f"draft served alone: its TPOT over the target's, {ci.n_pairs} paired prompts"
-    return DraftCost(ci.estimate, source, (ci.ci_low, ci.ci_high)), None
-
-
-def _drafted_share(pairs: pd.DataFrame) -> float | None:
-    """Share of the experiment's decode steps that carried drafts (per-request metrics)."""
-    if "spec_steps_e" not in pairs or "n_chunks_e" not in pairs:
-        return None
-    steps = pd.to_numeric(pairs["spec_steps_e"], errors="coerce")
-    decode = pd.to_numeric(pairs["n_chunks_e"], errors="coerce") - 1
-    keep = steps.notna() & (decode > 0)
-    if not keep.any():
-        return None
-    return float(min(steps[keep].sum() / decode[keep].sum(), 1.0))
-
-
-def _explain(
-    df: pd.DataFrame,
-    params: ExperimentParams,
-    name: str,
-    pairs: pd.DataFrame,
-    acc: dict[str, Any],
-    tpot: RatioCI | None,
-    salt: int,
-) -> WhySpeedup | None:
-    """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
-    known independently (:mod:`speclib.analysis.spec.why`)."""
-    spec_cfg = params.series_by_name(name).speculative_config or {}
-    if not spec_cfg or tpot is None or not (tpot.estimate > 0) or not len(pairs):
-        return None
-    from_counters = acc.get("metrics_mean_acceptance_length")
-    tokens = from_counters or acc.get("per_request_median_mean_length")
-    method = spec_cfg.get("method")
-    cost, reason = _draft_cost(df, params, name, method, salt)
-    sides = {
-        side: [
-            stream_steps(o, t)
-            for o, t in zip(
-                pairs[f"chunk_offsets_s_{side}"], pairs[f"chunk_tokens_{side}"], strict=True
-            )
-        ]
-        for side in ("c", "e")
-    }
-    return explain(
-        method=method,
-        k=spec_cfg.get("num_speculative_tokens"),
-        stream_factors=paired_stream_factors(sides["c"], sides["e"]),
-        measured_speedup=1 / tpot.estimate,
-        verify_tokens=tokens,
-        verify_tokens_source="/metrics counters" if from_counters else "per-request metrics",
-        drafted_share=_drafted_share(pairs),
-        draft_cost=cost,
-        no_cost_reason=reason,
-    )
-
-
-def _unscored(params: ExperimentParams, plaus: Any) -> str | None:
-    """Why a sampled run's outputs are of unknown correctness (None: scored, or greedy)."""
-    if params.workload.temperature == 0.0 or params.analysis.score_outputs == "off":
-        return None
-    if plaus is None:
-        return "the sampling check did not score this series' outputs"
-    return None
-
-
-def _implausible_count(p: Any) -> int:
-    """Outputs the sampling check flags: degenerate ones, at least one if the series is."""
-    if p is None:
-        return 0
-    n = int(getattr(p, "n_degenerate_experiment", 0) or 0)
-    return max(n, 1) if getattr(p, "implausible", False) else n
 
 
 def _peak_rss(series_rows: pd.DataFrame, name: str) -> int | None:
@@ -449,7 +275,7 @@ def _compare(
         cis[m] = (latency_cis or {}).get(m)
     # what a launch-blind prompt-level bootstrap would say (information, never the verdict)
     cis["tpot_prompt_level"] = (
-        _ci(pairs, "tpot_s", a.confidence, a, salt * 10 + 3, clustered=False)
+        pair_ratio_ci(pairs, "tpot_s", a.confidence, a, salt * 10 + 3, clustered=False)
         if len(pairs)
         else None
     )
@@ -474,7 +300,7 @@ def _compare(
             max_error_rate_increase=a.max_error_rate_increase,
             control_requests=len(d_c),
             experiment_requests=len(d_e),
-            wrong_outputs=max(0, bad_e - bad_c) + _implausible_count(plaus),
+            wrong_outputs=max(0, bad_e - bad_c) + implausible_count(plaus),
             agreement_rate=agreement.exact_match_rate if agreement else None,
             min_agreement_rate=a.min_greedy_agreement if agreement else None,
             peak_memory_gib=peak / 1024**3 if peak else None,
@@ -489,12 +315,12 @@ def _compare(
             confidence_level=a.confidence,
             bench_problem=bench_problem,
             mode_problem=mode_problem,
-            correctness_unknown=_unscored(params, plaus),
+            correctness_unknown=unscored_reason(params, plaus),
             ttft_problem=ttft_problem,
         )
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")
-    acc = _acceptance(d_e, [m for m in lms if m.series == name])
+    acc = acceptance_summary(d_e, [m for m in lms if m.series == name])
     med_c = finite_median(pairs["tpot_s_c"], positive=True) if len(pairs) else None
     med_e = finite_median(pairs["tpot_s_e"], positive=True) if len(pairs) else None
     levels = params.workload.levels
@@ -520,92 +346,13 @@ def _compare(
         agreement=agreement,
         agreements=agreements,
         acceptance=acc,
-        explanation=_explain(df, params, name, pairs, acc, ci_tpot, salt * 10 + 5),
+        explanation=explain_speedup(df, params, name, pairs, acc, ci_tpot, salt * 10 + 5),
         peak_rss_bytes=peak,
         pairs=pairs,
         plausibility=plaus,
         by_category=by_category or {},
         by_turn=by_turn or {},
     )
-
-
-def _geo_ratio(pairs: pd.DataFrame, col: str) -> float | None:
-    if f"{col}_c" not in pairs or f"{col}_e" not in pairs:
-        return None
-    c = pd.to_numeric(pairs[f"{col}_c"], errors="coerce").to_numpy(float)
-    e = pd.to_numeric(pairs[f"{col}_e"], errors="coerce").to_numpy(float)
-    ok = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
-    return float(np.exp(np.mean(np.log(e[ok] / c[ok])))) if ok.any() else None
-
-
-def pair_exclusions(pairs: pd.DataFrame, control: str, experiment: str) -> dict[str, Any]:
-    """Pairs (both requests succeeded) the TPOT comparison uses, each excluded one counted
-    under its side and reason, and the point ratio by each instrument over the used pairs."""
-    if not len(pairs) or "tpot_excluded_c" not in pairs:
-        return {"n_pairs_used": len(pairs), "excluded": {}, "ratio_by_instrument": {}}
-    rc, re_ = pairs["tpot_excluded_c"], pairs["tpot_excluded_e"]
-    used = rc.isna() & re_.isna()
-    excluded: dict[str, int] = {}
-    for a, b in zip(rc[~used], re_[~used], strict=True):
-        key = f"{control}: {a}" if isinstance(a, str) else f"{experiment}: {b}"
-        excluded[key] = excluded.get(key, 0) + 1
-    kept = pairs[used]
-    return {
-        "n_pairs_used": int(used.sum()),
-        "excluded": excluded,
-        "ratio_by_instrument": {
-            "client": _geo_ratio(kept, "tpot_client_s"),
-            "server": _geo_ratio(kept, "tpot_server_s"),
-        },
-    }
-
-
-def _usable(pairs: pd.DataFrame) -> bool:
-    c, e = pairs.get("tpot_s_c"), pairs.get("tpot_s_e")
-    if c is None or e is None or not len(pairs):
-        return False
-    c, e = c.to_numpy(float), e.to_numpy(float)
-    return bool((np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)).any())
-
-
-def _finite(pairs: pd.DataFrame) -> pd.DataFrame:
-    c, e = pairs["tpot_s_c"].to_numpy(float), pairs["tpot_s_e"].to_numpy(float)
-    return pairs[np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)]
-
-
-def level_pairs(df: pd.DataFrame, params: ExperimentParams, level: int) -> dict[str, pd.DataFrame]:
-    """Every arm's usable TPOT pairs with the control at one load level (arms without any
-    left out): the input of :func:`speclib.analysis.verdict.tpot_verdict.decide_family`."""
-    d = df[df["level"] == level]
-    pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs
-             for n in params.experiments}  # fmt: skip
-    return {n: _finite(p) for n, p in pairs.items() if _usable(p)}
-
-
-def gate_cis(
-    pairs_by_arm: dict[str, pd.DataFrame], *, aa_arm: str | None, confidence_level: float
-) -> dict[str, dict[str, RatioCI | None]]:
-    """Every arm's TTFT and E2E ratio CIs for the gates, from the block model of TPOT.
-
-    For each metric of :data:`GATE_METRICS`: the per-block mean log ratio of the metric,
-    and per arm a paired t-interval on its own block contrasts, ``blocks - 1`` df, against
-    the same reference as TPOT (with an A/A arm: the mean of the two control servers; see
-    :func:`speclib.analysis.verdict.tpot_verdict.block_analysis`). One block gives ``(0, inf)``:
-    the gate is then "not assessed". Returns ``{arm: {metric: ci or None}}``.
-    """
-    out: dict[str, dict[str, RatioCI | None]] = {n: {} for n in pairs_by_arm}
-    present = {n: p for n, p in pairs_by_arm.items() if len(p)}
-    for m in GATE_METRICS:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DegenerateDataWarning)
-            found = block_analysis(present, aa_arm=aa_arm, confidence_level=confidence_level,
-                                   metric=m) if present else None  # fmt: skip
-        for n in pairs_by_arm:
-            arm_ci = None
-            if found is not None:
-                arm_ci = found.aa if n == aa_arm and found.aa else found.arms.get(n)
-            out[n][m] = as_ratio_ci(arm_ci, pairs_by_arm[n], m) if arm_ci else None
-    return out
 
 
 def compare_level(
@@ -648,7 +395,7 @@ def compare_level(
     experiments = [n for n in arms if n != aa]
     pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs for n in arms}
     salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(arms)}
-    usable = {n: _finite(pairs[n]) for n in arms if _usable(pairs[n])}
+    usable = {n: finite_pairs(pairs[n]) for n in arms if has_usable_pairs(pairs[n])}
     latency = gate_cis(pairs, aa_arm=aa, confidence_level=a.confidence)
     if decided is None and usable:
         decided = decide_level(

@@ -48,7 +48,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.stats.paired import RatioCI, t_width_scale
+from speclib.analysis.stats.base import t_width_scale
+from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, decide
 from speclib.core.jsonutil import jsonable
 

@@ -17,7 +17,7 @@ TPOT comparisons: every experiment arm (each sweep value is an arm) at every loa
 The A/A arm is not part of the family: it is decided on its own, per load level, at the
 family confidence, and if it shows an effect (adopt or worse) the bench is untrustworthy
 and every experiment's verdict of that level says so (see
-:func:`speclib.analysis.verdict.decision.apply_gates`). Its reason reads as a bench check (its
+:func:`speclib.analysis.verdict.gates.apply_gates`). Its reason reads as a bench check (its
 resolution against δ and the blocks that would make it "equivalent",
 :mod:`speclib.analysis.verdict.resolution`), never as an experiment's plan towards "adopt" or
 "worse". :func:`family_text` says what the family
@@ -42,13 +42,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclib.analysis.stats.blocks import (
-    BlockAnalysis,
-    BlockArmCI,
-    block_ratio_cis,
-    summarize_blocks,
-)
-from speclib.analysis.stats.paired import DegenerateDataWarning, RatioCI
+from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.block_summary import summarize_blocks
+from speclib.analysis.stats.blocks import BlockAnalysis, BlockArmCI, block_ratio_cis
+from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, holm_decide
 from speclib.analysis.verdict.resolution import bench_check
 
