@@ -6,7 +6,7 @@ per-request acceptance). :func:`pair_frame` matches control and experiment reque
 replicate, load level, prompt and repeat (and block, when the control ran in several blocks
 per replicate), keeping only pairs where both succeeded, and counts what was dropped on
 each side. :func:`finite_median` summarises a column (per-category ratios are in
-:mod:`speclib.analysis.categories`).
+:mod:`speclib.analysis.verdict.categories`).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
     ``tpot_s``/``ttft_s`` are the client's here (also in ``tpot_client_s``/``ttft_client_s``);
     ``tpot_server_s``/``ttft_server_s`` the server's own stamps (NaN without them). The
     analysis sets ``tpot_s`` to the verdict's instrument
-    (:func:`speclib.analysis.instrument.apply_instrument`)."""
+    (:func:`speclib.analysis.health.instrument.apply_instrument`)."""
     rows = [_row(r) for r in records]
     df = pd.DataFrame(rows)
     if df.empty:

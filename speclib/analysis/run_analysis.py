@@ -4,40 +4,42 @@ Pure computation over what the run wrote (``requests.jsonl``, each launch's
 ``status.json`` and ``/metrics`` snapshots, ``manifest.json``); no server is contacted, so
 ``speclib analyze RUN_DIR`` can re-decide a GPU run on a laptop with another margin or
 confidence level. :func:`analyze_run` loads the records, reads each launch's files
-(:mod:`speclib.analysis.launches`), builds the per-series table, compares every experiment
-series with the control at every load level (:mod:`speclib.analysis.comparisons`), builds
-the bench-trust panel (:mod:`speclib.analysis.trust`, with the workload's warnings from
-:mod:`speclib.analysis.workload_checks`) and collects the run's warnings; a run with a
+(:mod:`speclib.analysis.spec.launches`), builds the per-series table, compares every experiment
+series with the control at every load level (:mod:`speclib.analysis.verdict.comparisons`), builds
+the bench-trust panel (:mod:`speclib.analysis.health.trust`, with the workload's warnings from
+:mod:`speclib.analysis.health.workload_checks`) and collects the run's warnings
+(:mod:`speclib.analysis.health.run_warnings`); a run with a
 sweep also gets the recommended value of each sweep family at each load level
-(:mod:`speclib.analysis.recommend`). The result is a frozen :class:`RunAnalysis` whose
+(:mod:`speclib.analysis.load.recommend`). The result is a frozen :class:`RunAnalysis` whose
 :meth:`~RunAnalysis.summary` is written to ``summary.json``.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.agreement import count_bad_outputs
-from speclib.analysis.chunks import tokens_per_chunk_distribution
-from speclib.analysis.comparisons import Comparison, compare_level, level_pairs
-from speclib.analysis.decision import Decision, Verdict
-from speclib.analysis.drift import drift_table
-from speclib.analysis.frames import finite_median, load_records
-from speclib.analysis.idle_load import idle_load_frame, idle_load_problem
-from speclib.analysis.instrument import (
+from speclib.analysis.frames import load_records
+from speclib.analysis.health.drift import drift_table
+from speclib.analysis.health.idle_load import idle_load_frame, idle_load_problem
+from speclib.analysis.health.instrument import (
     InstrumentChoice,
     apply_instrument,
     choose_instrument,
     exclusion_table,
     launch_agreement,
 )
-from speclib.analysis.kv_capacity import kv_capacity
-from speclib.analysis.launches import (
+from speclib.analysis.health.run_warnings import run_warnings
+from speclib.analysis.health.trust import bench_trust, pre_checks, problem_of, ttft_problems
+from speclib.analysis.health.workload_checks import workload_checks
+from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
+from speclib.analysis.load.recommend import Recommendation, sweep_recommendations
+from speclib.analysis.spec.kv_capacity import kv_capacity
+from speclib.analysis.spec.launches import (
     LaunchMetrics,
     crosscheck_summary,
     crosscheck_warnings,
@@ -46,33 +48,24 @@ from speclib.analysis.launches import (
     read_crosschecks,
     with_cache_hits,
 )
-from speclib.analysis.load_analysis import LoadAnalysis, analyze_load
-from speclib.analysis.recommend import Recommendation, sweep_recommendations
-from speclib.analysis.resolution import calibration
-from speclib.analysis.sequential import spending_plan
-from speclib.analysis.tpot_verdict import decide_family, summary_of
-from speclib.analysis.trust import bench_trust, pre_checks, problem_of, ttft_problems
-from speclib.analysis.workload_checks import workload_checks
+from speclib.analysis.verdict.comparisons import Comparison, compare_level
+from speclib.analysis.verdict.pairs import level_pairs
+from speclib.analysis.verdict.resolution import calibration
+from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks, with_failed_arms
+from speclib.analysis.verdict.series_table import series_table
+from speclib.analysis.verdict.tpot_verdict import decide_family, summary_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import (
     AA_ARM,
     ExperimentParams,
-    SeriesParams,
     load_params,
     recorded_params,
 )
-from speclib.core.records import LATE_CHUNKS_FLAG, read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 
 __all__ = [
     "RunAnalysis",
     "analyze_run",
-    "block_host_warnings",
-    "decision_confidence",
-    "decision_looks",
-    "late_read_warnings",
-    "series_table",
-    "with_failed_arms",
 ]
 
 
@@ -205,117 +198,15 @@ class RunAnalysis:
         )
 
 
-def _quantile(values: pd.Series, q: float) -> float | None:
-    vals = pd.to_numeric(values, errors="coerce").dropna()
-    return float(vals.quantile(q)) if len(vals) else None
-
-
-def _series_row(
-    s: SeriesParams, params: ExperimentParams, df: pd.DataFrame, statuses: list[dict[str, Any]]
-) -> dict[str, Any]:
-    name = s.name
-    d = df[df["series"] == name] if not df.empty else df
-    ok = d[d["ok"].astype(bool)] if len(d) else d
-    attempted = d[d["attempted"].astype(bool)] if len(d) else d
-    st = [x for x in statuses if x.get("series") == name]
-    peaks = [((x.get("memory") or {}).get("rss_peak_bytes")) for x in st]
-    peaks = [p for p in peaks if p]
-    has = bool(len(ok))
-    return {
-        "series": name,
-        "role": "control" if name == params.control_name else "experiment",
-        "method": (s.speculative_config or {}).get("method"),
-        "k": (s.speculative_config or {}).get("num_speculative_tokens"),
-        "launches": len(st),
-        "launches_failed": sum(1 for x in st if not x.get("ok")),
-        "requests": len(d),
-        "ok": len(ok),
-        "failed": len(attempted) - len(ok),
-        "not_attempted": len(d) - len(attempted),
-        "bad_outputs": count_bad_outputs(ok.to_dict(orient="records")) if has else 0,
-        "median_ttft_s": finite_median(ok["ttft_s"]) if has else None,
-        "median_tpot_s": finite_median(ok["tpot_s"], positive=True) if has else None,
-        "p90_tpot_s": _quantile(ok["tpot_s"], 0.9) if has else None,
-        "median_e2e_s": finite_median(ok["e2e_s"]) if has else None,
-        "mean_output_tokens": float(ok["output_tokens"].mean()) if has else None,
-        "mean_tokens_per_chunk": tokens_per_chunk_distribution(ok["chunk_tokens"]).mean
-        if has
-        else None,
-        "acceptance_rate": finite_median(ok["spec_rate"]) if has else None,
-        "mean_acceptance_length": finite_median(ok["spec_mean_len"]) if has else None,
-        "requests_without_drafts": int(ok["spec_no_drafts"].fillna(False).astype(bool).sum())
-        if has
-        else 0,
-        "peak_rss_bytes": max(peaks) if peaks else None,
-    }
-
-
-def series_table(
-    df: pd.DataFrame, params: ExperimentParams, statuses: list[dict[str, Any]]
-) -> pd.DataFrame:
-    """One row per series: counts, latency medians and p90s, acceptance, memory."""
-    return pd.DataFrame([_series_row(s, params, df, statuses) for s in params.arms])
-
-
 def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
     if not (rd.root / "output_scores.jsonl").exists():
         return {}
-    from speclib.analysis.sampling import compare_run
+    from speclib.analysis.spec.sampling import compare_run
 
     try:
         return dict(compare_run(rd.root, params))
     except (ValueError, OSError):
         return {}
-
-
-def decision_confidence(params: ExperimentParams, n_blocks: int) -> tuple[float, str | None]:
-    """The family confidence of the TPOT decision after ``n_blocks`` replicate blocks.
-
-    Without ``protocol.max_replicates`` it is ``analysis.confidence``. With it, the run adds
-    blocks while a verdict is inconclusive and looks again, so each look gets its share of
-    α by O'Brien–Fleming-type spending (:mod:`speclib.analysis.sequential`) and the error
-    rate holds across looks; the second value says so in words. A calibration run
-    (``protocol.target_resolution``) stops on the A/A interval's width only, never on its
-    position, so its looks spend no α: ``analysis.confidence``, with a note.
-    """
-    a = params.analysis
-    most = params.protocol.max_replicates
-    first = params.workload.replicates
-    if params.protocol.target_resolution is not None and most and most > first:
-        return a.confidence, (
-            f"calibration after {n_blocks} of up to {most} replicate blocks: the runner stops "
-            "on the A/A interval's width, never on its position, so the looks spend no alpha "
-            f"(confidence {a.confidence:.0%})"
-        )
-    if not most or most <= first:
-        return a.confidence, None
-    plan = spending_plan(most, min_blocks=first, alpha=1 - a.confidence)
-    look = min(max(n_blocks, plan.looks[0]), plan.looks[-1])
-    level = plan.level_at(look)
-    return level, (
-        f"look after {n_blocks} of up to {most} replicate blocks: O'Brien-Fleming-type alpha "
-        f"spending over looks {list(plan.looks)}, this look at confidence {level:.4f} "
-        f"(overall {a.confidence:.0%})"
-    )
-
-
-def decision_looks(params: ExperimentParams, n_blocks: int) -> list[tuple[int, float]] | None:
-    """The looks of a run-until-decided plan seen so far: ``(replicates, confidence)`` each.
-
-    None without ``protocol.max_replicates`` (one decision at ``analysis.confidence``),
-    and for a calibration run (``protocol.target_resolution``: no comparison to decide, the
-    A/A arm judged once on all its blocks). The analysis replays these looks from the
-    records, so a comparison settled at an early look keeps that decision
-    (:func:`speclib.analysis.tpot_verdict.decide_family`).
-    """
-    most = params.protocol.max_replicates
-    first = params.workload.replicates
-    if not most or most <= first or params.protocol.target_resolution is not None:
-        return None
-    plan = spending_plan(most, min_blocks=first, alpha=1 - params.analysis.confidence)
-    seen = [(k, c) for k, c in zip(plan.looks, plan.confidence_levels, strict=True)
-            if k <= n_blocks]  # fmt: skip
-    return seen or [(plan.looks[0], plan.confidence_levels[0])]
 
 
 def _without_wrong_mode(
@@ -342,30 +233,6 @@ def _load_params(rd: RunDir, params_file: str | None) -> ExperimentParams:
         override = load_params(params_file, check_files=False)
         params = params.model_copy(update={"analysis": override.analysis})
     return params
-
-
-def with_failed_arms(
-    comps: list[Comparison], statuses: list[dict[str, Any]], *, margin: float, confidence: float
-) -> list[Comparison]:
-    """An arm none of whose launches ended well is "failed", named by its root cause (the
-    last exception line of its server's log), not "inconclusive — no valid pairs". An arm
-    whose server ran in the wrong mode keeps its "reject" (the mode gate says why)."""
-    by_series: dict[str, list[dict[str, Any]]] = {}
-    for s in statuses:
-        by_series.setdefault(s["series"], []).append(s)
-    out = []
-    for c in comps:
-        launches = by_series.get(c.experiment) or []
-        wrong_mode = any((s.get("mode_check") or {}).get("ok") is False for s in launches)
-        if not launches or wrong_mode or any(s.get("ok") for s in launches):
-            out.append(c)
-            continue
-        first = launches[0]
-        cause = first.get("error_cause") or (first.get("error") or "unknown").splitlines()[0]
-        why = f"every launch of {c.experiment} failed: {cause}"
-        dec = c.decision or Decision("inconclusive", why, margin, confidence)
-        out.append(replace(c, verdict=Verdict("failed", (why,), dec, ())))
-    return out
 
 
 _INSTRUMENT_COLUMNS = (
@@ -450,7 +317,7 @@ def analyze_run(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
     crosschecks = read_crosschecks(rd, statuses)
-    notes = _warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
+    notes = run_warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
     aa = [c for c in comps if c.experiment == AA_ARM]
     recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
     manifest = rd.read_manifest()
@@ -495,88 +362,3 @@ def _calibration(params: ExperimentParams, aa: list[Comparison]) -> dict[str, An
         return None
     cis = [c.cis["tpot_s"] for c in aa if c.cis.get("tpot_s") is not None]
     return calibration(cis, target=target).to_dict()  # type: ignore[arg-type]
-
-
-def _launch_warnings(statuses: list[dict[str, Any]], lms: list[LaunchMetrics]) -> list[str]:
-    out = []
-    for s in statuses:
-        if not s.get("ok"):
-            out.append(f"launch {s['launch_id']} failed: {(s.get('error') or '')[:300]}")
-        if (s.get("client") or {}).get("saturated"):
-            out.append(
-                f"launch {s['launch_id']}: the client used most of a core; its "
-                "latencies are upper bounds"
-            )
-    for m in lms:
-        if m.reconciliation is not None and not m.reconciliation.matches:
-            out.append(
-                f"launch {m.launch_id}: per-request spec metrics do not add up to "
-                f"the /metrics deltas ({m.reconciliation.explanation})"
-            )
-        if m.prefix_cache is not None and m.prefix_cache.hits:
-            out.append(
-                f"launch {m.launch_id}: {m.prefix_cache.hits:g} prefix-cache hits "
-                "during the measured requests (a warm cache favours this series)"
-            )
-    return out
-
-
-def _warnings(
-    rd: RunDir, statuses: list[dict[str, Any]], lms: list[LaunchMetrics], df: pd.DataFrame
-) -> list[str]:
-    out = [
-        f"installed vLLM is affected by security advisory {a['id']} ({a['summary']}; fixed "
-        f"in {a['fixed_in']})"
-        for a in rd.read_manifest().get("security_advisories", [])
-    ]
-    out += _launch_warnings(statuses, lms)
-    out += block_host_warnings(df)
-    out += late_read_warnings(df)
-    if rd.scoring_error.exists():
-        why = rd.scoring_error.read_text("utf-8")[:500]
-        out.append(f"the sampling check could not score the outputs ({why}): correctness unknown")
-    if not rd.requests.exists() or df.empty:
-        out.append("no measured request records")
-    n_lines = sum(1 for _ in read_records(rd.requests)) if rd.requests.exists() else 0
-    if n_lines == 0:
-        out.append("requests.jsonl is empty")
-    return out
-
-
-def late_read_warnings(df: pd.DataFrame) -> list[str]:
-    """One warning when the client read some streams late (``records.read_late``).
-
-    Chunks that wait for the client to be scheduled arrive in one read with the same stamp:
-    a late first chunk overstates TTFT and understates TPOT. Both arms of a pair run through
-    the same client, so the paired ratio stays unbiased but gets noisier; on a small host
-    it means the client competes with the servers for CPU (``protocol.server_nice``).
-    """
-    if df.empty or "read_late" not in df:
-        return []
-    late = df.loc[df["ok"].astype(bool), ["series", "read_late"]]
-    if not late["read_late"].any():
-        return []
-    counts = late.groupby("series", sort=False)["read_late"].agg(["sum", "size"])
-    per = ", ".join(f"{name} {int(n)}/{total}" for name, (n, total) in counts.iterrows())
-    n_late = int(counts["sum"].sum())
-    return [
-        f"the client read {n_late} of {len(late)} streams late ({per}): in each, "
-        f"{LATE_CHUNKS_FLAG} or more chunks arrived in one read, so the client was not "
-        "scheduled in time and their TTFT is overstated, their TPOT understated; on a busy "
-        "host raise protocol.server_nice or give the client a free core"
-    ]
-
-
-def block_host_warnings(df: pd.DataFrame) -> list[str]:
-    """Host is a level of the design: pairs are formed within a block, and a block runs on
-    one host (``protocol.executor: ray``), so no pair crosses hosts. One warning per block
-    whose records say they ran on more than one host (records without a host ran here)."""
-    if df.empty or "host" not in df or "block" not in df:
-        return []
-    hosts = df.assign(host=df["host"].fillna("(this host)")).groupby("block")["host"].unique()
-    return [
-        f"block {block}: its records come from {len(h)} hosts ({', '.join(sorted(h))}); "
-        "pairs within it cross hosts"
-        for block, h in hosts.items()
-        if len(h) > 1
-    ]

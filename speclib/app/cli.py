@@ -195,7 +195,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_crosscheck(args: argparse.Namespace) -> int:
     import os
 
-    from speclib.analysis.crosscheck import format_crosscheck
+    from speclib.analysis.health.crosscheck import format_crosscheck
     from speclib.core.params import load_params
     from speclib.run.crosscheck import BenchCheckError, crosscheck_server
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
+from speclib.analysis.load.schedule import KSchedule
 from speclib.analysis.run_analysis import analyze_run
-from speclib.analysis.schedule import KSchedule
 from speclib.core.params import ParamsError, load_params
 from speclib.core.rundir import RunDir
 

@@ -362,7 +362,7 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def _load_word(value: Any, axis: str) -> str:
-    from speclib.analysis.breakeven import load_text
+    from speclib.analysis.load.breakeven import load_text
 
     return load_text(float(value), axis) if _finite(value) else "?"
 

@@ -1,6 +1,6 @@
 """The report's "Where speculation stops paying" section: load, k schedule, goodput.
 
-:func:`load_html` renders :class:`speclib.analysis.load_analysis.LoadAnalysis` (empty for a
+:func:`load_html` renders :class:`speclib.analysis.load.load_analysis.LoadAnalysis` (empty for a
 run with one load level and no SLO): what the verdict uses, each experiment's break-even
 load with its interval, one table per load level and arm (TPOT ratio with its interval and
 verdict, the measured requests in flight, output tokens/s, TTFT and TPOT percentiles, and

@@ -6,8 +6,9 @@ paired per-prompt ratio coloured by prompt category with the mean ratio's CI on 
 column, tokens per streamed chunk, the request timeline (:func:`requests_overlap` tells
 whether it has anything to show beyond the send order), and TPOT over time per block for the
 drift diagnostics. Nothing is computed here beyond grouping and plotting: pairs come from
-:func:`speclib.analysis.frames.pair_frame`, CIs from :mod:`speclib.analysis.stats`, chunk
-sizes from :mod:`speclib.analysis.chunks`, change points from :mod:`speclib.analysis.drift`.
+:func:`speclib.analysis.frames.pair_frame`, CIs from :mod:`speclib.analysis.stats.paired`, chunk
+sizes from :mod:`speclib.analysis.spec.chunks`, change points from
+:mod:`speclib.analysis.health.drift`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from speclib.analysis.chunks import tokens_per_chunk_distribution
 from speclib.analysis.frames import pair_frame
+from speclib.analysis.spec.chunks import tokens_per_chunk_distribution
 from speclib.report.figure_base import (
     ERROR_COLOR,
     METRIC_UNITS,
@@ -145,7 +146,7 @@ def plot_paired_ratio(
     the overall ratio with its CI drawn apart, as one more column right of the prompts.
 
     ``ci`` (and ``estimate``, the geometric-mean ratio) come from
-    :func:`speclib.analysis.stats.paired_ratio_ci`; they are drawn, not recomputed;
+    :func:`speclib.analysis.stats.paired.paired_ratio_ci`; they are drawn, not recomputed;
     ``confidence_level`` (e.g. 0.975 after a Holm adjustment) is named in the legend and
     caption. The interval is that of the mean ratio, not a range for single prompts, so it
     is drawn on the mean's own column. Points below the line at 1 are prompts where the
@@ -397,9 +398,9 @@ def plot_drift(
     other arms ran in between (the interleaved design's slots) or a new launch began, the
     line breaks. Only positive TPOTs are drawn: a TPOT of 0 (every token read at once) is
     no speed level; the caption says how many were left out. ``drift`` is
-    :func:`speclib.analysis.drift.drift_table`; a launch with a significant change point gets
+    :func:`speclib.analysis.health.drift.drift_table`; a launch with a significant change point gets
     a dotted vertical line at the shift. ``sentence`` (from
-    :func:`speclib.analysis.drift.drift_sentence`) names the shifts and whether the design
+    :func:`speclib.analysis.health.drift.drift_sentence`) names the shifts and whether the design
     cancelled them.
     """
     require_columns(df, ["series", "t_start", "tpot_s", "replicate"], "plot_drift")

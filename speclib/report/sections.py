@@ -2,27 +2,39 @@
 
 :func:`verdict_html` is the table an operator forwards (one row per experiment and load
 level against the control); :func:`conclusion` / :func:`conclusion_html` say the same in
-sentences generated from the numbers. The evidence figures follow
-(:mod:`speclib.report.evidence`), the method and provenance last
-(:mod:`speclib.report.method`). Functions here return HTML or Markdown strings; the
-notebook only displays them, so the exported ``report.html`` is exactly what a JupyterLab
-user sees.
+sentences generated from the numbers (:mod:`speclib.report.conclusion`), beside the
+bench-trust panel (:mod:`speclib.report.trust_panel`); both are re-exported here, where
+the notebooks import them. The evidence figures follow (:mod:`speclib.report.evidence`),
+the method and provenance last (:mod:`speclib.report.method`). Functions here return HTML
+or Markdown strings; the notebook only displays them, so the exported ``report.html`` is
+exactly what a JupyterLab user sees.
 """
 
 from __future__ import annotations
 
 import html
 import math
-import re
 from typing import Any
 
-from speclib.analysis.categories import CATEGORY_NOTE, TURN_NOTE
-from speclib.analysis.comparisons import Comparison
-from speclib.analysis.resolution import bench_check
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.core.wording import STATUS_MARKS, ratio_words, speed_words, time_change_words
+from speclib.analysis.verdict.comparisons import Comparison
+from speclib.core.wording import STATUS_MARKS, speed_words, time_change_words
+from speclib.report.conclusion import (
+    conclusion,
+    conclusion_html,
+    conclusion_parts,
+    conf_words,
+    instrument_words,
+    md_inline,
+)
 from speclib.report.html_format import gib, pct, word_badge, wrap
 from speclib.report.multirun import machine_label
+from speclib.report.trust_panel import (
+    bench_trust_html,
+    design_line,
+    noise_floor_html,
+    workload_warnings_html,
+)
 
 __all__ = [
     "answer_html",
@@ -39,11 +51,6 @@ __all__ = [
 ]
 
 
-def _conf(level: float) -> str:
-    """Confidence level as written everywhere in the report: ``95 %``, ``97.5 %``."""
-    return f"{round(level * 100, 1):g} %"
-
-
 def _ratio_cell(c: Comparison) -> str:
     ci = c.cis.get("tpot_s")
     if ci is None:
@@ -57,7 +64,7 @@ def _ratio_cell(c: Comparison) -> str:
     return (
         f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b></span><br>"
         f"<span class='speclib-small'>{words}</span><br>"
-        f"<span class='speclib-nowrap'>{_conf(ci.confidence_level)} CI "
+        f"<span class='speclib-nowrap'>{conf_words(ci.confidence_level)} CI "
         f"{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
         f"<br><span class='speclib-small' title='{html.escape(ci.method, quote=True)}'>"
         f"{ci.n_pairs} pairs in {ci.n_launches} block(s){_df_words(ci)}{wilcoxon}</span>"
@@ -223,180 +230,6 @@ def _context_line(an: RunAnalysis) -> str:
     return " · ".join(html.escape(p) for p in parts)
 
 
-def _blocks_run(an: RunAnalysis) -> int:
-    return int(an.records["replicate"].nunique()) if len(an.records) else 0
-
-
-def _grouping(an: RunAnalysis) -> str:
-    """How the blocks of one replicate were formed when the arms ran in groups ("" if not)."""
-    d = an.design
-    if not d.get("group_size"):
-        return ""
-    first = [b for b in an.manifest.get("blocks") or [] if b.get("replicate") == 0]
-    groups = "; ".join(f"{b['block']}: {', '.join(b['arms'])}" for b in first)
-    return (
-        f" Blocks of a replicate ({len(first)}, arms in the order they fit): {groups}; every "
-        "arm is paired with the control of its own block."
-    )
-
-
-def design_line(an: RunAnalysis) -> str:
-    """How the arms were measured: design, blocks (and how they were formed when the arms
-    ran in groups), and why the run stopped (plain words)."""
-    d = an.design
-    blocks = _blocks_run(an)
-    text = (
-        f"Design: {d.get('design', 'sequential')} ({d.get('reason', '')}); "
-        f"{blocks} replicate block(s), a fresh server per arm in each."
-    )
-    text += _grouping(an)
-    stop = (an.manifest.get("stopping") or {}).get("reason")
-    if stop:
-        text += f" {stop}"
-    return text
-
-
-def noise_floor_html(an: RunAnalysis) -> str:
-    """The A/A arm first: this bench's noise floor, and whether the bench can be trusted."""
-    parts = []
-    for c in an.noise_floor:
-        ci = c.cis.get("tpot_s")
-        if ci is None:
-            text = "the A/A arm has no valid pairs: the noise floor is unknown"
-        else:
-            text = (
-                f"A/A arm (a second copy of the control{_at_load(c, an)}): TPOT ratio "
-                f"<b>{ci.estimate:.3f}</b>, {_conf(ci.confidence_level)} CI "
-                f"{ci.ci_low:.3f}–{ci.ci_high:.3f} → <b>{c.word.upper()}</b>. "
-            )
-            margin = c.decision.margin if c.decision else an.params.analysis.margin
-            check = bench_check(ci, margin=margin).text()
-            text += html.escape(check[0].upper() + check[1:]) + ". "
-            if c.word in ("adopt", "worse", "reject"):
-                text += (
-                    "The bench shows an effect where none exists: no verdict of this run "
-                    "can be trusted."
-                )
-            elif (getattr(an, "trust", None) or {}).get("trusted"):
-                text += "No false effect."
-            else:
-                text += "Alone it does not vouch for the bench: see the checks below."
-        parts.append(f"<p><b>This bench's noise floor.</b> {text}</p>")
-    calibrated = (getattr(an, "calibration", None) or {}).get("text")
-    if calibrated:
-        said = calibrated.removeprefix("calibration: ")
-        parts.append(f"<p><b>Calibration.</b> {html.escape(said[0].upper() + said[1:])}.</p>")
-    more = [f"<p class='speclib-small'>{html.escape(design_line(an))}</p>"]
-    if an.bench_problem:
-        more.append(f"<p><b>Bench problem:</b> {html.escape(an.bench_problem)}</p>")
-    parts.append(bench_trust_html(an, more=more))
-    return f"<div class='speclib-noise' id='speclib-noise'>{''.join(parts)}</div>"
-
-
-def _partial_trust(checks: list[dict[str, Any]]) -> str:
-    """The panel's head when the bench is neither trusted nor untrustworthy."""
-    failed = [c["check"] for c in checks if c["status"] == "fail"]
-    missing = [c["check"] for c in checks if c["status"] == "not assessed"]
-    parts = []
-    if failed:
-        parts.append(f"failed {', '.join(failed)}, which the verdicts do not rest on")
-    if missing:
-        parts.append(f"not assessed: {', '.join(missing)}")
-    return "; ".join(parts) + " (so no claim of “no false effect”)."
-
-
-_WARNING = "⚠ warning"  # a failed workload check: a warning, never a veto
-
-
-def _check_row(c: dict[str, Any], *, workload: bool = False) -> str:
-    """One row of the bench-trust table (a failed workload check reads "warning")."""
-    per_arm = "; ".join(f"{k} {v}" for k, v in (c.get("per_arm") or {}).items())
-    kind = "workload" if workload else "trust"
-    status = (
-        _WARNING
-        if workload and c["status"] == "fail"
-        else f"{STATUS_MARKS.get(c['status'], c['status'])} {c['status']}"
-    )
-    return (
-        f"<tr class='speclib-{kind}-{c['status'].replace(' ', '-')}'>"
-        f"<td><b>{html.escape(c['check'])}</b></td>"
-        f"<td>{status}</td>"
-        f"<td>{html.escape(c['figure'])}</td>"
-        f"<td class='speclib-small'>{html.escape(c['detail'])}"
-        + (f"<br>{html.escape(per_arm)}" if per_arm else "")
-        + "</td></tr>"
-    )
-
-
-def workload_warnings_html(trust: dict[str, Any]) -> str:
-    """The failed workload checks of the panel as a list on the first screen (empty when
-    none failed): what the workload measures is not what its labels say, though no verdict
-    is vetoed for it."""
-    failed = [c for c in trust.get("workload") or [] if c["status"] == "fail"]
-    if not failed:
-        return ""
-    items = "".join(
-        f"<li><b>{html.escape(c['check'])}</b> ({html.escape(c['figure'])}): "
-        f"<span class='speclib-small'>{html.escape(c['detail'])}</span></li>"
-        for c in failed
-    )
-    return (
-        f"<div class='speclib-workload'><p><b>Workload: {len(failed)} warning"
-        f"{'s' * (len(failed) != 1)}</b> (the workload is your choice: these never veto a "
-        f"verdict, but say what it measures).</p><ul>{items}</ul></div>"
-    )
-
-
-def _workload_rows(trust: dict[str, Any]) -> str:
-    checks = trust.get("workload") or []
-    if not checks:
-        return ""
-    head = (
-        "<tr><th colspan='4'>Workload checks (warnings only: they never make a verdict "
-        "untrustworthy)</th></tr>"
-    )
-    return head + "".join(_check_row(c, workload=True) for c in checks)
-
-
-def bench_trust_html(an: RunAnalysis, *, more: list[str] | None = None) -> str:
-    """The bench-trust panel: each check with its status, figure and per-arm figures, and
-    the instrument the verdict's TPOT comes from (all from ``summary.json``'s fields); the
-    workload checks' warnings below its head, and every workload check in its table."""
-    trust = getattr(an, "trust", None) or {}
-    checks = trust.get("checks") or []
-    if not checks:
-        return ""
-    rows = [_check_row(c) for c in checks]
-    if trust.get("trusted"):
-        head = "Bench trust: every check passed."
-    elif trust.get("untrustworthy"):
-        head = "Bench trust: FAILED — no verdict of this run can be acted on."
-    else:
-        head = "Bench trust: " + _partial_trust(checks)
-    inst = getattr(an, "instrument", None)
-    server = inst is not None and inst.tpot == "server"
-    source = "the servers' own per-request stamps" if server else "the client's stamps"
-    marks = " · ".join(
-        f"{html.escape(c['check'])} {STATUS_MARKS.get(c['status'], c['status'])}"
-        f"{'' if c['status'] == 'pass' else ' ' + c['status'].upper()} "
-        f"{html.escape(c['figure'])}"
-        for c in checks
-    )
-    n_warn = sum(c["status"] == "fail" for c in trust.get("workload") or [])
-    if n_warn:
-        marks += f" · workload ⚠ {n_warn} warning{'s' * (n_warn != 1)}"
-    reason = html.escape(inst.reason) if inst is not None else ""
-    return (
-        f"<div id='speclib-trust'><p><b>{head}</b> TPOT from {source}.</p>"
-        f"{workload_warnings_html(trust)}"
-        f"<details><summary class='speclib-small'>{marks} — details</summary>"
-        f"{''.join(more or [])}<p class='speclib-small'>{reason}</p>"
-        "<table class='speclib-table speclib-trust'>"
-        "<tr><th>Check</th><th>Status</th><th>Figure</th><th>What it says</th></tr>"
-        f"{''.join(rows)}{_workload_rows(trust)}</table></details></div>"
-    )
-
-
 def _kv_tokens(an: RunAnalysis, series: str) -> int | None:
     table = getattr(an, "series", None)
     if table is None or "kv_cache_tokens" not in getattr(table, "columns", ()):
@@ -463,11 +296,11 @@ def verdict_table_html(an: RunAnalysis) -> str:
         )
     rows += [_recommended_row(r) for r in getattr(an, "recommendations", ())]
     levels = _levels(an)
-    level = f"{_conf(levels[0])} CI" if len(levels) == 1 else "CI at the level in each cell"
+    level = f"{conf_words(levels[0])} CI" if len(levels) == 1 else "CI at the level in each cell"
     head = (
         "<tr><th>Experiment</th><th>Measured<br><span class='speclib-small'>control → exp., "
         "medians</span></th><th>TPOT ratio vs control<br><span class='speclib-small'>"
-        f"{level}; below 1 = faster; {_instrument_words(an)}</span></th><th>Verdict</th>"
+        f"{level}; below 1 = faster; {instrument_words(an)}</span></th><th>Verdict</th>"
         "<th>Why, and the gates</th><th>Acceptance</th><th>Greedy output agreement</th>"
         "<th>Failed requests (control / exp.)</th><th>Peak server memory, KV cache</th></tr>"
     )
@@ -478,10 +311,10 @@ def answer_html(an: RunAnalysis) -> str:
     """The title, where and when, and the answer in one sentence with the load it holds
     for (``#speclib-answer``): the first thing on the page."""
     description = f" {html.escape(an.params.description)}" if an.params.description else ""
-    headline = _conclusion_parts(an)[0]
+    headline = conclusion_parts(an)[0]
     return wrap(
         f"<h1>Speculative decoding: {html.escape(an.params.name)}</h1>"
-        f"<p class='speclib-answer' id='speclib-answer'>{_md_inline(headline)}</p>"
+        f"<p class='speclib-answer' id='speclib-answer'>{md_inline(headline)}</p>"
         f"<p class='speclib-context'>{_context_line(an)}.{description}</p>"
     )
 
@@ -497,14 +330,9 @@ def verdict_html(an: RunAnalysis) -> str:
     return answer_html(an) + trust_html(an) + verdict_table_html(an)
 
 
-def _instrument_words(an: RunAnalysis) -> str:
-    inst = getattr(an, "instrument", None)
-    return "server stamps" if inst is not None and inst.tpot == "server" else "client stamps"
-
-
 def _recommended_row(r: Any) -> str:
     """The "recommended" row of a sweep family at one load level (see
-    :mod:`speclib.analysis.recommend`)."""
+    :mod:`speclib.analysis.load.recommend`)."""
     if r.value is None:
         label = {"no_k_pays": "NO K PAYS", "undecided": "UNDECIDED"}.get(r.outcome, "NO DATA")
         word = word_badge("inconclusive", label)
@@ -515,7 +343,7 @@ def _recommended_row(r: Any) -> str:
     if r.ratio is not None and r.ci_low is not None:
         ratio = (
             f"<b>{r.ratio:.3f}</b> ({(r.ratio - 1) * 100:+.1f} %)<br>"
-            f"{_conf(r.confidence_level)} CI {r.ci_low:.3f}–{r.ci_high:.3f}"
+            f"{conf_words(r.confidence_level)} CI {r.ci_low:.3f}–{r.ci_high:.3f}"
         )
     rule = f"smallest value within δ = {r.margin:g} of the best arm (Holm), and ADOPT itself"
     return (
@@ -526,197 +354,3 @@ def _recommended_row(r: Any) -> str:
         f"<td colspan='5'>{html.escape(r.reason)}</td>"
         f"<td>{html.escape(str(r.load))}</td></tr>"
     )
-
-
-def _effect(ci: Any) -> str:
-    """The TPOT change in words, with its interval on the same scale."""
-    conf = _conf(ci.confidence_level)
-    if ci.ci_high < 1:
-        return (
-            f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
-            f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %; "
-            f"{speed_words(ci.estimate)})"
-        )
-    if ci.ci_low > 1:
-        return (
-            f"took {(ci.estimate - 1) * 100:.0f} % more time per output token "
-            f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
-            f"more; {speed_words(ci.estimate)})"
-        )
-    return (
-        f"changed time per output token by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
-        f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
-        "no change)"
-    )
-
-
-def _level_words(level: Any) -> str:
-    if level.request_rate is not None:
-        return f"{level.request_rate:g} requests/s (open loop)"
-    if level.concurrency == 1:
-        return "concurrency 1 (one request at a time)"
-    return f"concurrency {level.concurrency}"
-
-
-def _load_words(c: Comparison, an: RunAnalysis) -> str:
-    """The load a comparison was measured at, in words (always named: a speed-up at one
-    request at a time says nothing about a busy server)."""
-    levels = an.params.workload.levels
-    return _level_words(levels[c.level]) if c.level < len(levels) else f"load {c.load}"
-
-
-def _all_loads(an: RunAnalysis) -> str:
-    return ", ".join(_level_words(lv) for lv in an.params.workload.levels)
-
-
-def _at_load(c: Comparison, an: RunAnalysis) -> str:
-    return f" at load {c.load}" if len(an.params.workload.levels) > 1 else ""
-
-
-def _sentence(c: Comparison, an: RunAnalysis) -> str:
-    ci = c.cis.get("tpot_s")
-    if ci is None:
-        return (
-            f"**{c.experiment}**{_at_load(c, an)}: no successful request pairs, so no comparison."
-        )
-    effect = _effect(ci)
-    word = c.word
-    tail = {
-        "adopt": f"worth turning on for this workload at {_load_words(c, an)}",
-        "equivalent": f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
-        "worse": "slower: keep it off",
-        "reject": "rejected by a gate: "
-        + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if g.failed),
-        "inconclusive": "not enough data to decide",
-        "untrustworthy": "not decided: the bench cannot be trusted (see the bench-trust "
-        "panel above)",
-        "failed": "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
-    }[word]
-    extra = ""
-    note = ci.note or ""
-    if word == "inconclusive" and note.startswith("no degrees of freedom"):
-        extra = (
-            " — one launch per arm cannot separate the effect from launch-to-launch noise: "
-            "run at least two replicate blocks (or add protocol.aa)"
-        )
-    elif word == "inconclusive" and c.decision and c.decision.extra_launches_needed:
-        extra = f" — about {c.decision.extra_launches_needed} more replicate blocks may decide it"
-    elif word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
-        extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
-    unknown = [g.name for g in (c.verdict.gates if c.verdict else ()) if g.status == "not assessed"]
-    if unknown:
-        extra += f" (gate(s) not assessed, the data cannot tell: {', '.join(unknown)})"
-    return (
-        f"**{c.experiment}** ({c.method}, k={c.k}){_at_load(c, an)} {effect} over "
-        f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_by_category(c)}"
-    )
-
-
-def _group_words(groups: dict[Any, Any]) -> str:
-    """Each group's ratio (a :class:`CategoryRatio`) in words, with its descriptive
-    interval or why it has none, separated by semicolons."""
-    parts = []
-    for r in groups.values():
-        counts = f"{r.n_pairs} pairs in {r.n_blocks} block{'s' * (r.n_blocks != 1)}"
-        if r.has_interval:
-            ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
-            where = f"{_conf(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
-        else:
-            where = f"{counts}: {r.note or 'no interval'}"
-        parts.append(f"{r.category} {ratio_words(r.estimate)} ({where})")
-    return "; ".join(parts)
-
-
-def _by_category(c: Comparison) -> str:
-    """Where the effect comes from, when the prompts come in several categories: each
-    category's ratio in words with its descriptive interval, or why it has none; then,
-    in a multi-turn run, the same per turn (:func:`_by_turn`)."""
-    cats = getattr(c, "tpot_ratio_by_category", None) or {}
-    text = ""
-    if len(cats) >= 2:
-        text = f" TPOT ratio by prompt category: {_group_words(cats)}. The {CATEGORY_NOTE}."
-    return text + _by_turn(c)
-
-
-def _by_turn(c: Comparison) -> str:
-    """A multi-turn run's TPOT ratio per turn (turn 2 carries the turn-1 answer in its
-    prompt), in words with descriptive intervals; "" with fewer than two turns."""
-    turns = getattr(c, "tpot_ratio_by_turn", None) or {}
-    if len(turns) < 2:
-        return ""
-    return f" TPOT ratio per turn: {_group_words(turns)}. The {TURN_NOTE}."
-
-
-def _conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
-    """Headline, one sentence per comparison, the measurement note, the warning pointer."""
-    if not an.experiments:
-        return (
-            "No experiment was compared (an A/A calibration run, or no experiment series has "
-            "successful requests): see the noise floor above.",
-            [],
-            "",
-            _warning_pointer(an),
-        )
-    wins = [c for c in an.experiments if c.word == "adopt"]
-    if wins:
-        best = min(wins, key=lambda c: c.cis["tpot_s"].estimate)  # type: ignore[union-attr]
-        headline = (
-            f"Best configuration here: **{best.experiment}** at {_load_words(best, an)} — it "
-            f"{_effect(best.cis['tpot_s'])}. This holds for this load and workload only."
-        )
-    else:
-        headline = (
-            f"No configuration is a clear win here at {_all_loads(an)}: keep speculative "
-            "decoding off, or test other settings."
-        )
-    wl = an.params.workload
-    note = (
-        f"Measured over streaming chat completions, TPOT from {_instrument_words(an)} "
-        f"({wl.max_tokens} max tokens, "
-        f"temperature {wl.temperature:g}, load {', '.join(lv.label for lv in wl.levels)}); "
-        "TPOT excludes the first token; intervals are block-level paired t-intervals over "
-        "replicate blocks, each on its own arm's block-to-block variance (Holm-adjusted over "
-        "every experiment arm and load level); the method is at the end of this page."
-    )
-    if any(c.word == "untrustworthy" for c in an.experiments):
-        headline = (
-            f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
-            "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
-        )
-    return headline, [_sentence(c, an) for c in an.experiments], note, _warning_pointer(an)
-
-
-def _warning_pointer(an: RunAnalysis) -> str | None:
-    if not an.warnings:
-        return None
-    return f"⚠ {len(an.warnings)} warning(s): see Warnings in the method section below."
-
-
-def conclusion(an: RunAnalysis) -> str:
-    """The plain-words conclusion generated from the numbers (Markdown)."""
-    headline, sentences, note, warning = _conclusion_parts(an)
-    blocks = [headline, "\n".join(f"- {s}" for s in sentences), note, warning or ""]
-    return "\n\n".join(b for b in blocks if b)
-
-
-_BOLD = re.compile(r"\*\*(.+?)\*\*")
-
-
-def _md_inline(text: str) -> str:
-    """Escape ``text`` for HTML, then turn ``**bold**`` into ``<b>`` (the only markup used)."""
-    return _BOLD.sub(r"<b>\1</b>", html.escape(text))
-
-
-def conclusion_html(an: RunAnalysis, *, headline: bool = True) -> str:
-    """The conclusion as an HTML block (``#speclib-conclusion``): the headline (left out
-    with ``headline=False`` where :func:`answer_html` already leads the page), one sentence
-    per comparison, the warning pointer and the measurement note."""
-    head, sentences, note, warning = _conclusion_parts(an)
-    body = f"<p class='speclib-headline'>{_md_inline(head)}</p>" if headline else ""
-    if sentences:
-        body += "<ul>" + "".join(f"<li>{_md_inline(s)}</li>" for s in sentences) + "</ul>"
-    if warning:
-        body += f"<p><a href='#speclib-warnings'>{html.escape(warning)}</a></p>"
-    if note:
-        body += f"<p class='speclib-small'>{html.escape(note)}</p>"
-    return wrap(f"<div class='speclib-conclusion' id='speclib-conclusion'>{body}</div>")

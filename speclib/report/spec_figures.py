@@ -241,8 +241,8 @@ def plot_speedup_vs_load(
 
     ``frame`` has one row per (series, concurrency) with columns ``series``,
     ``concurrency``, ``estimate``, ``ci_low`` and ``ci_high`` (ratios experiment / control,
-    as :func:`speclib.analysis.stats.paired_ratio_ci` gives them). With ``margin`` the ±δ
-    band is shaded; each of ``break_evens`` (:class:`~speclib.analysis.breakeven.BreakEven`
+    as :func:`speclib.analysis.stats.paired.paired_ratio_ci` gives them). With ``margin`` the ±δ
+    band is shaded; each of ``break_evens`` (:class:`~speclib.analysis.load.breakeven.BreakEven`
     on the concurrency axis) marks its break-even (dotted line) and its interval (a bar
     on the no-change line, an arrow where it is open).
     """

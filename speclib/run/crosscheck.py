@@ -24,13 +24,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from speclib.analysis.crosscheck import (
+from speclib.analysis.health.bench_result import BenchCheckError, BenchResult, merge_bench_results
+from speclib.analysis.health.crosscheck import (
     DEFAULT_TOLERANCE,
-    BenchCheckError,
-    BenchResult,
     CrossCheck,
     compare_with_kit,
-    merge_bench_results,
     server_tpot_ms,
 )
 from speclib.core.datasets import workload_prompts

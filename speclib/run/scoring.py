@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from speclib.analysis.sampling import expected_logprob, outside_nucleus
+from speclib.analysis.spec.nucleus import expected_logprob, outside_nucleus
 from speclib.core.httpapi import HTTPError, request_bytes, served_model
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic

@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from speclib.analysis.crosscheck import BenchCheckError, BenchResult, load_bench_result
+from speclib.analysis.health.bench_result import BenchCheckError, BenchResult, load_bench_result
 from speclib.core.httpapi import server_root
 from speclib.serve.process import tail
 from speclib.serve.supervisor import start_supervised, stop_supervised

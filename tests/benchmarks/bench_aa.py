@@ -8,7 +8,7 @@ control plus ``protocol.aa``) through ``speclib run``, many times in a row on th
   3 to 6 blocks that stops once the A/A resolution is ±10 %, ``protocol.target_resolution``);
 * **old design**: one sequential launch per arm, decided as the kit used to decide, by a
   prompt-level paired bootstrap over that single launch (computed here from the run's own
-  ``requests.jsonl`` with :func:`speclib.analysis.stats.paired_ratio_ci`); the kit's own
+  ``requests.jsonl`` with :func:`speclib.analysis.stats.paired.paired_ratio_ci`); the kit's own
   verdict for such a run is also recorded (it must now refuse to decide).
 
 The true ratio is exactly 1, so every ADOPT or WORSE is a false verdict, and an interval that
@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 from speclib.analysis.frames import load_records, pair_frame
-from speclib.analysis.stats import paired_ratio_ci
+from speclib.analysis.stats.paired import paired_ratio_ci
 from speclib.core.params import AA_ARM
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
 """Coverage benchmark: do the block-level TPOT intervals hold 95 % when arms differ in noise?
 
 Simulates interleaved runs with known truth and feeds them through the functions the kit
-decides with (:func:`speclib.analysis.tpot_verdict.block_analysis` for the intervals at the
-nominal level, :func:`speclib.analysis.tpot_verdict.decide_family` for the Holm-adjusted
+decides with (:func:`speclib.analysis.verdict.tpot_verdict.block_analysis` for the intervals at the
+nominal level, :func:`speclib.analysis.verdict.tpot_verdict.decide_family` for the Holm-adjusted
 verdicts). Each run has ``B`` replicate blocks; in every block each arm gets a fresh server
 and the same 4–7 prompts (drawn per block, as in the demo). The log TPOT of a request is
 
@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from speclib.analysis.stats import DegenerateDataWarning
-from speclib.analysis.tpot_verdict import block_analysis, decide_family
+from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.verdict.tpot_verdict import block_analysis, decide_family
 
 RATIOS = {"x1": 0.85, "x2": 0.85, "x3": 0.85, "null": 1.0, "aa": 1.0}
 VAR_FACTOR = {"control": 1.0, "aa": 1.0, "x1": 1.0, "x2": 2.0, "x3": 3.0, "null": 1.0}

@@ -280,7 +280,7 @@ def run_bench(
     tokenizer: str | None,
 ) -> RunResult:
     """``vllm bench serve`` on ``keys`` (same stream options as the kit's requests)."""
-    from speclib.analysis.crosscheck import BenchCheckError
+    from speclib.analysis.health.bench_result import BenchCheckError
     from speclib.run.vllm_bench import run_vllm_bench
 
     srv.reset()

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.run_analysis import analyze_run, decision_confidence
+from speclib.analysis.run_analysis import analyze_run
+from speclib.analysis.verdict.run_rules import decision_confidence
 from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, append_record
 
@@ -175,7 +176,7 @@ def test_unequal_idle_load_between_arms_is_a_bench_problem(tmp_path: Path) -> No
 
 
 def test_idle_load_without_contention_is_reported_not_gated() -> None:
-    from speclib.analysis.idle_load import idle_load_problem
+    from speclib.analysis.health.idle_load import idle_load_problem
 
     frame = pd.DataFrame(
         {
@@ -219,7 +220,7 @@ def test_a_launch_in_the_wrong_mode_is_left_out_and_rejects_its_series(tmp_path:
 
 
 def test_drift_table_skips_pairs_without_tpot_and_finds_a_shared_shift() -> None:
-    from speclib.analysis.drift import drift_sentence, drift_table
+    from speclib.analysis.health.drift import drift_sentence, drift_table
 
     rows = []
     for i in range(24):

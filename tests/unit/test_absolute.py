@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.absolute import absolute_summary
+from speclib.analysis.verdict.absolute import absolute_summary
 
 
 def _pairs() -> pd.DataFrame:

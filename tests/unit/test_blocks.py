@@ -1,4 +1,5 @@
-"""Unit tests of speclib.analysis.blocks: simulated interleaved runs with known truth, edge cases.
+"""Unit tests of speclib.analysis.stats.blocks: simulated interleaved runs with known truth,
+edge cases.
 
 The simulation is the interleaved design measured on the 2-core vLLM machine. In each run
 and replicate block every arm (row 0 is the control) gets a fresh server, and requests
@@ -25,15 +26,10 @@ import warnings
 import numpy as np
 import pytest
 
-from speclib.analysis.blocks import (
-    ONE_BLOCK_NOTE,
-    BlockSummary,
-    block_ratio_cis,
-    block_summary,
-    summarize_blocks,
-)
-from speclib.analysis.sequential import interval_word
-from speclib.analysis.stats import DegenerateDataWarning
+from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.block_summary import BlockSummary, block_summary, summarize_blocks
+from speclib.analysis.stats.blocks import ONE_BLOCK_NOTE, block_ratio_cis
+from speclib.analysis.stats.sequential import interval_word
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.categories import CATEGORY_NOTE, MIN_CATEGORY_PAIRS, category_ratios
+from speclib.analysis.verdict.categories import CATEGORY_NOTE, MIN_CATEGORY_PAIRS, category_ratios
 from speclib.core.wording import ratio_words, speed_words, time_change_words
 
 pytestmark = pytest.mark.unit

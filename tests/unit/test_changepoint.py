@@ -1,4 +1,4 @@
-"""Unit tests of speclib.analysis.changepoint: Pettitt's test and the cancellation check.
+"""Unit tests of speclib.analysis.stats.changepoint: Pettitt's test and the cancellation check.
 
 The regime pattern is the one measured on the 2-core vLLM machine: TPOT 22–24 ms for 9
 requests, 14–17 ms for 12, then 23–24 ms. Every rng is seeded.
@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from speclib.analysis.changepoint import (
+from speclib.analysis.stats.changepoint import (
     MIN_SERIES_LENGTH,
     pettitt_test,
     shift_cancelled,

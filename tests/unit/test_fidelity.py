@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from speclib.analysis.crosscheck import BenchRequest
 from speclib.analysis.frames import records_frame
-from speclib.analysis.run_analysis import late_read_warnings
+from speclib.analysis.health.bench_result import BenchRequest
+from speclib.analysis.health.run_warnings import late_read_warnings
 from speclib.core.records import RequestRecord, late_chunks, tpot_s
 from tests.benchmarks.fidelity import bench_errors, kit_errors, summarize, truth_of
 from tests.fakeserver import Exchange, SentEvent

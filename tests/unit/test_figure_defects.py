@@ -3,7 +3,7 @@
 Each test builds a small synthetic frame shaped like a real run (interleaved arms in slots,
 concurrency 1, late reads with a TPOT of 0, memory at 2.7–3.0 GiB, an A/A arm without
 drafts) and checks the drawn figure itself: its lines, points, legends, limits and caption.
-Covers speclib.report.request_figures, .spec_figures, .evidence and speclib.analysis.drift.
+Covers speclib.report.request_figures, .spec_figures, .evidence and speclib.analysis.health.drift.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from speclib.analysis.drift import drift_sentence, drift_table
+from speclib.analysis.health.drift import drift_sentence, drift_table
 from speclib.core.prometheus import SpecCounters
 from speclib.report.evidence import chunk_figures, timeline_figures
 from speclib.report.figure_base import FigureWithCaption

@@ -20,15 +20,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.comparisons import gate_cis
-from speclib.analysis.decision import (
-    Decision,
-    GateResult,
-    apply_gates,
-    decide,
-    error_increase_bounds,
-)
-from speclib.analysis.stats import RatioCI
+from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.verdict.decision import Decision, decide
+from speclib.analysis.verdict.gates import GateResult, apply_gates, error_increase_bounds
+from speclib.analysis.verdict.pairs import gate_cis
 
 ADOPT = Decision("adopt", "TPOT ratio 0.80: faster", margin=0.05, confidence_level=0.95)
 WORSE = Decision("worse", "TPOT ratio 1.20: slower", margin=0.05, confidence_level=0.95)

@@ -16,15 +16,14 @@ import pandas as pd
 import pytest
 
 from speclib.analysis.frames import records_frame
-from speclib.analysis.instrument import (
+from speclib.analysis.health.instrument import (
     InstrumentChoice,
     apply_instrument,
     choose_instrument,
     exclusion_table,
     launch_agreement,
 )
-from speclib.analysis.stats import RatioCI
-from speclib.analysis.trust import (
+from speclib.analysis.health.trust import (
     aa_check,
     bench_trust,
     exclusion_check,
@@ -34,6 +33,7 @@ from speclib.analysis.trust import (
     problem_of,
     ttft_problems,
 )
+from speclib.analysis.stats.paired import RatioCI
 from speclib.core.prometheus import histogram_mean
 from speclib.core.records import RequestRecord, server_tpot_s, server_ttft_s, tpot_s
 from speclib.serve import priority
@@ -410,7 +410,8 @@ def test_an_unequal_ttft_lag_warns_without_gating_and_a_tpot_gap_gates():
 
 
 def test_an_unassessable_ttft_leaves_the_gate_not_assessed():
-    from speclib.analysis.decision import Decision, apply_gates
+    from speclib.analysis.verdict.decision import Decision
+    from speclib.analysis.verdict.gates import apply_gates
 
     dec = Decision("adopt", "faster", 0.05, 0.95)
     verdict = apply_gates(

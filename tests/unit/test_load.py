@@ -17,16 +17,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from speclib.analysis.breakeven import break_even
-from speclib.analysis.goodput import (
+from speclib.analysis.load.breakeven import break_even
+from speclib.analysis.load.goodput import (
     block_rates,
     goodput_ratios,
     highest_sustained,
     level_table,
     meets_slo,
 )
-from speclib.analysis.recommend import Recommendation
-from speclib.analysis.schedule import k_schedule, schedule_ranges, validate_schedule
+from speclib.analysis.load.recommend import Recommendation
+from speclib.analysis.load.schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.core.params import ParamsError, load_params
 from tests.unit.test_robustness import REPO, _params, _wait_gone
 from tests.unit.test_sweep import ngram_sweep

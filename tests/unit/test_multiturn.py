@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from speclib.analysis.categories import TURN_NOTE, turn_ratios
 from speclib.analysis.frames import pair_frame, records_frame
+from speclib.analysis.verdict.categories import TURN_NOTE, turn_ratios
 from speclib.app.verdicts import MAX_LINE, turn_lines
 from speclib.core.datasets import read_dataset
 from speclib.core.params import ExperimentParams, ParamsError, load_params
@@ -460,7 +460,7 @@ def test_summary_report_and_terminal_carry_the_per_turn_ratios(tmp_path) -> None
 
 
 def test_a_single_turn_summary_has_no_turns(tmp_path) -> None:
-    from speclib.analysis.comparisons import Comparison
+    from speclib.analysis.verdict.comparisons import Comparison
 
     assert Comparison.__dataclass_fields__["by_turn"].default_factory() == {}
     assert turn_lines({"comparisons": [{"experiment": "x", "tpot_ratio_by_turn": {}}]}) == []

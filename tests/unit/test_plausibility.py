@@ -11,14 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.analysis.agreement import classify_output
-from speclib.analysis.sampling import (
-    compare_plausibility,
-    compare_run,
-    expected_logprob,
-    outside_nucleus,
-)
-from speclib.analysis.stats import DegenerateDataWarning
+from speclib.analysis.spec.agreement import classify_output
+from speclib.analysis.spec.nucleus import expected_logprob, outside_nucleus
+from speclib.analysis.spec.sampling import compare_plausibility, compare_run
+from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
@@ -696,7 +692,7 @@ def synth_nucleus(series, outside_prompts, n=24):
     ]  # fmt: skip
 
 
-@pytest.mark.filterwarnings("ignore::speclib.analysis.stats.DegenerateDataWarning")
+@pytest.mark.filterwarnings("ignore::speclib.analysis.stats.base.DegenerateDataWarning")
 def test_tokens_outside_the_nucleus_make_a_series_implausible_whatever_its_log_prob():
     scores = synth_nucleus("control", set()) + synth_nucleus("spec", set(range(8)))
     res = compare_plausibility(scores, control="control", experiment="spec", rng=rng())
@@ -708,7 +704,7 @@ def test_tokens_outside_the_nucleus_make_a_series_implausible_whatever_its_log_p
     json.dumps(res.to_dict(), allow_nan=False)
 
 
-@pytest.mark.filterwarnings("ignore::speclib.analysis.stats.DegenerateDataWarning")
+@pytest.mark.filterwarnings("ignore::speclib.analysis.stats.base.DegenerateDataWarning")
 def test_few_or_shared_nucleus_misses_are_not_flagged():
     few = synth_nucleus("control", set()) + synth_nucleus("spec", {3, 4})
     res = compare_plausibility(few, control="control", experiment="spec", rng=rng())

@@ -233,7 +233,7 @@ def test_a_block_reserves_cpus_per_server_and_its_gpus(tmp_path):
 def test_a_block_whose_records_come_from_two_hosts_is_warned():
     import pandas as pd
 
-    from speclib.analysis.run_analysis import block_host_warnings
+    from speclib.analysis.health.run_warnings import block_host_warnings
 
     one = pd.DataFrame({"block": ["r0", "r0", "r1"], "host": ["a", "a", "b"]})
     assert block_host_warnings(one) == []

@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from speclib.analysis.absolute import absolute_summary
-from speclib.analysis.decision import Decision, Verdict
-from speclib.analysis.stats import RatioCI
+from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.verdict.absolute import absolute_summary
+from speclib.analysis.verdict.decision import Decision
+from speclib.analysis.verdict.gates import Verdict
 from speclib.core.params import LoadLevel
 from speclib.report.export import NOTEBOOK_ONLY, export_report, page_title
 from speclib.report.sections import (
@@ -191,7 +192,7 @@ def test_series_table_has_labels_with_units() -> None:
 
 
 def _category(cat: str, est: float, n: int, blocks: int, ci=None, df=None, note=None):
-    from speclib.analysis.categories import CategoryRatio
+    from speclib.analysis.verdict.categories import CategoryRatio
 
     lo, hi = ci or (None, None)
     method = None if ci is None else f"blocks (own-arm paired t vs control, df={df})"

@@ -1,4 +1,4 @@
-"""Unit tests of speclib.analysis.resolution: the A/A arm read as a bench check.
+"""Unit tests of speclib.analysis.verdict.resolution: the A/A arm read as a bench check.
 
 The A/A intervals come from the block analysis itself (:func:`block_analysis` on pairs
 whose block means are chosen exactly), so the blocks needed can be checked against a hand
@@ -14,14 +14,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from speclib.analysis.resolution import (
+from speclib.analysis.verdict.resolution import (
     MAX_BLOCKS,
     bench_check,
     blocks_for,
     calibration,
     half_width,
 )
-from speclib.analysis.tpot_verdict import as_ratio_ci, block_analysis
+from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,5 @@
-"""Unit tests of speclib.analysis.sequential: spending values, the rule, simulated error rates.
+"""Unit tests of speclib.analysis.stats.sequential: spending values, the rule, simulated error
+rates.
 
 The simulations reuse the interleaved-design simulator of ``test_blocks.py`` (prompt
 bases, block drift, instance effects, a -35 % regime shift hitting all arms alike,
@@ -19,16 +20,16 @@ import math
 import numpy as np
 import pytest
 
-from speclib.analysis.blocks import block_ratio_cis
-from speclib.analysis.decision import decide
-from speclib.analysis.sequential import (
+from speclib.analysis.stats.blocks import block_ratio_cis
+from speclib.analysis.stats.paired import paired_ratio_ci
+from speclib.analysis.stats.sequential import (
     SpendingPlan,
     first_decisive_look,
     interval_word,
     obrien_fleming_spending,
     spending_plan,
 )
-from speclib.analysis.stats import paired_ratio_ci
+from speclib.analysis.verdict.decision import decide
 from tests.unit.test_blocks import simulate_blocks, summaries
 
 pytestmark = pytest.mark.unit
@@ -201,7 +202,7 @@ def _pairs(block_log_ratios, n=6, seed=0):
 def test_holm_runs_over_every_arm_and_load_level():
     """Two arms at two load levels are one family of four: the first Holm round is at
     1 - α/4 for every comparison, and the family is said in words."""
-    from speclib.analysis.tpot_verdict import decide_family
+    from speclib.analysis.verdict.tpot_verdict import decide_family
 
     arms = {"a": _pairs([-0.5, -0.52, -0.49]), "b": _pairs([-0.3, -0.31, -0.29], seed=1)}
     found = decide_family({0: arms, 1: arms}, experiments=["a", "b"], aa_arm=None,
@@ -218,7 +219,7 @@ def test_holm_runs_over_every_arm_and_load_level():
 def test_a_decision_at_an_early_look_is_frozen():
     """Adopted at look 1 (2 blocks), the arm keeps that decision and its interval at that
     look's level, although all four blocks together would be inconclusive."""
-    from speclib.analysis.tpot_verdict import decide_family
+    from speclib.analysis.verdict.tpot_verdict import decide_family
 
     plan = spending_plan(4, min_blocks=2, alpha=ALPHA)
     arms = {"x": _pairs([-0.40, -0.401, 0.6, -0.9])}

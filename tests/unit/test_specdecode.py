@@ -1,6 +1,6 @@
 """Unit tests of speculative decoding's analysis: acceptance, reconciliation, agreement, model.
 
-Covers speclib.analysis.acceptance, .agreement, .speedup and .chunks.
+Covers speclib.analysis.spec.acceptance, .agreement, .speedup and .chunks.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import math
 import pandas as pd
 import pytest
 
-from speclib.analysis.acceptance import (
+from speclib.analysis.spec.acceptance import (
     accepted_per_pos_from_histogram,
     reconcile,
     request_acceptance,
     sum_counters,
 )
-from speclib.analysis.agreement import (
+from speclib.analysis.spec.agreement import (
     OUTPUT_CLASSES,
     classify_output,
     compare_outputs,
@@ -24,8 +24,8 @@ from speclib.analysis.agreement import (
     greedy_agreement,
     summarize_agreement,
 )
-from speclib.analysis.chunks import tokens_per_chunk_distribution
-from speclib.analysis.speedup import (
+from speclib.analysis.spec.chunks import tokens_per_chunk_distribution
+from speclib.analysis.spec.speedup import (
     alpha_from_mean_length,
     expected_tokens_per_step,
     leviathan_speedup,

@@ -1,4 +1,5 @@
-"""Unit tests of speclib.analysis.stats and .decision: simulations with known truth, edge cases.
+"""Unit tests of speclib.analysis.stats.paired and verdict.decision: simulations with known
+truth, edge cases.
 
 Simulated TPOT is log-normal: a per-prompt base (which pairing cancels), a per-launch
 offset for each series (launch noise, which pairing does not cancel) and per-request noise.
@@ -14,20 +15,11 @@ import warnings
 import numpy as np
 import pytest
 
-from speclib.analysis.decision import (
-    Decision,
-    apply_gates,
-    decide,
-    holm_decide,
-)
-from speclib.analysis.stats import (
-    DegenerateDataWarning,
-    RatioCI,
-    holm_adjust,
-    paired_ratio_ci,
-    wilcoxon_logratio,
-)
-from speclib.analysis.stats_clustered import two_stage_interval
+from speclib.analysis.stats.base import DegenerateDataWarning, holm_adjust
+from speclib.analysis.stats.clustered import two_stage_interval
+from speclib.analysis.stats.paired import RatioCI, paired_ratio_ci, wilcoxon_logratio
+from speclib.analysis.verdict.decision import Decision, decide, holm_decide
+from speclib.analysis.verdict.gates import apply_gates
 
 pytestmark = pytest.mark.unit
 
@@ -572,7 +564,7 @@ def test_a_block_interval_gets_blocks_advice_never_pairs():
 def test_t_width_scale_is_the_one_projection_of_more_blocks():
     from scipy import stats as st
 
-    from speclib.analysis.stats import t_width_scale
+    from speclib.analysis.stats.base import t_width_scale
 
     got = t_width_scale(n_blocks=3, df=2, confidence_level=0.95, blocks=[3, 4, 9])
     q = 0.975

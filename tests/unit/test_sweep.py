@@ -15,9 +15,9 @@ import psutil
 import pytest
 import yaml
 
-from speclib.analysis.blocks import block_summary
 from speclib.analysis.frames import pair_frame
-from speclib.analysis.recommend import OUTCOMES, SweepArm, recommend
+from speclib.analysis.load.recommend import OUTCOMES, SweepArm, recommend
+from speclib.analysis.stats.block_summary import block_summary
 from speclib.core.params import ExperimentParams, ParamsError, load_params
 from speclib.core.params_sweep import sweep_name
 from speclib.run.design import Block, choose_design, plan_blocks, plan_groups

@@ -9,12 +9,12 @@ import math
 import pytest
 import yaml
 
-from speclib.analysis.speedup import (
+from speclib.analysis.spec.speedup import (
     alpha_from_mean_length,
     expected_tokens_per_step,
     leviathan_speedup,
 )
-from speclib.analysis.why import DraftCost, explain, paired_stream_factors, stream_steps
+from speclib.analysis.spec.why import DraftCost, explain, paired_stream_factors, stream_steps
 from speclib.core.params import ParamsError, load_params
 from tests.unit.test_interleaved import _run
 from tests.unit.test_robustness import _params, _wait_gone

@@ -1,4 +1,4 @@
-"""Workload checks (speclib.analysis.workload_checks, issue 23 part 3): each fires on a small
+"""Workload checks (speclib.analysis.health.workload_checks, issue 23 part 3): each fires on a small
 fixture built to trip it and stays quiet on a normal one; none gates a verdict or counts
 toward "trusted"; the near-duplicate search finds exactly the pairs a brute-force comparison
 finds; the demo prompt sets hold no near duplicates; summary.json, the report's trust panel
@@ -15,15 +15,17 @@ import numpy as np
 import pytest
 
 from speclib.analysis.frames import records_frame
-from speclib.analysis.near_duplicates import jaccard, near_duplicate_pairs, shingles
-from speclib.analysis.trust import TrustCheck, bench_trust
-from speclib.analysis.workload_checks import (
-    arrival_rate_check,
-    category_size_check,
-    cut_outputs_check,
+from speclib.analysis.health.near_duplicates import jaccard, near_duplicate_pairs, shingles
+from speclib.analysis.health.prompt_checks import (
     near_duplicate_check,
     prompt_count_check,
     sent_prompt_texts,
+)
+from speclib.analysis.health.trust import TrustCheck, bench_trust
+from speclib.analysis.health.workload_checks import (
+    arrival_rate_check,
+    category_size_check,
+    cut_outputs_check,
     workload_checks,
 )
 from speclib.core.datasets import read_dataset
@@ -391,7 +393,7 @@ class _AA:
     load = "c=1"
 
     def __init__(self) -> None:
-        from speclib.analysis.stats import RatioCI
+        from speclib.analysis.stats.paired import RatioCI
 
         ci = RatioCI(
             estimate=1.0, ci_low=0.98, ci_high=1.02, confidence_level=0.95, method="blocks",

@@ -1,0 +1,180 @@
+"""What each server launch left in the run folder, read back: counters, memory, cross-checks.
+
+Per launch the run writes ``/metrics`` snapshots before and after the measured requests,
+memory samples and, when ``vllm bench serve`` ran on the same server, ``crosscheck.json``.
+:func:`launch_metrics` turns the snapshots into counter deltas and reconciles them with the
+launch's request records; :func:`memory_frame`, :func:`with_cache_hits` and
+:func:`read_crosschecks` gather the rest for the report. Missing or unreadable files are
+data ("no /metrics snapshots"), never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from speclib.analysis.spec.acceptance import Reconciliation, reconcile
+from speclib.core.prometheus import (
+    CounterResetError,
+    PrefixCacheDelta,
+    SpecCounters,
+    parse_prometheus,
+    prefix_cache_delta,
+    spec_counters_delta,
+)
+from speclib.core.rundir import RunDir
+
+__all__ = [
+    "LaunchMetrics",
+    "crosscheck_summary",
+    "crosscheck_warnings",
+    "launch_metrics",
+    "memory_frame",
+    "read_crosschecks",
+    "with_cache_hits",
+]
+
+
+@dataclass(frozen=True)
+class LaunchMetrics:
+    """``/metrics`` deltas of one launch over its measured requests, and the reconciliation."""
+
+    launch_id: str
+    series: str
+    spec: SpecCounters | None
+    prefix_cache: PrefixCacheDelta | None
+    reconciliation: Reconciliation | None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The mapping written to ``summary.json``."""
+        rec = self.reconciliation
+        return {
+            "launch_id": self.launch_id,
+            "series": self.series,
+            "spec": self.spec.to_dict() if self.spec else None,
+            "prefix_cache": None
+            if self.prefix_cache is None
+            else {"queries": self.prefix_cache.queries, "hits": self.prefix_cache.hits},
+            "reconciliation": None
+            if rec is None
+            else {
+                "matches": rec.matches,
+                "n_requests": rec.n_requests,
+                "n_with_metrics": rec.n_with_metrics,
+                "requests": rec.requests.to_dict(),
+                "server": rec.server.to_dict(),
+                "diff_drafts": rec.diff_drafts,
+                "diff_draft_tokens": rec.diff_draft_tokens,
+                "diff_accepted_tokens": rec.diff_accepted_tokens,
+                "explanation": rec.explanation,
+            },
+            "note": self.note,
+        }
+
+
+def _read_prom(path: Path) -> dict[Any, float] | None:
+    try:
+        return parse_prometheus(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame) -> LaunchMetrics:
+    """``/metrics`` deltas over the measured window of one launch, reconciled with records."""
+    lid, series = status["launch_id"], status["series"]
+    before = _read_prom(rd.launch(lid) / "metrics_before.prom")
+    after = _read_prom(rd.launch(lid) / "metrics_after.prom")
+    if before is None or after is None:
+        return LaunchMetrics(lid, series, None, None, None, "no /metrics snapshots")
+    try:
+        spec = spec_counters_delta(before, after)
+    except CounterResetError as exc:
+        return LaunchMetrics(lid, series, None, None, None, f"counters reset: {exc}")
+    cache = prefix_cache_delta(before, after)
+    mine = records[records["launch_id"] == lid] if len(records) else records
+    specs = [s if isinstance(s, dict) else None for s in mine.get("spec", [])]
+    rec = reconcile(specs, spec) if spec.present or any(specs) else None
+    return LaunchMetrics(lid, series, spec, cache, rec)
+
+
+def memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:
+    """Every launch's memory samples: columns ``series``, ``launch_id``, ``t``, ``rss_bytes``."""
+    rows = []
+    for s in statuses:
+        path = rd.launch(s["launch_id"]) / "memory.jsonl"
+        if not path.exists():
+            continue
+        for line in path.read_text("utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            rows.append(
+                {
+                    "series": s["series"],
+                    "launch_id": s["launch_id"],
+                    "t": row.get("t"),
+                    "rss_bytes": row.get("rss_bytes"),
+                }
+            )
+    return pd.DataFrame(rows, columns=["series", "launch_id", "t", "rss_bytes"])
+
+
+def with_cache_hits(rows: pd.DataFrame, lms: list[LaunchMetrics]) -> pd.DataFrame:
+    """Add the prefix-cache hits and queries (tokens) of the measured windows per series.
+
+    Empty when no launch of a series has the counters (e.g. an external server without
+    ``/metrics``); 0 hits is what every arm should show.
+    """
+    if rows.empty or "series" not in rows.columns:
+        return rows
+    hits, queries = [], []
+    for name in rows["series"]:
+        deltas = [m.prefix_cache for m in lms if m.series == name and m.prefix_cache is not None]
+        hits.append(sum(d.hits for d in deltas) if deltas else None)
+        queries.append(sum(d.queries for d in deltas) if deltas else None)
+    return rows.assign(prefix_cache_hits=hits, prefix_cache_queries=queries)
+
+
+def read_crosschecks(rd: RunDir, statuses: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Each launch's ``crosscheck.json`` (vllm bench on the same server), labelled."""
+    out = []
+    for s in statuses:
+        path = rd.launch(s["launch_id"]) / "crosscheck.json"
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        labels = {"series": s["series"], "replicate": s["replicate"], "launch_id": s["launch_id"]}
+        out.append({**labels, **data})
+    return tuple(out)
+
+
+def crosscheck_warnings(checks: tuple[dict[str, Any], ...]) -> list[str]:
+    """One warning per cross-check that failed or whose verdict says the kit may be off."""
+    out = []
+    for c in checks:
+        if c.get("error"):
+            out.append(
+                f"launch {c['launch_id']}: vllm bench cross-check failed: {c['error'][:300]}"
+            )
+        elif c.get("verdict") in ("disagree", "too noisy", "kit off", "kit read late"):
+            out.append(
+                f"launch {c['launch_id']}: the kit's median TPOT and vllm bench serve's on the "
+                f"same server differ by more than {100 * c.get('tolerance', 0):g} % "
+                f"({c['verdict']})"
+            )
+    return out
+
+
+def crosscheck_summary(check: dict[str, Any]) -> dict[str, Any]:
+    """A launch's vllm bench cross-check without the bench's per-request detail."""
+    out = {k: v for k, v in check.items() if k != "bench"}
+    bench = check.get("bench") or {}
+    out["bench_argv"] = bench.get("argv")
+    return out

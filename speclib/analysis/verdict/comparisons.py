@@ -1,0 +1,445 @@
+"""One experiment series against the control: pairs, ratio CIs, decision, gates, acceptance.
+
+:func:`compare_level` builds the :class:`Comparison` of every experiment at one load level:
+it pairs requests by replicate, prompt and repeat; decides TPOT with Holm's step-down across
+the experiments; computes TTFT and E2E ratio CIs for the gates with the same block model as
+TPOT (:func:`gate_cis`: per-arm paired t over replicate blocks, same reference); weighs the
+gates (errors, outputs, memory, TTFT/E2E; each "pass", "fail" or "not assessed"); sums
+acceptance per request and from the launches' ``/metrics`` deltas; compares greedy outputs;
+gives each prompt category (and each turn of a multi-turn run) its TPOT ratio with a
+descriptive block-level interval (:mod:`speclib.analysis.verdict.categories`); and explains the
+speed-up with the standard model of speculative decoding. A launch-blind prompt-level
+bootstrap of TPOT is kept as labelled information (``tpot_prompt_level``), never a gate or
+the verdict.
+
+The pairs of a level and their intervals are in :mod:`speclib.analysis.verdict.pairs`, the
+acceptance, the why and the sampling check's gate inputs in
+:mod:`speclib.analysis.verdict.explain`. The module is still over 400 lines because a
+comparison's record (:class:`Comparison`, about 150 lines with its ``summary.json`` entry)
+and its assembly from pairs, intervals and gates (:func:`compare_level`) change together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
+from speclib.analysis.spec.agreement import (
+    Agreement,
+    AgreementSummary,
+    compare_outputs,
+    count_bad_outputs,
+    summarize_agreement,
+)
+from speclib.analysis.spec.launches import LaunchMetrics
+from speclib.analysis.spec.why import WhySpeedup
+from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.verdict.absolute import absolute_summary
+from speclib.analysis.verdict.categories import (
+    CATEGORY_NOTE,
+    TURN_NOTE,
+    CategoryRatio,
+    category_ratios,
+    turn_ratios,
+)
+from speclib.analysis.verdict.decision import Decision
+from speclib.analysis.verdict.explain import (
+    acceptance_summary,
+    explain_speedup,
+    implausible_count,
+    plausibility_dict,
+    unscored_reason,
+)
+from speclib.analysis.verdict.gates import Verdict, apply_gates
+from speclib.analysis.verdict.pairs import (
+    GATE_METRICS,
+    finite_pairs,
+    gate_cis,
+    has_usable_pairs,
+    pair_exclusions,
+    pair_ratio_ci,
+)
+from speclib.analysis.verdict.resolution import bench_check
+from speclib.analysis.verdict.tpot_verdict import (
+    LevelDecision,
+    decide_level,
+)
+from speclib.core.jsonutil import jsonable
+from speclib.core.params import AA_ARM, ExperimentParams
+
+__all__ = [
+    "Comparison",
+    "compare_level",
+]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One experiment series against the control."""
+
+    experiment: str
+    control: str
+    level: int
+    load: str
+    method: str | None
+    k: int | None
+    pairing: dict[str, Any]
+    n_launches: int
+    cis: dict[str, RatioCI | None]
+    decision: Decision | None
+    verdict: Verdict | None
+    error_rate_control: float
+    error_rate_experiment: float
+    bad_outputs_control: int
+    bad_outputs_experiment: int
+    median_tpot_control_s: float | None
+    median_tpot_experiment_s: float | None
+    agreement: AgreementSummary | None
+    agreements: dict[str, Agreement]
+    acceptance: dict[str, Any]
+    explanation: WhySpeedup | None
+    peak_rss_bytes: int | None
+    pairs: pd.DataFrame = field(repr=False)
+    plausibility: Any = None  # speclib.analysis.spec.sampling.PlausibilityResult (sampled runs)
+    by_category: dict[str, CategoryRatio] = field(default_factory=dict)
+    by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
+
+    @property
+    def word(self) -> str:
+        """The verdict word (``"inconclusive"`` without valid pairs)."""
+        return self.verdict.word if self.verdict else "inconclusive"
+
+    @property
+    def absolute(self) -> dict[str, dict[str, Any]]:
+        """TPOT/TTFT p50 and p90 (ms) and per-stream tokens/s of each side, from the pairs
+        the verdict uses (:func:`speclib.analysis.verdict.absolute.absolute_summary`)."""
+        return absolute_summary(self.pairs)
+
+    @property
+    def tpot_ratio_by_category(self) -> dict[str, CategoryRatio]:
+        """TPOT ratio per prompt category with its descriptive block-level interval (None
+        where the category has too few pairs or blocks; see
+        :mod:`speclib.analysis.verdict.categories`)."""
+        return self.by_category
+
+    @property
+    def tpot_ratio_by_turn(self) -> dict[int, CategoryRatio]:
+        """TPOT ratio per turn of a multi-turn run with its descriptive block-level
+        interval, by turn (empty outside a multi-turn run)."""
+        return self.by_turn
+
+    def dropped_pairs(self) -> dict[str, int]:
+        """Pairs the TPOT comparison could not use, counted by side and reason (failed,
+        unmatched, or excluded by the instrument); only non-zero counts."""
+        p = self.pairing or {}
+        dropped = {
+            f"{self.control} failed": p.get("dropped_control_failed", 0),
+            f"{self.experiment} failed": p.get("dropped_experiment_failed", 0),
+            "both failed": p.get("dropped_both_failed", 0),
+            "unmatched": p.get("unmatched", 0),
+            **(p.get("excluded") or {}),
+        }
+        return {k: v for k, v in dropped.items() if v}
+
+    def exclusion_notes(self) -> list[str]:
+        """What the TPOT comparison left out, and a sensitivity line where the choice of
+        instrument could change the verdict (the two instruments' point ratios fall on
+        different sides of 1 − δ or 1 + δ, or differ by more than 2 %)."""
+        out = []
+        p = self.pairing or {}
+        dropped = self.dropped_pairs()
+        if dropped:
+            why = "; ".join(f"{k}: {v}" for k, v in dropped.items())
+            out.append(
+                f"{sum(dropped.values())} pair(s) left out of the TPOT comparison ({why}); "
+                f"{p.get('n_pairs_used', p.get('n_pairs', 0))} used"
+            )
+        ratios = p.get("ratio_by_instrument") or {}
+        client, server = ratios.get("client"), ratios.get("server")
+        margin = self.decision.margin if self.decision else 0.05
+        if client and server:
+            bounds = (1 - margin, 1 + margin)
+            sides = [sum(r > b for b in bounds) for r in (client, server)]
+            if sides[0] != sides[1] or abs(client / server - 1) > 0.02:
+                out.append(
+                    f"sensitivity: the TPOT ratio is {client:.3f} by the client's stamps and "
+                    f"{server:.3f} by the server's over the same pairs: the choice of "
+                    "instrument could change this verdict"
+                )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison's entry in ``summary.json`` (JSON-safe)."""
+        tpot = self.cis.get("tpot_s")
+        dec = self.decision
+        return jsonable(
+            {
+                "experiment": self.experiment,
+                "role": "aa" if self.experiment == AA_ARM else "experiment",
+                "control": self.control,
+                "level": self.level,
+                "load": self.load,
+                "method": self.method,
+                "num_speculative_tokens": self.k,
+                "absolute": self.absolute,
+                "n_pairs": self.pairing.get("n_pairs", 0),
+                "n_launches": self.n_launches,
+                "median_tpot_control_s": self.median_tpot_control_s,
+                "median_tpot_experiment_s": self.median_tpot_experiment_s,
+                "tpot_ratio": tpot.estimate if tpot else None,
+                "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
+                "tpot_ratio_by_category": {cat: r.to_dict() for cat, r in self.by_category.items()},
+                "tpot_ratio_by_category_note": CATEGORY_NOTE if self.by_category else None,
+                "tpot_ratio_by_turn": {str(t): r.to_dict() for t, r in self.by_turn.items()},
+                "tpot_ratio_by_turn_note": TURN_NOTE if self.by_turn else None,
+                "confidence_level": tpot.confidence_level if tpot else None,
+                "ci_method": tpot.method if tpot else None,
+                "tpot_decision": dec.word if dec else "inconclusive",
+                "decision": self.word,
+                "reasons": [
+                    *(self.verdict.reasons if self.verdict else ["no valid pairs"]),
+                    *self.exclusion_notes(),
+                ],
+                "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
+                "extra_launches_needed": dec.extra_launches_needed if dec else None,
+                "bench_check": (
+                    bench_check(tpot, margin=dec.margin).to_dict()
+                    if self.experiment == AA_ARM and tpot is not None and dec is not None
+                    else None
+                ),
+                "metrics": {
+                    m.removesuffix("_s"): (ci.to_dict() if ci else None)
+                    for m, ci in self.cis.items()
+                },
+                "gates": [g.to_dict() for g in self.verdict.gates] if self.verdict else [],
+                "pairing": self.pairing,
+                "error_rate_control": self.error_rate_control,
+                "error_rate_experiment": self.error_rate_experiment,
+                "bad_outputs_control": self.bad_outputs_control,
+                "bad_outputs_experiment": self.bad_outputs_experiment,
+                "agreement": vars(self.agreement) if self.agreement else None,
+                "acceptance": self.acceptance,
+                "explanation": _explanation_dict(self.explanation),
+                "peak_rss_bytes": self.peak_rss_bytes,
+                "plausibility": plausibility_dict(self.plausibility),
+            }
+        )
+
+
+def _explanation_dict(e: WhySpeedup | None) -> dict[str, Any] | None:
+    return jsonable(asdict(e)) if e is not None else None
+
+
+def _error_rate(records: pd.DataFrame) -> float:
+    """Share of the records that failed (0 for none)."""
+    return float(1 - records["ok"].astype(bool).mean()) if len(records) else 0.0
+
+
+def _bad_outputs(records: pd.DataFrame) -> int:
+    return count_bad_outputs(records.to_dict(orient="records"))
+
+
+def _peak_rss(series_rows: pd.DataFrame, name: str) -> int | None:
+    peak = series_rows.set_index("series").loc[name].get("peak_rss_bytes")
+    return None if peak is None or (isinstance(peak, float) and math.isnan(peak)) else int(peak)
+
+
+def _compare(
+    name: str,
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    ci_tpot: RatioCI | None,
+    decision: Decision | None,
+    lms: list[LaunchMetrics],
+    series_rows: pd.DataFrame,
+    salt: int,
+    level: int = 0,
+    plaus: Any = None,
+    bench_problem: str | None = None,
+    mode_problem: str | None = None,
+    by_category: dict[str, CategoryRatio] | None = None,
+    by_turn: dict[int, CategoryRatio] | None = None,
+    latency_cis: dict[str, RatioCI | None] | None = None,
+    ttft_problem: str | None = None,
+) -> Comparison:
+    a = params.analysis
+    control = params.control_name
+    paired: PairedFrame = pair_frame(df, control=control, experiment=name)
+    pairs = paired.pairs
+    cis: dict[str, RatioCI | None] = {"tpot_s": ci_tpot}
+    for m in GATE_METRICS:
+        cis[m] = (latency_cis or {}).get(m)
+    # what a launch-blind prompt-level bootstrap would say (information, never the verdict)
+    cis["tpot_prompt_level"] = (
+        pair_ratio_ci(pairs, "tpot_s", a.confidence, a, salt * 10 + 3, clustered=False)
+        if len(pairs)
+        else None
+    )
+    d_c, d_e = df[df["series"] == control], df[df["series"] == name]
+    err_c = _error_rate(d_c)
+    err_e = _error_rate(d_e)
+    bad_c = _bad_outputs(d_c[d_c["ok"].astype(bool)])
+    bad_e = _bad_outputs(d_e[d_e["ok"].astype(bool)])
+    agreements = (
+        compare_outputs(d_c.to_dict(orient="records"), d_e.to_dict(orient="records"))
+        if params.workload.temperature == 0.0
+        else {}
+    )
+    agreement = summarize_agreement(list(agreements.values())) if agreements else None
+    peak = _peak_rss(series_rows, name)
+    verdict = None
+    if decision is not None:
+        verdict = apply_gates(
+            decision,
+            control_error_rate=err_c,
+            experiment_error_rate=err_e,
+            max_error_rate_increase=a.max_error_rate_increase,
+            control_requests=len(d_c),
+            experiment_requests=len(d_e),
+            wrong_outputs=max(0, bad_e - bad_c) + implausible_count(plaus),
+            agreement_rate=agreement.exact_match_rate if agreement else None,
+            min_agreement_rate=a.min_greedy_agreement if agreement else None,
+            peak_memory_gib=peak / 1024**3 if peak else None,
+            memory_limit_gib=a.memory_limit_gib if peak else None,
+            ttft=cis.get("ttft_s"),
+            e2e=cis.get("e2e_s"),
+            ttft_margin=a.ttft_margin,
+            ttft_min_delta_s=a.ttft_max_increase_ms / 1e3,
+            ttft_control_median_s=finite_median(pairs["ttft_s_c"], positive=True)
+            if len(pairs)
+            else None,
+            confidence_level=a.confidence,
+            bench_problem=bench_problem,
+            mode_problem=mode_problem,
+            correctness_unknown=unscored_reason(params, plaus),
+            ttft_problem=ttft_problem,
+        )
+    spec_cfg = params.series_by_name(name).speculative_config or {}
+    k = spec_cfg.get("num_speculative_tokens")
+    acc = acceptance_summary(d_e, [m for m in lms if m.series == name])
+    med_c = finite_median(pairs["tpot_s_c"], positive=True) if len(pairs) else None
+    med_e = finite_median(pairs["tpot_s_e"], positive=True) if len(pairs) else None
+    levels = params.workload.levels
+    load = levels[level].label if level < len(levels) else f"level {level}"
+    return Comparison(
+        experiment=name,
+        control=control,
+        level=level,
+        load=load,
+        method=spec_cfg.get("method"),
+        k=k,
+        pairing={**paired.to_dict(), **pair_exclusions(pairs, control, name)},
+        n_launches=int(pairs["replicate"].nunique()) if len(pairs) else 0,
+        cis=cis,
+        decision=decision,
+        verdict=verdict,
+        error_rate_control=err_c,
+        error_rate_experiment=err_e,
+        bad_outputs_control=bad_c,
+        bad_outputs_experiment=bad_e,
+        median_tpot_control_s=med_c,
+        median_tpot_experiment_s=med_e,
+        agreement=agreement,
+        agreements=agreements,
+        acceptance=acc,
+        explanation=explain_speedup(df, params, name, pairs, acc, ci_tpot, salt * 10 + 5),
+        peak_rss_bytes=peak,
+        pairs=pairs,
+        plausibility=plaus,
+        by_category=by_category or {},
+        by_turn=by_turn or {},
+    )
+
+
+def compare_level(
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    lms: list[LaunchMetrics],
+    rows: pd.DataFrame,
+    level: int,
+    plaus: dict[str, Any],
+    *,
+    bench_problem: str | None = None,
+    confidence: float | None = None,
+    mode_problems: dict[str, str] | None = None,
+    decided: LevelDecision | None = None,
+    ttft_problem: str | None = None,
+) -> tuple[list[Comparison], LevelDecision | None]:
+    """Every arm against the control at one load level: the experiments decided with
+    block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
+    own as the bench's noise floor.
+
+    ``df`` holds the measured records, ``lms`` every launch's counters, ``rows`` the series
+    table (for peak memory), ``plaus`` the sampling check per experiment (sampled runs),
+    ``bench_problem`` a reason the bench cannot be trusted (e.g. unequal idle load),
+    ``confidence`` the family confidence of this look (default ``analysis.confidence``;
+    lower at an early look of a run-until-decided plan), ``mode_problems`` per arm the
+    launches whose mode check failed (their records must already be left out of ``df``;
+    the arm's verdict is then "reject", gate ``mode``), ``decided`` the level's TPOT
+    decisions when they were made over a larger family (every load level, looks; see
+    :func:`speclib.analysis.verdict.tpot_verdict.decide_family`), else they are decided here with
+    this level's experiments as the family; ``ttft_problem`` why the TTFT gate cannot be
+    assessed at this level (the client's TTFT lag differed between arms). When
+    the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is
+    "untrustworthy". Returns the comparisons (experiments first, the A/A arm last) and the
+    level's block analysis.
+    """
+    a = params.analysis
+    d = df[df["level"] == level]
+    arms = params.experiments
+    aa = AA_ARM if params.protocol.aa else None
+    experiments = [n for n in arms if n != aa]
+    pairs = {n: pair_frame(d, control=params.control_name, experiment=n).pairs for n in arms}
+    salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(arms)}
+    usable = {n: finite_pairs(pairs[n]) for n in arms if has_usable_pairs(pairs[n])}
+    latency = gate_cis(pairs, aa_arm=aa, confidence_level=a.confidence)
+    if decided is None and usable:
+        decided = decide_level(
+            usable,
+            experiments=[n for n in experiments if n in usable],
+            aa_arm=aa if aa in usable else None,
+            confidence=confidence or a.confidence,
+            margin=a.margin,
+        )
+    problem = (decided.bench_effect if decided else None) or bench_problem
+    out = []
+    for n in arms:
+        if decided is None:
+            ci, dec = None, None
+        elif n == aa:
+            ci, dec = decided.aa or (None, None)
+        else:
+            ci, dec = decided.experiments.get(n, (None, None))
+        why = None if n == aa else problem
+        mode = (mode_problems or {}).get(n) or (mode_problems or {}).get(params.control_name)
+        groups = {"arm": n, "confidence_level": a.confidence, "aa_arm": aa,
+                  "aa_pairs": pairs.get(aa) if aa else None}  # fmt: skip
+        cats = category_ratios(pairs[n], **groups)
+        turns = turn_ratios(pairs[n], **groups)  # empty unless the records have turns
+        if dec is None and mode:
+            dec = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
+        out.append(
+            _compare(
+                n,
+                d,
+                params,
+                ci,
+                dec,
+                lms,
+                rows,
+                salts[n],
+                level,
+                plaus.get(n),
+                bench_problem=why,
+                mode_problem=mode,
+                latency_cis=latency[n],
+                by_category=cats,
+                by_turn=turns,
+                ttft_problem=ttft_problem,
+            )
+        )
+    return out, decided

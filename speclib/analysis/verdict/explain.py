@@ -1,0 +1,186 @@
+"""What a comparison says about the speculation itself: acceptance and the why.
+
+:func:`acceptance_summary` sums an arm's acceptance per request and from its launches'
+``/metrics`` deltas (with the reconciliation of the two); :func:`explain_speedup` splits
+the measured speed-up into tokens per verify step and step cost and, when the draft cost
+``c`` is known independently (:func:`draft_cost`: the draft served alone), sets the
+standard model's prediction beside it (:mod:`speclib.analysis.spec.why`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import pandas as pd
+
+from speclib.analysis.frames import pair_frame
+from speclib.analysis.spec.acceptance import request_acceptance, sum_counters
+from speclib.analysis.spec.launches import LaunchMetrics
+from speclib.analysis.spec.why import (
+    DraftCost,
+    WhySpeedup,
+    explain,
+    paired_stream_factors,
+    stream_steps,
+)
+from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.verdict.pairs import pair_ratio_ci
+from speclib.core.params import ExperimentParams
+
+__all__ = [
+    "acceptance_summary",
+    "draft_cost",
+    "drafted_share",
+    "explain_speedup",
+    "implausible_count",
+    "plausibility_dict",
+    "unscored_reason",
+]
+
+
+def plausibility_dict(p: Any) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    keep = (
+        "word",
+        "implausible",
+        "estimate",
+        "ci_low",
+        "ci_high",
+        "confidence_level",
+        "margin_nats",
+        "n_prompts",
+        "mean_logprob_control",
+        "mean_logprob_experiment",
+        "n_degenerate_control",
+        "n_degenerate_experiment",
+        "n_outside_control",
+        "n_outside_experiment",
+        "nucleus_p_value",
+        "reason",
+    )
+    return {k: getattr(p, k, None) for k in keep}
+
+
+def acceptance_summary(exp_df: pd.DataFrame, lms: list[LaunchMetrics]) -> dict[str, Any]:
+    ok = exp_df[exp_df["ok"].astype(bool)]
+    per_req = [request_acceptance(s) for s in ok["spec"] if isinstance(s, dict)]
+    with_drafts = [r for r in per_req if r.rate is not None]
+    counters = [m.spec for m in lms if m.spec is not None]
+    total = sum_counters(counters)
+    recs = [m.reconciliation for m in lms if m.reconciliation is not None]
+    return {
+        "requests_with_metrics": len(per_req),
+        "requests_without_drafts": sum(r.no_drafts for r in per_req),
+        "per_request_median_rate": statistics.median([r.rate for r in with_drafts])
+        if with_drafts
+        else None,
+        "per_request_median_mean_length": statistics.median(
+            [r.mean_length for r in with_drafts if r.mean_length is not None]
+        )
+        if with_drafts
+        else None,
+        "metrics_acceptance_rate": total.acceptance_rate if total else None,
+        "metrics_mean_acceptance_length": total.mean_acceptance_length if total else None,
+        "metrics_per_position_rate": list(total.per_position_rate or []) if total else None,
+        "metrics_counters": total.to_dict() if total else None,
+        "reconciled": all(r.matches for r in recs) if recs else None,
+        "reconciliation_notes": sorted({r.explanation for r in recs if r.explanation}),
+    }
+
+
+def draft_cost(
+    df: pd.DataFrame, params: ExperimentParams, name: str, method: str | None, salt: int
+) -> tuple[DraftCost | None, str | None]:
+    """``c`` from the draft served alone (its TPOT over the control's), or why there is none."""
+    arm = params.draft_cost_arms.get(name)
+    if arm is None:
+        if method == "draft_model":
+            return (
+                None,
+                "set analysis.measure_draft_cost: true to serve the draft alone and measure c",
+            )
+        if method == "ngram":
+            return None, None
+        return None, f"the draft of method {method!r} cannot be served alone to measure c"
+    pairs = pair_frame(df, control=params.control_name, experiment=arm).pairs
+    ci = (
+        pair_ratio_ci(pairs, "tpot_s", params.analysis.confidence, params.analysis, salt)
+        if len(pairs)
+        else None
+    )
+    if ci is None or not math.isfinite(ci.estimate):
+        return None, f"the draft-alone arm {arm!r} gave no usable pairs (see its launch)"
+    source = f"draft served alone: its TPOT over the target's, {ci.n_pairs} paired prompts"
+    return DraftCost(ci.estimate, source, (ci.ci_low, ci.ci_high)), None
+
+
+def drafted_share(pairs: pd.DataFrame) -> float | None:
+    """Share of the experiment's decode steps that carried drafts (per-request metrics)."""
+    if "spec_steps_e" not in pairs or "n_chunks_e" not in pairs:
+        return None
+    steps = pd.to_numeric(pairs["spec_steps_e"], errors="coerce")
+    decode = pd.to_numeric(pairs["n_chunks_e"], errors="coerce") - 1
+    keep = steps.notna() & (decode > 0)
+    if not keep.any():
+        return None
+    return float(min(steps[keep].sum() / decode[keep].sum(), 1.0))
+
+
+def explain_speedup(
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    name: str,
+    pairs: pd.DataFrame,
+    acc: dict[str, Any],
+    tpot: RatioCI | None,
+    salt: int,
+) -> WhySpeedup | None:
+    """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
+    known independently (:mod:`speclib.analysis.spec.why`)."""
+    spec_cfg = params.series_by_name(name).speculative_config or {}
+    if not spec_cfg or tpot is None or not (tpot.estimate > 0) or not len(pairs):
+        return None
+    from_counters = acc.get("metrics_mean_acceptance_length")
+    tokens = from_counters or acc.get("per_request_median_mean_length")
+    method = spec_cfg.get("method")
+    cost, reason = draft_cost(df, params, name, method, salt)
+    sides = {
+        side: [
+            stream_steps(o, t)
+            for o, t in zip(
+                pairs[f"chunk_offsets_s_{side}"], pairs[f"chunk_tokens_{side}"], strict=True
+            )
+        ]
+        for side in ("c", "e")
+    }
+    return explain(
+        method=method,
+        k=spec_cfg.get("num_speculative_tokens"),
+        stream_factors=paired_stream_factors(sides["c"], sides["e"]),
+        measured_speedup=1 / tpot.estimate,
+        verify_tokens=tokens,
+        verify_tokens_source="/metrics counters" if from_counters else "per-request metrics",
+        drafted_share=drafted_share(pairs),
+        draft_cost=cost,
+        no_cost_reason=reason,
+    )
+
+
+def unscored_reason(params: ExperimentParams, plaus: Any) -> str | None:
+    """Why a sampled run's outputs are of unknown correctness (None: scored, or greedy)."""
+    if params.workload.temperature == 0.0 or params.analysis.score_outputs == "off":
+        return None
+    if plaus is None:
+        return "the sampling check did not score this series' outputs"
+    return None
+
+
+def implausible_count(p: Any) -> int:
+    """Outputs the sampling check flags: degenerate ones, at least one if the series is."""
+    if p is None:
+        return 0
+    n = int(getattr(p, "n_degenerate_experiment", 0) or 0)
+    return max(n, 1) if getattr(p, "implausible", False) else n

@@ -1,0 +1,320 @@
+"""The A/A arm as a bench check: its resolution against δ, and the blocks that would sharpen it.
+
+The A/A arm (``protocol.aa``) is a second copy of the control: its true TPOT ratio is 1 by
+construction, so its interval says how finely this bench resolves a ratio, not whether
+something is faster. More data cannot make it "adopt" or "worse" (if it did, the bench
+would be broken), so its row never carries the planning text of an experiment; it reads as
+a **bench check**:
+
+* **resolution** – the half-width of its ratio interval, ``h = (log hi - log lo) / 2`` on
+  the log scale (the block interval is symmetric there), shown as ``±(e^h - 1)``: an
+  interval centred on 1 with resolution at most δ lies inside ``(1/(1 + δ), 1 + δ)``, so
+  inside ``(1 - δ, 1 + δ)`` ("equivalent");
+* **blocks needed** – with the interval's own degrees of freedom (``df = blocks - 1`` for
+  the block interval) and its observed block SD ``s = h · sqrt(m) / t[df, q]`` held (m
+  blocks, ``q = (1 + confidence) / 2``), the half-width after ``m'`` blocks is
+  ``t[df + m' - m, q] · s / sqrt(m')``; the blocks needed are the smallest ``m' >= m``
+  where that is at most ``log(1 + target)`` (the target is δ for "equivalent", or a
+  calibration's ``protocol.target_resolution``), ``None`` ("not reachable") when no
+  ``m'`` up to :data:`MAX_BLOCKS` would do or the interval has no degrees of freedom. No
+  "more pairs" advice: pairs narrow only the request-noise part, while a block's instance
+  effect (one server per arm and block) is what dominates an A/A interval;
+* **false effect** – the interval's word by the decision rule: "adopt" or "worse" on an arm
+  without an effect means the bench's noise is larger than its intervals admit (the A/A
+  gate of :mod:`speclib.analysis.verdict.tpot_verdict` then makes every verdict "untrustworthy");
+  an interval that excludes 1 but stays inside ``(1 - δ, 1 + δ)`` is an instance effect
+  smaller than δ, which the rule does not act on.
+
+:func:`bench_check` returns a frozen :class:`BenchCheck` (its :meth:`~BenchCheck.text` is
+the A/A row's reason everywhere: ``summary.json``, the trust panel, the terminal, the
+report); :func:`calibration` says whether a calibration run reached its target resolution
+and, if not, how many blocks it would need. Pure functions.
+
+Stopping a calibration when the width first reaches the target looks at the width only,
+never at where the interval lies, so it spends no α; but it stops when the block SD happens
+to be low, so the resolution reached is slightly optimistic (simulated with normal block
+contrasts, 3 to 6 blocks, target ±10 %, 100 000 runs: the 95 % interval at the stop covered
+1 in 92–95 % of runs, lowest when the bench needs 6 blocks or more;
+``tests/unit/test_resolution.py`` repeats it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from speclib.analysis.stats.base import t_width_scale
+from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.verdict.decision import Decision, decide
+from speclib.core.jsonutil import jsonable
+
+__all__ = [
+    "MAX_BLOCKS",
+    "BenchCheck",
+    "Calibration",
+    "bench_check",
+    "blocks_for",
+    "calibration",
+    "half_width",
+]
+
+MAX_BLOCKS = 1_000
+"""Above this many blocks a target resolution counts as not reachable."""
+
+FALSE_EFFECT_WORDS = ("adopt", "worse")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _check_target(value: Any, name: str) -> float:
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
+    if not (ok and 0 < value < 1):
+        raise ValueError(f"`{name}` must be a number in (0, 1) (got {value!r})")
+    return float(value)
+
+
+def _check_ci(ci: Any) -> RatioCI:
+    if not isinstance(ci, RatioCI):
+        raise ValueError(f"`ci` must be a RatioCI (got {type(ci).__name__})")
+    return ci
+
+
+def half_width(ci: RatioCI) -> float | None:
+    """The interval's half-width on the log scale, ``(log hi - log lo) / 2`` (None when the
+    interval is undefined, e.g. ``(0, inf)`` from one block)."""
+    lo, hi = _check_ci(ci).ci_low, ci.ci_high
+    if not (0 < lo <= hi < math.inf):
+        return None
+    return (math.log(hi) - math.log(lo)) / 2
+
+
+def _df(ci: RatioCI) -> int:
+    return int(ci.df) if ci.df is not None else ci.n_launches - 1
+
+
+def blocks_for(
+    half_width_log: float, *, n_blocks: int, df: int, confidence_level: float, target: float
+) -> int | None:
+    """Total blocks at which the half-width would likely be at most ``log(1 + target)``.
+
+    ``half_width_log`` is today's log half-width after ``n_blocks`` blocks on ``df`` degrees
+    of freedom at ``confidence_level``. The block SD it implies is held and every added
+    block adds one degree of freedom (see the module docstring). Returns ``n_blocks`` when
+    today's half-width already meets the target, None when ``df < 1`` or no count up to
+    :data:`MAX_BLOCKS` would.
+    """
+    target = _check_target(target, "target")
+    _check_target(confidence_level, "confidence_level")
+    if not (isinstance(half_width_log, (int, float)) and half_width_log >= 0):
+        raise ValueError(f"`half_width_log` must be a non-negative number (got {half_width_log!r})")
+    if df < 1 or n_blocks < 1:
+        return None
+    blocks = np.arange(n_blocks, max(MAX_BLOCKS, n_blocks) + 1)
+    widths = half_width_log * t_width_scale(
+        n_blocks=n_blocks, df=df, confidence_level=confidence_level, blocks=blocks
+    )
+    hit = np.flatnonzero(widths <= math.log1p(target) * (1 + 1e-12))
+    return int(blocks[hit[0]]) if hit.size else None
+
+
+@dataclass(frozen=True)
+class BenchCheck:
+    """The A/A arm read as a bench check.
+
+    ``resolution`` is ``e^h - 1`` for the log half-width ``h`` (None: undefined interval);
+    ``word`` the decision rule's word on the interval; ``false_effect`` whether that word is
+    "adopt" or "worse"; ``excludes_one`` whether the interval lies off 1; ``blocks_needed``
+    the total blocks at which the resolution would likely be at most δ (None: not
+    reachable); ``block_sd_log`` the block SD implied by the interval.
+    """
+
+    resolution: float | None
+    margin: float
+    confidence_level: float
+    n_blocks: int
+    df: int
+    block_sd_log: float | None
+    word: str
+    excludes_one: bool
+    false_effect: bool
+    blocks_needed: int | None
+    estimate: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def more_blocks(self) -> int | None:
+        """Blocks to add before the interval would likely be "equivalent" (None when it
+        already is, when only its centre keeps it out, or when not reachable)."""
+        if self.word == "equivalent" or self.blocks_needed is None:
+            return None
+        more = self.blocks_needed - self.n_blocks
+        return more if more > 0 else None
+
+    def outlook(self) -> str:
+        """Where the check stands against δ: equivalent, N more blocks, or not reachable."""
+        if self.word == "equivalent":
+            return "equivalent"
+        if self.resolution is None or self.df < 1:
+            return "not reachable yet: one block has no degrees of freedom, run at least 2"
+        if self.blocks_needed is None:
+            return (
+                f"not reachable: no number of blocks up to {MAX_BLOCKS} would likely make "
+                "it equivalent"
+            )
+        more = self.more_blocks
+        if more is None:
+            return (
+                "resolution within δ, but the interval reaches outside "
+                f"({1 - self.margin:.3f}, {1 + self.margin:.3f}): not equivalent"
+            )
+        return (
+            f"{more} more block{'s' * (more != 1)} would likely make it equivalent "
+            f"({self.blocks_needed} in all, t at df = blocks − 1, block SD "
+            f"{self.block_sd_log:.3f} held)"
+        )
+
+    def short(self) -> str:
+        """The figure of the trust panel: "resolution ±x % (δ = ±5 %): <outlook>"."""
+        if self.resolution is None:
+            return "resolution unknown (one block has no degrees of freedom)"
+        res = f"±{_pct(self.resolution)}"
+        if self.word == "equivalent":
+            outlook = "equivalent"
+        elif self.more_blocks is not None:
+            outlook = f"{self.more_blocks} more block(s) would likely make it equivalent"
+        elif self.blocks_needed is None:
+            outlook = "equivalent not reachable"
+        else:
+            outlook = "not equivalent (off-centre)"
+        return f"resolution {res} (δ = ±{100 * self.margin:.3g} %): {outlook}"
+
+    def effect_text(self) -> str:
+        """Whether the interval excludes 1, and what that means for the bench."""
+        span = f"the interval {self.ci_low:.3f}–{self.ci_high:.3f}"
+        if self.false_effect:
+            return (
+                f"{span} excludes 1 and the rule would call it '{self.word}': a false effect, "
+                "this bench is untrustworthy (its noise is larger than its intervals admit)"
+            )
+        if self.excludes_one and self.word == "equivalent":
+            return (
+                f"{span} excludes 1: an instance effect smaller than δ, which the rule "
+                "does not act on"
+            )
+        if self.excludes_one:
+            return f"{span} excludes 1: an instance effect the rule does not act on"
+        return f"{span} covers 1: the A/A arm shows no effect"
+
+    def text(self) -> str:
+        """The A/A row's reason, e.g. "bench check: resolution ±3.6 % (δ = ±5 %) at 95 % over
+        4 blocks; equivalent; the interval 0.962–1.035 covers 1: the A/A arm shows no effect"."""
+        res = "unknown" if self.resolution is None else f"±{_pct(self.resolution)}"
+        return (
+            f"bench check: resolution {res} (δ = ±{100 * self.margin:.3g} %) at "
+            f"{100 * self.confidence_level:.4g} % over {self.n_blocks} block"
+            f"{'s' * (self.n_blocks != 1)}; {self.outlook()}; {self.effect_text()}"
+        )
+
+    def decision(self) -> Decision:
+        """The A/A arm's :class:`~speclib.analysis.verdict.decision.Decision`: the rule's word with
+        this check as its reason; the only planning it carries is blocks towards
+        "equivalent" (never pairs, never "adopt" or "worse")."""
+        more = self.more_blocks
+        return Decision(
+            self.word, self.text(), self.margin, self.confidence_level,
+            extra_pairs_needed=None, extra_launches_needed=more,
+            target_word="equivalent" if more is not None else None,
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping, with the text."""
+        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        return {**out, "more_blocks": self.more_blocks, "text": self.text()}
+
+
+def bench_check(ci: RatioCI, *, margin: float) -> BenchCheck:
+    """The A/A arm's interval ``ci`` as a bench check at margin δ = ``margin``."""
+    ci = _check_ci(ci)
+    margin = _check_target(margin, "margin")
+    word = decide(ci, margin=margin).word
+    h = half_width(ci)
+    df = _df(ci)
+    sd = needed = None
+    if h is not None and df >= 1:
+        q = 0.5 + ci.confidence_level / 2
+        sd = h * math.sqrt(ci.n_launches) / float(stats.t.ppf(q, df))
+        needed = blocks_for(h, n_blocks=ci.n_launches, df=df,
+                            confidence_level=ci.confidence_level, target=margin)  # fmt: skip
+    return BenchCheck(
+        resolution=None if h is None else math.expm1(h), margin=margin,
+        confidence_level=ci.confidence_level, n_blocks=ci.n_launches, df=df, block_sd_log=sd,
+        word=word, excludes_one=not (ci.ci_low <= 1 <= ci.ci_high),
+        false_effect=word in FALSE_EFFECT_WORDS, blocks_needed=needed, estimate=ci.estimate,
+        ci_low=ci.ci_low, ci_high=ci.ci_high,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Whether a calibration run reached its target resolution.
+
+    ``resolution`` is the coarsest A/A resolution over the load levels (None when some
+    level has none), ``blocks`` the blocks it rests on, ``blocks_needed`` the total blocks
+    at which the coarsest level would likely reach ``target`` (None: not reachable).
+    """
+
+    target: float
+    resolution: float | None
+    reached: bool
+    blocks: int
+    blocks_needed: int | None
+    confidence_level: float | None
+
+    def text(self) -> str:
+        """One sentence: the resolution reached against the target, and what it would need."""
+        goal = f"target ±{_pct(self.target)}"
+        if self.resolution is None:
+            return f"calibration: no A/A resolution after {self.blocks} block(s) ({goal})"
+        head = (
+            f"calibration: A/A resolution ±{_pct(self.resolution)} at "
+            f"{100 * (self.confidence_level or 0):.4g} % after {self.blocks} block(s)"
+        )
+        if self.reached:
+            return f"{head}, {goal} reached"
+        if self.blocks_needed is None:
+            return f"{head}, {goal} not reached and not reachable within {MAX_BLOCKS} blocks"
+        return (
+            f"{head}, {goal} not reached: would need {self.blocks_needed} blocks "
+            f"(t at df = blocks − 1, the observed block SD held)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping, with the text."""
+        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        return {**out, "text": self.text()}
+
+
+def calibration(cis: Sequence[RatioCI], *, target: float) -> Calibration:
+    """Did the A/A intervals ``cis`` (one per load level) reach half-width ``target``?"""
+    target = _check_target(target, "target")
+    cis = [_check_ci(c) for c in cis]
+    if not cis:
+        return Calibration(target, None, False, 0, None, None)
+    widths = [half_width(c) for c in cis]
+    blocks = max(c.n_launches for c in cis)
+    if any(w is None for w in widths):
+        return Calibration(target, None, False, blocks, None, cis[0].confidence_level)
+    worst = max(range(len(cis)), key=lambda i: widths[i])  # type: ignore[arg-type,return-value]
+    ci, h = cis[worst], float(widths[worst])  # type: ignore[arg-type]
+    needed = blocks_for(h, n_blocks=ci.n_launches, df=_df(ci),
+                        confidence_level=ci.confidence_level, target=target)  # fmt: skip
+    reached = math.expm1(h) <= target * (1 + 1e-12)
+    return Calibration(target, math.expm1(h), reached, ci.n_launches, needed, ci.confidence_level)

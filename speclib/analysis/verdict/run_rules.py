@@ -1,0 +1,99 @@
+"""Run-level rules over the comparisons: the confidence of each look, and failed arms.
+
+:func:`decision_confidence` and :func:`decision_looks` give the family confidence of the
+TPOT decision after a number of replicate blocks, and the looks of a run-until-decided plan
+seen so far (:mod:`speclib.analysis.stats.sequential`); :func:`with_failed_arms` turns the
+comparison of an arm none of whose launches ended well into "failed", named by its root
+cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from speclib.analysis.stats.sequential import spending_plan
+from speclib.analysis.verdict.comparisons import Comparison
+from speclib.analysis.verdict.decision import Decision
+from speclib.analysis.verdict.gates import Verdict
+from speclib.core.params import ExperimentParams
+
+__all__ = [
+    "decision_confidence",
+    "decision_looks",
+    "with_failed_arms",
+]
+
+
+def decision_confidence(params: ExperimentParams, n_blocks: int) -> tuple[float, str | None]:
+    """The family confidence of the TPOT decision after ``n_blocks`` replicate blocks.
+
+    Without ``protocol.max_replicates`` it is ``analysis.confidence``. With it, the run adds
+    blocks while a verdict is inconclusive and looks again, so each look gets its share of
+    α by O'Brien–Fleming-type spending (:mod:`speclib.analysis.stats.sequential`) and the error
+    rate holds across looks; the second value says so in words. A calibration run
+    (``protocol.target_resolution``) stops on the A/A interval's width only, never on its
+    position, so its looks spend no α: ``analysis.confidence``, with a note.
+    """
+    a = params.analysis
+    most = params.protocol.max_replicates
+    first = params.workload.replicates
+    if params.protocol.target_resolution is not None and most and most > first:
+        return a.confidence, (
+            f"calibration after {n_blocks} of up to {most} replicate blocks: the runner stops "
+            "on the A/A interval's width, never on its position, so the looks spend no alpha "
+            f"(confidence {a.confidence:.0%})"
+        )
+    if not most or most <= first:
+        return a.confidence, None
+    plan = spending_plan(most, min_blocks=first, alpha=1 - a.confidence)
+    look = min(max(n_blocks, plan.looks[0]), plan.looks[-1])
+    level = plan.level_at(look)
+    return level, (
+        f"look after {n_blocks} of up to {most} replicate blocks: O'Brien-Fleming-type alpha "
+        f"spending over looks {list(plan.looks)}, this look at confidence {level:.4f} "
+        f"(overall {a.confidence:.0%})"
+    )
+
+
+def decision_looks(params: ExperimentParams, n_blocks: int) -> list[tuple[int, float]] | None:
+    """The looks of a run-until-decided plan seen so far: ``(replicates, confidence)`` each.
+
+    None without ``protocol.max_replicates`` (one decision at ``analysis.confidence``),
+    and for a calibration run (``protocol.target_resolution``: no comparison to decide, the
+    A/A arm judged once on all its blocks). The analysis replays these looks from the
+    records, so a comparison settled at an early look keeps that decision
+    (:func:`speclib.analysis.verdict.tpot_verdict.decide_family`).
+    """
+    most = params.protocol.max_replicates
+    first = params.workload.replicates
+    if not most or most <= first or params.protocol.target_resolution is not None:
+        return None
+    plan = spending_plan(most, min_blocks=first, alpha=1 - params.analysis.confidence)
+    seen = [(k, c) for k, c in zip(plan.looks, plan.confidence_levels, strict=True)
+            if k <= n_blocks]  # fmt: skip
+    return seen or [(plan.looks[0], plan.confidence_levels[0])]
+
+
+def with_failed_arms(
+    comps: list[Comparison], statuses: list[dict[str, Any]], *, margin: float, confidence: float
+) -> list[Comparison]:
+    """An arm none of whose launches ended well is "failed", named by its root cause (the
+    last exception line of its server's log), not "inconclusive — no valid pairs". An arm
+    whose server ran in the wrong mode keeps its "reject" (the mode gate says why)."""
+    by_series: dict[str, list[dict[str, Any]]] = {}
+    for s in statuses:
+        by_series.setdefault(s["series"], []).append(s)
+    out = []
+    for c in comps:
+        launches = by_series.get(c.experiment) or []
+        wrong_mode = any((s.get("mode_check") or {}).get("ok") is False for s in launches)
+        if not launches or wrong_mode or any(s.get("ok") for s in launches):
+            out.append(c)
+            continue
+        first = launches[0]
+        cause = first.get("error_cause") or (first.get("error") or "unknown").splitlines()[0]
+        why = f"every launch of {c.experiment} failed: {cause}"
+        dec = c.decision or Decision("inconclusive", why, margin, confidence)
+        out.append(replace(c, verdict=Verdict("failed", (why,), dec, ())))
+    return out

@@ -1,0 +1,231 @@
+"""The report's conclusion in words: one sentence per experiment, from the numbers.
+
+:func:`conclusion` says in Markdown what the verdict table shows (each arm's effect at each
+load, its interval and verdict, the per-category and per-turn ratios, a pointer to the
+warnings); :func:`conclusion_html` renders it, with or without the headline. Nothing is
+recomputed: every figure comes from the :class:`~speclib.analysis.run_analysis.RunAnalysis`.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from speclib.analysis.run_analysis import RunAnalysis
+from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
+from speclib.analysis.verdict.comparisons import Comparison
+from speclib.core.wording import ratio_words, speed_words
+from speclib.report.html_format import wrap
+
+__all__ = [
+    "at_load",
+    "conclusion",
+    "conclusion_html",
+    "conclusion_parts",
+    "conf_words",
+    "instrument_words",
+    "md_inline",
+]
+
+
+def conf_words(level: float) -> str:
+    """Confidence level as written everywhere in the report: ``95 %``, ``97.5 %``."""
+    return f"{round(level * 100, 1):g} %"
+
+
+def instrument_words(an: RunAnalysis) -> str:
+    inst = getattr(an, "instrument", None)
+    return "server stamps" if inst is not None and inst.tpot == "server" else "client stamps"
+
+
+def _effect(ci: Any) -> str:
+    """The TPOT change in words, with its interval on the same scale."""
+    conf = conf_words(ci.confidence_level)
+    if ci.ci_high < 1:
+        return (
+            f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
+            f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %; "
+            f"{speed_words(ci.estimate)})"
+        )
+    if ci.ci_low > 1:
+        return (
+            f"took {(ci.estimate - 1) * 100:.0f} % more time per output token "
+            f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
+            f"more; {speed_words(ci.estimate)})"
+        )
+    return (
+        f"changed time per output token by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
+        f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
+        "no change)"
+    )
+
+
+def _level_words(level: Any) -> str:
+    if level.request_rate is not None:
+        return f"{level.request_rate:g} requests/s (open loop)"
+    if level.concurrency == 1:
+        return "concurrency 1 (one request at a time)"
+    return f"concurrency {level.concurrency}"
+
+
+def _load_words(c: Comparison, an: RunAnalysis) -> str:
+    """The load a comparison was measured at, in words (always named: a speed-up at one
+    request at a time says nothing about a busy server)."""
+    levels = an.params.workload.levels
+    return _level_words(levels[c.level]) if c.level < len(levels) else f"load {c.load}"
+
+
+def _all_loads(an: RunAnalysis) -> str:
+    return ", ".join(_level_words(lv) for lv in an.params.workload.levels)
+
+
+def at_load(c: Comparison, an: RunAnalysis) -> str:
+    return f" at load {c.load}" if len(an.params.workload.levels) > 1 else ""
+
+
+def _sentence(c: Comparison, an: RunAnalysis) -> str:
+    ci = c.cis.get("tpot_s")
+    if ci is None:
+        return f"**{c.experiment}**{at_load(c, an)}: no successful request pairs, so no comparison."
+    effect = _effect(ci)
+    word = c.word
+    tail = {
+        "adopt": f"worth turning on for this workload at {_load_words(c, an)}",
+        "equivalent": f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
+        "worse": "slower: keep it off",
+        "reject": "rejected by a gate: "
+        + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if g.failed),
+        "inconclusive": "not enough data to decide",
+        "untrustworthy": "not decided: the bench cannot be trusted (see the bench-trust "
+        "panel above)",
+        "failed": "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
+    }[word]
+    extra = ""
+    note = ci.note or ""
+    if word == "inconclusive" and note.startswith("no degrees of freedom"):
+        extra = (
+            " — one launch per arm cannot separate the effect from launch-to-launch noise: "
+            "run at least two replicate blocks (or add protocol.aa)"
+        )
+    elif word == "inconclusive" and c.decision and c.decision.extra_launches_needed:
+        extra = f" — about {c.decision.extra_launches_needed} more replicate blocks may decide it"
+    elif word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
+        extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
+    unknown = [g.name for g in (c.verdict.gates if c.verdict else ()) if g.status == "not assessed"]
+    if unknown:
+        extra += f" (gate(s) not assessed, the data cannot tell: {', '.join(unknown)})"
+    return (
+        f"**{c.experiment}** ({c.method}, k={c.k}){at_load(c, an)} {effect} over "
+        f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_by_category(c)}"
+    )
+
+
+def _group_words(groups: dict[Any, Any]) -> str:
+    """Each group's ratio (a :class:`CategoryRatio`) in words, with its descriptive
+    interval or why it has none, separated by semicolons."""
+    parts = []
+    for r in groups.values():
+        counts = f"{r.n_pairs} pairs in {r.n_blocks} block{'s' * (r.n_blocks != 1)}"
+        if r.has_interval:
+            ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
+            where = f"{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
+        else:
+            where = f"{counts}: {r.note or 'no interval'}"
+        parts.append(f"{r.category} {ratio_words(r.estimate)} ({where})")
+    return "; ".join(parts)
+
+
+def _by_category(c: Comparison) -> str:
+    """Where the effect comes from, when the prompts come in several categories: each
+    category's ratio in words with its descriptive interval, or why it has none; then,
+    in a multi-turn run, the same per turn (:func:`_by_turn`)."""
+    cats = getattr(c, "tpot_ratio_by_category", None) or {}
+    text = ""
+    if len(cats) >= 2:
+        text = f" TPOT ratio by prompt category: {_group_words(cats)}. The {CATEGORY_NOTE}."
+    return text + _by_turn(c)
+
+
+def _by_turn(c: Comparison) -> str:
+    """A multi-turn run's TPOT ratio per turn (turn 2 carries the turn-1 answer in its
+    prompt), in words with descriptive intervals; "" with fewer than two turns."""
+    turns = getattr(c, "tpot_ratio_by_turn", None) or {}
+    if len(turns) < 2:
+        return ""
+    return f" TPOT ratio per turn: {_group_words(turns)}. The {TURN_NOTE}."
+
+
+def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
+    """Headline, one sentence per comparison, the measurement note, the warning pointer."""
+    if not an.experiments:
+        return (
+            "No experiment was compared (an A/A calibration run, or no experiment series has "
+            "successful requests): see the noise floor above.",
+            [],
+            "",
+            _warning_pointer(an),
+        )
+    wins = [c for c in an.experiments if c.word == "adopt"]
+    if wins:
+        best = min(wins, key=lambda c: c.cis["tpot_s"].estimate)  # type: ignore[union-attr]
+        headline = (
+            f"Best configuration here: **{best.experiment}** at {_load_words(best, an)} — it "
+            f"{_effect(best.cis['tpot_s'])}. This holds for this load and workload only."
+        )
+    else:
+        headline = (
+            f"No configuration is a clear win here at {_all_loads(an)}: keep speculative "
+            "decoding off, or test other settings."
+        )
+    wl = an.params.workload
+    note = (
+        f"Measured over streaming chat completions, TPOT from {instrument_words(an)} "
+        f"({wl.max_tokens} max tokens, "
+        f"temperature {wl.temperature:g}, load {', '.join(lv.label for lv in wl.levels)}); "
+        "TPOT excludes the first token; intervals are block-level paired t-intervals over "
+        "replicate blocks, each on its own arm's block-to-block variance (Holm-adjusted over "
+        "every experiment arm and load level); the method is at the end of this page."
+    )
+    if any(c.word == "untrustworthy" for c in an.experiments):
+        headline = (
+            f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
+            "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
+        )
+    return headline, [_sentence(c, an) for c in an.experiments], note, _warning_pointer(an)
+
+
+def _warning_pointer(an: RunAnalysis) -> str | None:
+    if not an.warnings:
+        return None
+    return f"⚠ {len(an.warnings)} warning(s): see Warnings in the method section below."
+
+
+def conclusion(an: RunAnalysis) -> str:
+    """The plain-words conclusion generated from the numbers (Markdown)."""
+    headline, sentences, note, warning = conclusion_parts(an)
+    blocks = [headline, "\n".join(f"- {s}" for s in sentences), note, warning or ""]
+    return "\n\n".join(b for b in blocks if b)
+
+
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+
+
+def md_inline(text: str) -> str:
+    """Escape ``text`` for HTML, then turn ``**bold**`` into ``<b>`` (the only markup used)."""
+    return _BOLD.sub(r"<b>\1</b>", html.escape(text))
+
+
+def conclusion_html(an: RunAnalysis, *, headline: bool = True) -> str:
+    """The conclusion as an HTML block (``#speclib-conclusion``): the headline (left out
+    with ``headline=False`` where :func:`speclib.report.sections.answer_html` already leads
+    the page), one sentence per comparison, the warning pointer and the measurement note."""
+    head, sentences, note, warning = conclusion_parts(an)
+    body = f"<p class='speclib-headline'>{md_inline(head)}</p>" if headline else ""
+    if sentences:
+        body += "<ul>" + "".join(f"<li>{md_inline(s)}</li>" for s in sentences) + "</ul>"
+    if warning:
+        body += f"<p><a href='#speclib-warnings'>{html.escape(warning)}</a></p>"
+    if note:
+        body += f"<p class='speclib-small'>{html.escape(note)}</p>"
+    return wrap(f"<div class='speclib-conclusion' id='speclib-conclusion'>{body}</div>")

@@ -1,0 +1,91 @@
+"""The analysis of a stored run folder writes the summary.json it wrote before the refactor.
+
+``tests/fixtures/run-standin/`` is a whole run through the CLI with the stand-in server
+(``tests/fake_vllm.py``: interleaved design, an A/A arm, an n-gram arm, 3 replicate blocks,
+concurrency 1 and 2, 6 prompts), pruned to what the analysis reads: ``requests.jsonl``,
+``manifest.json``, ``params.resolved.json`` (and ``params.yaml``) and, per launch,
+``status.json``, ``metrics_before.prom``, ``metrics_after.prom``, ``memory.jsonl``,
+``cpu.jsonl`` and ``server.log``. Its prompt set is
+``tests/fixtures/run-standin-prompts.jsonl``. ``tests/fixtures/run-standin-summary.json``
+is what :func:`speclib.analysis.run_analysis.analyze_run` wrote for that folder at commit
+33bcc60, before ``speclib.analysis`` was split into subpackages; re-running the analysis on
+a copy must give the same summary, field for field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speclib.analysis.run_analysis import analyze_run
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+RUN = FIXTURES / "run-standin"
+PROMPTS = FIXTURES / "run-standin-prompts.jsonl"
+STORED = FIXTURES / "run-standin-summary.json"
+
+VOLATILE = ("run_dir",)
+"""Top-level summary fields that depend on where the copy lies, not on the analysis: only
+the copy's absolute path. (Launch timestamps and commands come from the stored
+``status.json`` files and are compared; the summary carries no version or clock reading.)"""
+
+REL_TOL = 1e-9
+"""Floats may differ in the last bits between BLAS builds; nothing else may differ."""
+
+
+def analyze_copy(tmp: Path) -> dict[str, Any]:
+    """Copy the stored run folder under ``tmp``, point its params at the copied prompt set,
+    analyse it, and return the summary.json it wrote."""
+    run = tmp / "run"
+    shutil.copytree(RUN, run)
+    prompts = tmp / "prompts.jsonl"
+    shutil.copy(PROMPTS, prompts)
+    resolved = run / "params.resolved.json"
+    params = json.loads(resolved.read_text())
+    params["workload"]["prompts"] = str(prompts)
+    resolved.write_text(json.dumps(params, indent=2))
+    analyze_run(run)
+    return json.loads((run / "summary.json").read_text())
+
+
+def differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """Every place where ``new`` differs from ``old`` (floats within :data:`REL_TOL`)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = [f"{path}.{k}: missing" for k in old if k not in new]
+        out += [f"{path}.{k}: new" for k in new if k not in old]
+        for k in old.keys() & new.keys():
+            out += differences(old[k], new[k], f"{path}.{k}")
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return [f"{path}: {len(old)} items -> {len(new)}"]
+        pairs = enumerate(zip(old, new, strict=True))
+        return [d for i, (a, b) in pairs for d in differences(a, b, f"{path}[{i}]")]
+    if isinstance(old, float) and isinstance(new, float):
+        if math.isclose(old, new, rel_tol=REL_TOL) or (math.isnan(old) and math.isnan(new)):
+            return []
+    elif type(old) is type(new) and old == new:
+        return []
+    return [f"{path}: {old!r} -> {new!r}"]
+
+
+def test_the_stored_run_gives_the_stored_summary(tmp_path: Path) -> None:
+    stored = json.loads(STORED.read_text())
+    new = analyze_copy(tmp_path)
+    assert new["run_dir"] == str(tmp_path / "run")
+    for key in VOLATILE:
+        stored.pop(key)
+        new.pop(key)
+    assert differences(stored, new) == []
+
+
+def test_the_fixture_is_small() -> None:
+    size = sum(p.stat().st_size for p in [*RUN.rglob("*"), PROMPTS, STORED] if p.is_file())
+    assert size < 1_000_000
