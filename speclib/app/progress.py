@@ -186,6 +186,7 @@ def start_phase(log_text: str) -> str:
     return START_PHASES[reached]
 
 
+_READY_MARK = b"Application startup complete"  # uvicorn's line once the API server is up
 _VLLM_PREFIX = re.compile(
     r"^\(([^)]*?)(?: pid=\d+)?\)\s+[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s*"
 )
@@ -232,6 +233,7 @@ class RunWatcher:
         self._phase_t = clock()
         self._first_seen: dict[str, float] = {}
         self._log_phase: dict[str, tuple[int, str]] = {}
+        self._ready: set[str] = set()  # launches whose API server said it is up
 
     # --- one scan --------------------------------------------------------------------------
     def poll(self) -> RunState:
@@ -378,6 +380,8 @@ class RunWatcher:
             chunk = fh.read()
             cut = chunk.rfind(b"\n") + 1  # whole lines only
             if cut:
+                if _READY_MARK in chunk[:cut]:
+                    self._ready.add(lid)
                 new = start_phase(chunk[:cut].decode(errors="replace"))
                 if START_PHASES.index(new) > START_PHASES.index(phase):
                     phase = new
@@ -397,7 +401,10 @@ class RunWatcher:
             if not log.exists():  # not launched yet: starting all the same (not ready)
                 out.append(ServerStart(lid, now - since, ""))
                 continue
-            out.append(ServerStart(lid, now - since, _last_line(log), self._phase_of(lid, log)))
+            phase = self._phase_of(lid, log)
+            if lid in self._ready:  # up, waiting for the block's other servers (one GPU)
+                continue
+            out.append(ServerStart(lid, now - since, _last_line(log), phase))
         return tuple(out)
 
 

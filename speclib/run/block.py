@@ -128,6 +128,8 @@ def _conclude(
             records=arm.records,
             log_text=log_text,
             external=arm.external,
+            per_request_flag=arm.spec is not None
+            and "--per-request-spec-decode-metrics" in arm.spec.argv,
         )
         error = None
         if arm.died_during:

@@ -79,6 +79,7 @@ def verify_mode(
     records: list[RequestRecord],
     log_text: str,
     external: bool = False,
+    per_request_flag: bool | None = None,
 ) -> dict[str, Any]:
     """Check the server ran in the mode the params ask for; ``ok`` False says why not.
 
@@ -86,7 +87,12 @@ def verify_mode(
     per-request spec metrics in the responses, tokens per chunk, and the server log. An
     experiment (any method, external endpoints included) needs at least one of the first
     three; with none, its mode is unverified and the analysis leaves its records out.
+    Responses must carry spec metrics only where the server was started with
+    ``--per-request-spec-decode-metrics`` (``per_request_flag``; None: as the params ask),
+    which a vLLM without that flag never is.
     """
+    if per_request_flag is None:
+        per_request_flag = series.wants_per_request_metrics
     ok_recs = [r for r in records if r.ok]
     with_spec = sum(1 for r in ok_recs if r.spec)
     multi = sum(1 for r in ok_recs if r.chunk_tokens and max(r.chunk_tokens) > 1)
@@ -114,7 +120,7 @@ def verify_mode(
                 "mode unverified: speculative series but no /metrics drafts, no per-request "
                 "spec metrics and no multi-token chunks show speculation"
             )
-        elif series.wants_per_request_metrics and with_spec == 0 and not external:
+        elif per_request_flag and with_spec == 0 and not external:
             problems.append("speculative series but no response carried spec metrics")
     info["ok"] = not problems
     info["problems"] = problems

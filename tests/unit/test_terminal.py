@@ -372,6 +372,9 @@ def test_watcher_follows_a_run_folder_phase_by_phase(tmp_path):
     (run / "launches" / "s-r0").mkdir(parents=True)
     (run / "launches" / "s-r0" / "server.log").write_text(_VLLM_START[4] + "\n")
     assert " — 0/2 ready · loading weights" in describe_line(w.poll())
+    with (run / "launches" / "c-r0" / "server.log").open("a") as fh:
+        fh.write("(APIServer pid=1) INFO:     Application startup complete.\n")
+    assert " — 1/2 ready · allocating the KV cache" in describe_line(w.poll())  # one is up
     now[0] += 30
     reqs = run / "requests.jsonl"
     _append(reqs, launch_id="c-r0", phase="warmup", ok=True)

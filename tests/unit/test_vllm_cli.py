@@ -121,3 +121,23 @@ def test_validate_prints_what_is_left_out_and_refuses_a_bad_flag(tmp_path, capsy
     assert main(["validate", str(tmp_path / "p.yaml")]) == 2
     err = capsys.readouterr().err
     assert "server.extra_args: --not-a-vllm-flag is not a flag of vLLM 0.32.0" in err
+
+
+def test_a_left_out_per_request_flag_does_not_fail_the_mode_check() -> None:
+    from speclib.core.params import SeriesParams
+    from speclib.core.records import RequestRecord
+    from speclib.run.observe import verify_mode
+
+    series = SeriesParams(
+        name="draft", speculative_config={"method": "ngram", "num_speculative_tokens": 2}
+    )
+    records = [RequestRecord(series="draft", replicate=0, prompt_id="p", ok=True)]
+    delta = type("Delta", (), {"num_drafts": 40})()
+    on_026 = verify_mode(
+        series, spec_delta=delta, records=records, log_text="", per_request_flag=False
+    )
+    assert on_026["ok"], on_026["problems"]  # measured on vLLM 0.26.0: /metrics drafts suffice
+    asked = verify_mode(
+        series, spec_delta=delta, records=records, log_text="", per_request_flag=True
+    )
+    assert asked["problems"] == ["speculative series but no response carried spec metrics"]
