@@ -34,6 +34,7 @@ from speclib.analysis.health.instrument import (
     launch_agreement,
 )
 from speclib.analysis.health.run_warnings import run_warnings
+from speclib.analysis.health.stack import stack_facts, stack_warnings
 from speclib.analysis.health.trust import bench_trust, pre_checks, problem_of, ttft_problems
 from speclib.analysis.health.workload_checks import workload_checks
 from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
@@ -97,6 +98,7 @@ class RunAnalysis:
     family: str = ""  # the Holm family of the TPOT verdicts, in words
     calibration: dict[str, Any] | None = None  # protocol.target_resolution: reached or not
     load: LoadAnalysis = field(default_factory=LoadAnalysis)  # break-even, schedule, goodput
+    stack: dict[str, Any] = field(default_factory=dict)  # health.stack: flags, GPUs, log, truth
 
     @property
     def design(self) -> dict[str, Any]:
@@ -194,6 +196,7 @@ class RunAnalysis:
                 "idle_load": self.idle_load.to_dict(orient="records"),
                 "drift": self.drift.to_dict(orient="records"),
                 "warnings": list(self.warnings),
+                **self.stack,
             }
         )
 
@@ -317,7 +320,15 @@ def analyze_run(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
     crosschecks = read_crosschecks(rd, statuses)
+    stack = stack_facts(
+        rd,
+        statuses,
+        [m.to_dict() for m in lms],
+        control=params.control_name,
+        max_concurrency=max(lv.concurrency for lv in params.workload.levels),
+    )
     notes = run_warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
+    notes += stack_warnings(stack, control=params.control_name, aa=aa_arm)
     aa = [c for c in comps if c.experiment == AA_ARM]
     recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
     manifest = rd.read_manifest()
@@ -349,6 +360,7 @@ def analyze_run(
         recommendations=recs,
         calibration=_calibration(params, aa),
         load=analyze_load(params, df, comps, recs),
+        stack=stack,
     )
     if write:
         write_json_atomic(rd.summary, analysis.summary())

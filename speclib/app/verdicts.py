@@ -42,6 +42,7 @@ __all__ = [
     "ratio_cell",
     "recommendation_rows",
     "short_reason",
+    "stack_lines",
     "table_rows",
     "trust_lines",
     "turn_lines",
@@ -358,7 +359,23 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
     lines += trust_lines(summary)
     lines += [(summary.get("calibration") or {}).get("text") or ""]
     lines += load_lines(summary)
+    lines += stack_lines(summary)
     return [fit(x) for x in lines if x]
+
+
+def stack_lines(summary: dict[str, Any]) -> list[str]:
+    """The stack's own words: flags left out, where the arms ran, vLLM's log lines that
+    bear on speed (kinds per series) and the acceptance against a synthetic pair's truth."""
+    lines = [f"note: {n}" for n in (summary.get("server_commands") or {}).get("notes") or []]
+    if summary.get("placement_line"):
+        lines.append(f"placement: {summary['placement_line']}")
+    for series, items in (summary.get("speed_log") or {}).items():
+        kinds = list(dict.fromkeys(str(x.get("kind")) for x in items))
+        if kinds:
+            lines.append(f"vLLM log, {series}: {', '.join(kinds)} (the report quotes the lines)")
+    if summary.get("acceptance_truth_line"):
+        lines.append(f"measured acceptance {summary['acceptance_truth_line']}")
+    return lines
 
 
 def _load_word(value: Any, axis: str) -> str:

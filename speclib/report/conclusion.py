@@ -84,8 +84,17 @@ def at_load(c: Comparison, an: RunAnalysis) -> str:
     return f" at load {c.load}" if len(an.params.workload.levels) > 1 else ""
 
 
+def _failed_words(c: Comparison) -> str:
+    """``draft-k4 could not be measured: <root cause>; fix it and run again``."""
+    reasons = c.verdict.reasons if c.verdict else ()
+    cause = (reasons[0] if reasons else "every launch failed").split(" failed: ", 1)[-1]
+    return f"**{c.experiment}** could not be measured: {cause}; fix it and run again"
+
+
 def _sentence(c: Comparison, an: RunAnalysis) -> str:
     ci = c.cis.get("tpot_s")
+    if c.word == "failed":
+        return _failed_words(c) + "."
     if ci is None:
         return f"**{c.experiment}**{at_load(c, an)}: no successful request pairs, so no comparison."
     effect = _effect(ci)
@@ -167,7 +176,15 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
             _warning_pointer(an),
         )
     wins = [c for c in an.experiments if c.word == "adopt"]
-    if wins:
+    failed = list({c.experiment: c for c in an.experiments if c.word == "failed"}.values())
+    measured = [c for c in an.experiments if c.word != "failed"]
+    if failed and not measured:
+        headline = (
+            "No verdict: "
+            + "; ".join(_failed_words(c).replace("; fix it and run again", "") for c in failed)
+            + ". Fix it and run again: nothing was measured."
+        )
+    elif wins:
         best = min(wins, key=lambda c: c.cis["tpot_s"].estimate)  # type: ignore[union-attr]
         headline = (
             f"Best configuration here: **{best.experiment}** at {_load_words(best, an)} — it "
@@ -178,6 +195,12 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
             f"No configuration is a clear win here at {_all_loads(an)}: keep speculative "
             "decoding off, or test other settings."
         )
+        if failed:
+            headline = (
+                f"No measured configuration is a clear win here at {_all_loads(an)}; "
+                + "; ".join(_failed_words(c) for c in failed)
+                + "."
+            )
     wl = an.params.workload
     note = (
         f"Measured over streaming chat completions, TPOT from {instrument_words(an)} "

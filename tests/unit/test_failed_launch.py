@@ -55,6 +55,6 @@ def test_a_refused_start_names_vllms_line_and_keeps_its_command(tmp_path: Path) 
     assert comp["decision"] == "failed"
     assert comp["error_rate_experiment"] is None  # never started: nothing was measured
     report = (run / "report.html").read_text()
-    assert "spec could not be measured" in report
+    assert "could not be measured: api_server.py: error: unrecognized arguments" in report
     assert "unrecognized arguments: --made-up-flag" in report
     assert "keep speculative decoding off" not in report

@@ -70,9 +70,8 @@ def truth_summary(rows: Sequence[Mapping[str, Any]]) -> str | None:
     n_ok = sum(bool(r["within"]) for r in rows)
     verdict = "matches" if n_ok == len(rows) else "does NOT match"
     return (
-        f"measured acceptance {verdict} the synthetic pair's truth on {n_ok} of {len(rows)} "
-        f"launches (mean acceptance length within {TOLERANCE:.0%}; worst "
-        f"{worst['series']} {worst['measured_mean_length']:.3f} against "
-        f"{worst['expected_mean_length']:.3f}, {worst['relative_error']:+.1%}; declared "
-        f"{worst['declared_mean_length']:.3f})"
+        f"{verdict} the synthetic pair's truth on {n_ok}/{len(rows)} launches (mean length "
+        f"±{TOLERANCE:.0%}): worst {worst['series']} {worst['measured_mean_length']:.3f} vs "
+        f"{worst['expected_mean_length']:.3f} ({worst['relative_error']:+.1%}), declared "
+        f"{worst['declared_mean_length']:.3f}"
     )

@@ -93,7 +93,7 @@ class Comparison:
     decision: Decision | None
     verdict: Verdict | None
     error_rate_control: float
-    error_rate_experiment: float
+    error_rate_experiment: float | None  # None: the arm sent no request
     bad_outputs_control: int
     bad_outputs_experiment: int
     median_tpot_control_s: float | None

@@ -79,8 +79,9 @@ def with_failed_arms(
     comps: list[Comparison], statuses: list[dict[str, Any]], *, margin: float, confidence: float
 ) -> list[Comparison]:
     """An arm none of whose launches ended well is "failed", named by its root cause (the
-    last exception line of its server's log), not "inconclusive — no valid pairs". An arm
-    whose server ran in the wrong mode keeps its "reject" (the mode gate says why)."""
+    last exception line of its server's log), not "inconclusive — no valid pairs"; an arm
+    that never sent a request has no failed-request rate (None, shown as "–", never 0 %).
+    An arm whose server ran in the wrong mode keeps its "reject" (the mode gate says why)."""
     by_series: dict[str, list[dict[str, Any]]] = {}
     for s in statuses:
         by_series.setdefault(s["series"], []).append(s)
@@ -95,5 +96,8 @@ def with_failed_arms(
         cause = first.get("error_cause") or (first.get("error") or "unknown").splitlines()[0]
         why = f"every launch of {c.experiment} failed: {cause}"
         dec = c.decision or Decision("inconclusive", why, margin, confidence)
-        out.append(replace(c, verdict=Verdict("failed", (why,), dec, ())))
+        failed = replace(c, verdict=Verdict("failed", (why,), dec, ()))
+        if not any(s.get("n_ok") or s.get("n_failed") for s in launches):
+            failed = replace(failed, error_rate_experiment=None)  # nothing was sent: no rate
+        out.append(failed)
     return out

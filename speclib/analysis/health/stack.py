@@ -1,0 +1,68 @@
+"""What the serving stack itself said about this run, gathered for summary.json and the report.
+
+Four facts that are not measurements of the arms but bear on reading them: the server
+flags the installed vLLM lacked and the kit left out (manifest ``cli``), where each arm ran
+and with what memory share (manifest ``placement`` and ``memory_plan``), vLLM's own log
+lines that bear on speed per series (:mod:`speclib.analysis.spec.speed_log`), and, with a
+synthetic draft, the acceptance vLLM reported against the pair's truth
+(:mod:`speclib.analysis.spec.acceptance_truth`). :func:`stack_facts` reads them from the run
+folder; :func:`stack_warnings` turns the ones a reader must not miss into warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from speclib.analysis.health.placement_notes import placement_line, placement_warnings
+from speclib.analysis.spec.acceptance_truth import truth_rows, truth_summary
+from speclib.analysis.spec.speed_log import series_speed_lines
+from speclib.core.rundir import RunDir
+
+__all__ = ["stack_facts", "stack_warnings"]
+
+
+def _logs(rd: RunDir, statuses: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    out = []
+    for s in statuses:
+        path = rd.launch_files(str(s.get("launch_id"))).server_log
+        try:
+            out.append((str(s.get("series")), path.read_text("utf-8", errors="replace")))
+        except OSError:
+            continue
+    return out
+
+
+def stack_facts(
+    rd: RunDir,
+    statuses: Sequence[Mapping[str, Any]],
+    metrics: Sequence[Mapping[str, Any]],
+    *,
+    control: str,
+    max_concurrency: int,
+) -> dict[str, Any]:
+    """The stack's facts of a run (``metrics``: the summary's ``launch_metrics``)."""
+    manifest = rd.read_manifest()
+    rows = truth_rows(statuses, metrics)
+    placement = manifest.get("placement") or {}
+    return {
+        "server_commands": manifest.get("cli"),
+        "placement": placement,
+        "placement_line": placement_line(placement),
+        "memory_plan": manifest.get("memory_plan"),
+        "speed_log": series_speed_lines(
+            _logs(rd, statuses), max_concurrency=max_concurrency, control=control
+        ),
+        "acceptance_truth": rows,
+        "acceptance_truth_line": truth_summary(rows),
+    }
+
+
+def stack_warnings(facts: Mapping[str, Any], *, control: str, aa: str | None) -> list[str]:
+    """Flags left out, arms on different GPUs, an acceptance that misses its truth."""
+    out = list((facts.get("server_commands") or {}).get("notes") or [])
+    out += placement_warnings(facts.get("placement") or {}, control=control, aa=aa)
+    line = facts.get("acceptance_truth_line")
+    if line and line.startswith("does NOT match"):
+        out.append(f"the measured acceptance {line}")
+    return out
