@@ -326,6 +326,7 @@ def analyze_run(
         [m.to_dict() for m in lms],
         control=params.control_name,
         max_concurrency=max(lv.concurrency for lv in params.workload.levels),
+        request_tokens=_request_tokens(df, params),
     )
     notes = run_warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
     notes += stack_warnings(stack, control=params.control_name, aa=aa_arm)
@@ -365,6 +366,14 @@ def analyze_run(
     if write:
         write_json_atomic(rd.summary, analysis.summary())
     return analysis
+
+
+def _request_tokens(df: pd.DataFrame, params: ExperimentParams) -> int | None:
+    """The longest measured prompt plus max_tokens: the KV cache one request can need."""
+    if not len(df) or "prompt_tokens" not in df:
+        return None
+    longest = pd.to_numeric(df["prompt_tokens"], errors="coerce").max()
+    return None if pd.isna(longest) else int(longest) + params.workload.max_tokens
 
 
 def _calibration(params: ExperimentParams, aa: list[Comparison]) -> dict[str, Any] | None:

@@ -40,8 +40,10 @@ def stack_facts(
     *,
     control: str,
     max_concurrency: int,
+    request_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The stack's facts of a run (``metrics``: the summary's ``launch_metrics``)."""
+    """The stack's facts of a run (``metrics``: the summary's ``launch_metrics``;
+    ``request_tokens``: the longest prompt plus max_tokens, for the KV-cache note)."""
     manifest = rd.read_manifest()
     rows = truth_rows(statuses, metrics)
     placement = manifest.get("placement") or {}
@@ -51,7 +53,10 @@ def stack_facts(
         "placement_line": placement_line(placement),
         "memory_plan": manifest.get("memory_plan"),
         "speed_log": series_speed_lines(
-            _logs(rd, statuses), max_concurrency=max_concurrency, control=control
+            _logs(rd, statuses),
+            max_concurrency=max_concurrency,
+            request_tokens=request_tokens,
+            control=control,
         ),
         "acceptance_truth": rows,
         "acceptance_truth_line": truth_summary(rows),

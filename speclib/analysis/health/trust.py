@@ -178,8 +178,10 @@ def instrument_check(agreement: pd.DataFrame) -> TrustCheck:
             f"TTFT lag unequal ({spread:.1f} ms)",
             f"TPOT agrees on every launch (within {_pct(float(tpot.max()))}); the client's TTFT "
             f"lag behind the server differs by up to {spread:.1f} ms between arms at level(s) "
-            f"{levels}: a busy client; the TTFT gate is not assessed there, the TPOT verdicts "
-            "stand",
+            f"{levels} (0 = the first load level), where it read first tokens up to "
+            f"{float(lag[rows['level'].isin(levels)].max()):.1f} ms late: the client did not "
+            "keep up with first tokens at that load; the TTFT gate is not assessed there, the "
+            "TPOT verdicts stand",
             per_arm,
             gating=False,
         )

@@ -98,8 +98,18 @@ def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame) ->
     cache = prefix_cache_delta(before, after)
     mine = records[records["launch_id"] == lid] if len(records) else records
     specs = [s if isinstance(s, dict) else None for s in mine.get("spec", [])]
-    rec = reconcile(specs, spec) if spec.present or any(specs) else None
+    asked = _asked_per_request(status)
+    rec = reconcile(specs, spec) if asked and (spec.present or any(specs)) else None
     return LaunchMetrics(lid, series, spec, cache, rec)
+
+
+def _asked_per_request(status: dict[str, Any]) -> bool:
+    """Whether the server was asked for per-request spec metrics: a command without
+    ``--per-request-spec-decode-metrics`` (a vLLM that lacks it, or an external server)
+    has no responses to reconcile, and its ``/metrics`` deltas stand alone. A launch
+    without a recorded command (older run folders) is reconciled as before."""
+    command = status.get("command")
+    return command is None or "--per-request-spec-decode-metrics" in command
 
 
 def memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:

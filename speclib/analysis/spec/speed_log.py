@@ -55,7 +55,7 @@ RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     (
         "kernels compiled during requests",
-        re.compile(r"JIT.*(during|at) (inference|runtime)|compil\w+ .*during inference", re.I),
+        re.compile(r"JIT compilation during inference:|compiled during (inference|requests)", re.I),
         "kernels were compiled while requests waited: the first requests of the launch ran "
         "slower (warm-up requests absorb some of it)",
     ),
@@ -83,9 +83,12 @@ RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
 _KV_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 
 
-def speed_lines(log_text: str, *, max_concurrency: int | None = None) -> list[SpeedLine]:
+def speed_lines(
+    log_text: str, *, max_concurrency: int | None = None, request_tokens: int | None = None
+) -> list[SpeedLine]:
     """The lines of one server log that bear on speed, each once, in log order; with
-    ``max_concurrency``, a KV cache that holds fewer full-length requests than that."""
+    ``max_concurrency``, a KV cache that holds fewer requests than that (requests of
+    ``request_tokens``, the longest prompt plus max_tokens; unset: of max_model_len)."""
     out: list[SpeedLine] = []
     seen: set[tuple[str, str]] = set()
     for raw in log_text.splitlines():
@@ -96,13 +99,17 @@ def speed_lines(log_text: str, *, max_concurrency: int | None = None) -> list[Sp
                 out.append(SpeedLine(kind, meaning, text[:300]))
                 break
     kv = kv_concurrency(log_text)
-    if kv is not None and max_concurrency is not None and kv[1] < max_concurrency:
-        tokens, times = kv
+    if kv is None or max_concurrency is None:
+        return out
+    tokens, times = kv
+    size = request_tokens or tokens
+    fits = tokens * times / size
+    if fits < max_concurrency:
         out.append(
             SpeedLine(
                 "KV cache below the load",
-                f"the KV cache holds {times:.2f} requests of {tokens:,} tokens, fewer than the "
-                f"{max_concurrency} in flight at the highest load: long requests wait or are "
+                f"the KV cache holds {fits:.1f} requests of {size:,} tokens, fewer than the "
+                f"{max_concurrency} in flight at the highest load: requests wait or are "
                 "preempted there",
                 f"Maximum concurrency for {tokens:,} tokens per request: {times:.2f}x",
             )
@@ -128,6 +135,7 @@ def series_speed_lines(
     logs: Iterable[tuple[str, str]],
     *,
     max_concurrency: int | None = None,
+    request_tokens: int | None = None,
     control: str | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Per series, its speed lines over its launches (``logs``: ``(series, log text)``),
@@ -136,7 +144,9 @@ def series_speed_lines(
     counts: dict[str, dict[tuple[str, str], list[Any]]] = {}
     for series, text in logs:
         mine = counts.setdefault(series, {})
-        for item in speed_lines(text, max_concurrency=max_concurrency):
+        for item in speed_lines(
+            text, max_concurrency=max_concurrency, request_tokens=request_tokens
+        ):
             key = (item.kind, _shape(item.line))
             entry = mine.setdefault(key, [item, 0])
             entry[1] += 1
