@@ -14,17 +14,15 @@ will run, before any server starts. Import-light: the calling process never impo
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speclib.core.vllm_child import cache_file, read_cache, run_child, write_cache
 from speclib.core.vllm_schema import close_matches, vllm_location
 
 __all__ = [
@@ -152,58 +150,6 @@ def _child_main(argv: list[str]) -> int:
 
 
 # --- the calling process: no vLLM import -------------------------------------------------
-def _cache_file(vllm_dir: Path) -> Path:
-    stamp: list[Any] = [CLI_FORMAT, os.path.realpath(sys.executable), str(vllm_dir.resolve())]
-    for name in _STAMP_FILES:
-        path = vllm_dir / name
-        if path.is_file():
-            st = path.stat()
-            stamp += [name, st.st_mtime_ns, st.st_size]
-    key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
-    root = os.environ.get("SPECLIB_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "speclib"
-    return base / "vllm-cli" / f"{key}.json"
-
-
-def _run_child() -> dict[str, Any]:
-    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    with tempfile.TemporaryDirectory(prefix="speclib-cli-") as tmp:
-        out = Path(tmp) / "cli.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "speclib.core.vllm_cli", str(out)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=_TIMEOUT_S,
-            check=False,
-        )
-        if proc.returncode != 0 or not out.is_file():
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"exit code {proc.returncode}: {tail[:200]}")
-        return json.loads(out.read_text(encoding="utf-8"))
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(data, dict) and data.get("format") == CLI_FORMAT
-    return data if ok and isinstance(data.get("flags"), list) else None
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home: read the parser again next time
-
-
 def flags_from_json(data: dict[str, Any]) -> CliFlags:
     """A :class:`CliFlags` from the JSON that :func:`introspect_cli` writes."""
     return CliFlags(vllm_version=str(data["vllm_version"]), flags=frozenset(data["flags"]))
@@ -216,14 +162,14 @@ def installed_cli_flags() -> CliFlags:
     where = vllm_location()
     if where is None:
         return CliFlags(None, None, "vLLM is not installed here (client-only install)")
-    cache = _cache_file(where)
-    data = _read(cache)
-    if data is None:
+    cache = cache_file("vllm-cli", where, fmt=CLI_FORMAT, files=_STAMP_FILES)
+    data = read_cache(cache, fmt=CLI_FORMAT)
+    if data is None or not isinstance(data.get("flags"), list):
         try:
-            data = _run_child()
+            data = run_child("speclib.core.vllm_cli", timeout_s=_TIMEOUT_S)
         except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
             return CliFlags(None, None, f"could not build vLLM's server parser ({exc})")
-        _write(cache, data)
+        write_cache(cache, data)
     return flags_from_json(data)
 
 

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
 import importlib.util
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from speclib.core.vllm_child import cache_file, read_cache, run_child, write_cache
 
 __all__ = [
     "SCHEDULE_KEY",
@@ -53,6 +52,7 @@ __all__ = [
 SCHEMA_FORMAT = 1  # bump when the cached JSON's layout changes
 _CLASS_PATHS = ("vllm.config.speculative", "vllm.config")
 _INTROSPECT_TIMEOUT_S = 180.0
+_STAMP_FILES = ("config/speculative.py", "config/__init__.py", "__init__.py")
 
 
 @dataclass(frozen=True)
@@ -169,57 +169,6 @@ def vllm_location() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _cache_file(vllm_dir: Path) -> Path:
-    stamp = [SCHEMA_FORMAT, os.path.realpath(sys.executable), str(vllm_dir.resolve())]
-    for name in ("config/speculative.py", "config/__init__.py", "__init__.py"):
-        path = vllm_dir / name
-        if path.is_file():
-            st = path.stat()
-            stamp += [name, st.st_mtime_ns, st.st_size]
-    key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
-    root = os.environ.get("SPECLIB_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "speclib"
-    return base / "vllm-schema" / f"{key}.json"
-
-
-def _run_child() -> dict[str, Any]:
-    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    with tempfile.TemporaryDirectory(prefix="speclib-schema-") as tmp:
-        out = Path(tmp) / "schema.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "speclib.core.vllm_schema", str(out)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=_INTROSPECT_TIMEOUT_S,
-            check=False,
-        )
-        if proc.returncode != 0 or not out.is_file():
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"exit code {proc.returncode}: {tail[:200]}")
-        return json.loads(out.read_text(encoding="utf-8"))
-
-
-def _read_cache(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == SCHEMA_FORMAT else None
-
-
-def _write_cache(path: Path, data: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home: introspect again next time
-
-
 def _from_json(data: dict[str, Any]) -> SpecSchema:
     return SpecSchema(
         vllm_version=str(data["vllm_version"]),
@@ -240,14 +189,14 @@ def installed_spec_schema() -> SchemaLookup:
     where = vllm_location()
     if where is None:
         return SchemaLookup(None, "vLLM is not installed here (client-only install)")
-    cache = _cache_file(where)
-    data = _read_cache(cache)
+    cache = cache_file("vllm-schema", where, fmt=SCHEMA_FORMAT, files=_STAMP_FILES)
+    data = read_cache(cache, fmt=SCHEMA_FORMAT)
     if data is None:
         try:
-            data = _run_child()
+            data = run_child("speclib.core.vllm_schema", timeout_s=_INTROSPECT_TIMEOUT_S)
         except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
             return SchemaLookup(None, f"could not read vLLM's SpeculativeConfig ({exc})")
-        _write_cache(cache, data)
+        write_cache(cache, data)
     try:
         return SchemaLookup(_from_json(data))
     except (KeyError, TypeError) as exc:
