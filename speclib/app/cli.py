@@ -41,19 +41,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from speclib.core.validation import validate_params
     from speclib.demo.models import built_demo_dir
     from speclib.run.cli_check import require_commands
-    from speclib.run.placement import gpu_inventory, memory_plan, placements
+    from speclib.run.manifest import hardware
+    from speclib.run.preflight import plan_design, require_memory_plan
 
     result = validate_params(args.file, resolve_demo=built_demo_dir)
     params = result.params
     commands = require_commands(params, args.file)
-    inventory = gpu_inventory()
-    placed = placements(params, n_gpus=len(inventory))
-    plan = memory_plan([[a.name for a in params.arms]], placed, inventory)
-    if plan.problems:
-        raise ParamsError(
-            f"{args.file}: the servers up together do not fit their GPUs\n"
-            + "\n".join(f"  - {p}" for p in plan.problems)
-        )
+    try:
+        _, blocks = plan_design(params, hardware())
+    except ValueError as exc:  # protocol.design: interleaved where it cannot fit
+        raise ParamsError(f"{args.file}: {exc}") from None
+    placed, _ = require_memory_plan(params, blocks, args.file)
     names = ", ".join(_series_label(s) for s in params.series)
     aa = " + A/A arm 'aa'" if params.protocol.aa else ""
     aa += "".join(f" + draft-alone arm {a!r}" for a in params.draft_alone_arms.values())

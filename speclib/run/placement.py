@@ -30,6 +30,7 @@ __all__ = [
     "GpuInfo",
     "MemoryPlan",
     "Placement",
+    "any_gpus_named",
     "gpu_count",
     "gpu_inventory",
     "is_cpu_build",
@@ -114,11 +115,13 @@ def gpu_count() -> int:
     return len(gpu_inventory())
 
 
+def any_gpus_named(params: ExperimentParams) -> bool:
+    """True when the params place a server on GPUs themselves (server or series gpus)."""
+    return params.server.gpus is not None or any(s.gpus is not None for s in params.series)
+
+
 def _placed(params: ExperimentParams, n_gpus: int) -> bool:
-    named = params.server.gpus is not None or any(s.gpus is not None for s in params.series)
-    if named:
-        return True
-    return n_gpus > 0 and not is_cpu_build()
+    return any_gpus_named(params) or (n_gpus > 0 and not is_cpu_build())
 
 
 def placements(

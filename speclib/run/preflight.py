@@ -26,7 +26,14 @@ from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.manifest import build_manifest, hardware
-from speclib.run.placement import gpu_inventory, memory_plan, placements
+from speclib.run.placement import (
+    MemoryPlan,
+    Placement,
+    any_gpus_named,
+    gpu_inventory,
+    memory_plan,
+    placements,
+)
 
 __all__ = [
     "OmittedFlagWarning",
@@ -34,7 +41,9 @@ __all__ = [
     "SetupReport",
     "VocabMismatchError",
     "check_vocab",
+    "plan_design",
     "prepare_run",
+    "require_memory_plan",
     "vllm_available",
 ]
 
@@ -144,12 +153,31 @@ def _advisories(version: str | None) -> list[dict[str, str]]:
     ]
 
 
-def _design(params: ExperimentParams, hw: dict[str, Any]) -> tuple[DesignChoice, list[Block]]:
-    """Interleaved or sequential (memory checked before any launch), and the blocks."""
+def require_memory_plan(
+    params: ExperimentParams, blocks: list[Block], source: str
+) -> tuple[dict[str, Placement], MemoryPlan]:
+    """Where each arm runs and the memory plan of the blocks' servers on this machine's
+    GPUs; a :class:`ParamsError` with the numbers when the servers up together cannot fit."""
+    inventory = gpu_inventory()
+    placed = placements(params, n_gpus=len(inventory))
+    plan = memory_plan([b.arms for b in blocks], placed, inventory)
+    if plan.problems:
+        raise ParamsError(
+            f"{source}: the servers up together do not fit their GPUs\n"
+            + "\n".join(f"  - {p}" for p in plan.problems)
+        )
+    return placed, plan
+
+
+def plan_design(params: ExperimentParams, hw: dict[str, Any]) -> tuple[DesignChoice, list[Block]]:
+    """Interleaved or sequential (memory checked before any launch), and the blocks. GPU
+    shares decide where the servers are placed on GPUs (:mod:`speclib.run.placement`:
+    this machine has GPUs, or the params name them), else the machine's free memory."""
     import psutil
 
     available = psutil.virtual_memory().available / 2**30
-    choice = choose_design(params, available_gib=available, gpus=len(hw.get("gpus") or []))
+    gpus = max(len(hw.get("gpus") or []), 1 if any_gpus_named(params) else 0)
+    choice = choose_design(params, available_gib=available, gpus=gpus)
     return choice, plan_blocks(params, choice.design, group_size=choice.group_size)
 
 
@@ -191,7 +219,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
             stacklevel=2,
         )
     hw = hardware()
-    choice, blocks = _design(params, hw)
+    choice, blocks = plan_design(params, hw)
     kept = rd.read_manifest()  # a resumed run keeps the design it started with
     if kept.get("design") and kept.get("blocks"):
         choice = DesignChoice(**kept["design"])
@@ -199,14 +227,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
     commands = require_commands(params, f"params {params.name!r}")
     for note in commands.notes():
         warnings.warn(note, OmittedFlagWarning, stacklevel=2)
-    inventory = gpu_inventory()
-    placed = placements(params, n_gpus=len(inventory))
-    plan = memory_plan([b.arms for b in blocks], placed, inventory)
-    if plan.problems:
-        raise ParamsError(
-            f"params {params.name!r}: the servers up together do not fit their GPUs\n"
-            + "\n".join(f"  - {p}" for p in plan.problems)
-        )
+    placed, plan = require_memory_plan(params, blocks, f"params {params.name!r}")
     order = [
         {"series": arm, "replicate": b.replicate, "launch_id": lid, "block": b.block}
         for b in blocks

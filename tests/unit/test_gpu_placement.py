@@ -217,3 +217,22 @@ def test_a_tensor_parallel_target_is_placed_and_planned_per_gpu(tmp_path: Path) 
         "GPU 2 is named for draft-tp2" in p
         for p in memory_plan([list(placed)], placed, two).problems
     )
+
+
+def test_validate_refuses_servers_that_cannot_fit_one_gpu(tmp_path: Path, capsys) -> None:
+    from speclib.app.cli import main
+
+    path = _params(tmp_path, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["server"].update(gpus=[0], gpu_memory_utilization=0.6)
+    data["protocol"] = {"design": "interleaved"}
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 2
+    assert "2 servers × gpu_memory_utilization 0.6 = 1.20 of each GPU do not fit" in (
+        capsys.readouterr().err
+    )
+    data["protocol"] = {"design": "auto"}  # one server per block: fits
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "placement: control on GPU 0, share 0.6" in out
