@@ -41,7 +41,7 @@ def jsonable(value: Any) -> Any:
 
     Containers are converted recursively (tuples, lists and numpy arrays → lists, dict keys
     → ``str``);
-    an object with ``to_dict()`` (e.g. :class:`~speclib.analysis.stats.RatioCI`) is
+    an object with ``to_dict()`` (e.g. :class:`~speclib.analysis.stats.paired.RatioCI`) is
     replaced by its mapping; anything else (``str``, ``None``) is returned as is.
     """
     if hasattr(value, "to_dict"):

