@@ -104,12 +104,15 @@ def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame) ->
 
 
 def _asked_per_request(status: dict[str, Any]) -> bool:
-    """Whether the server was asked for per-request spec metrics: a command without
-    ``--per-request-spec-decode-metrics`` (a vLLM that lacks it, or an external server)
-    has no responses to reconcile, and its ``/metrics`` deltas stand alone. A launch
-    without a recorded command (older run folders) is reconciled as before."""
+    """Whether the responses can be reconciled with ``/metrics``: a speculative server
+    started without ``--per-request-spec-decode-metrics`` (a vLLM that lacks it) has no
+    per-request metrics to add up, and its ``/metrics`` deltas stand alone. A plain server
+    is reconciled (no drafts on either side), and so is a launch without a recorded command
+    (an external server, older run folders)."""
     command = status.get("command")
-    return command is None or "--per-request-spec-decode-metrics" in command
+    if command is None or "--speculative-config" not in command:
+        return True
+    return "--per-request-spec-decode-metrics" in command
 
 
 def memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:
