@@ -366,11 +366,13 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
 def stack_lines(summary: dict[str, Any]) -> list[str]:
     """The stack's own words: flags left out, where the arms ran, vLLM's log lines that
     bear on speed (kinds per series) and the acceptance against a synthetic pair's truth."""
+    from speclib.analysis.spec.speed_log import by_kind
+
     lines = [f"note: {n}" for n in (summary.get("server_commands") or {}).get("notes") or []]
     if summary.get("placement_line"):
         lines.append(f"placement: {summary['placement_line']}")
     for series, items in (summary.get("speed_log") or {}).items():
-        kinds = list(dict.fromkeys(str(x.get("kind")) for x in items))
+        kinds = by_kind(items)
         if kinds:
             lines.append(f"vLLM log, {series}: {', '.join(kinds)} (the report quotes the lines)")
     if summary.get("acceptance_truth_line"):

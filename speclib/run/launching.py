@@ -29,7 +29,6 @@ __all__ = [
     "api_key",
     "build_launch_spec",
     "command_args",
-    "gpu_memory_utilization",
     "is_cpu_build",
     "is_external",
     "keep_modelinfos",
@@ -90,13 +89,8 @@ def placement_of(params: ExperimentParams, series: SeriesParams):
     )
 
 
-def gpu_memory_utilization(params: ExperimentParams, series: SeriesParams) -> float | None:
-    """--gpu-memory-utilization of this arm: set in the params, or derived on a GPU."""
-    return placement_of(params, series).utilization
-
-
 def _server_env(
-    params: ExperimentParams, series: SeriesParams, tmpdir: Path, cache_root: Path
+    params: ExperimentParams, placed: Placement, tmpdir: Path, cache_root: Path
 ) -> dict[str, str]:
     env = {"VLLM_CACHE_ROOT": str(cache_root), "TMPDIR": str(tmpdir)}
     kinds = {resolve_model_ref(params.server.model, params.base_dir)[0]}
@@ -111,9 +105,8 @@ def _server_env(
     if params.protocol.cache_policy == "reset":
         env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (loopback only)
     env.update(params.server.env)
-    gpus = placement_of(params, series).gpus
-    if gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    if placed.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, placed.gpus))
     return env
 
 
@@ -130,6 +123,7 @@ def _argv(
     port: int,
     spec: dict[str, Any] | None,
     launcher: list[str] | None,
+    placed: Placement,
 ) -> tuple[str, ...]:
     sp = params.server
     return srv.build_vllm_argv(
@@ -145,7 +139,7 @@ def _argv(
         dtype=sp.dtype,
         enforce_eager=sp.enforce_eager,
         tensor_parallel_size=sp.tensor_parallel_size,
-        gpu_memory_utilization=gpu_memory_utilization(params, series),
+        gpu_memory_utilization=placed.utilization,
         prefix_caching=params.protocol.cache_policy != "off",
         extra_args=sp.extra_args,
         launcher=launcher,
@@ -156,7 +150,13 @@ def command_args(params: ExperimentParams, series: SeriesParams, *, model: str, 
     """The arguments of a series' server command after its launcher (``--model`` …), as
     the params imply them; model references are not resolved (nothing is built)."""
     argv = _argv(
-        params, series, model=model, port=port, spec=series.speculative_config, launcher=["-"]
+        params,
+        series,
+        model=model,
+        port=port,
+        spec=series.speculative_config,
+        launcher=["-"],
+        placed=placement_of(params, series),
     )
     return list(argv[1:])
 
@@ -181,7 +181,10 @@ def build_launch_spec(
     port = sp.port or srv.free_port(sp.host if sp.host != "0.0.0.0" else "127.0.0.1")
     model = resolve_model(_served_model_ref(params, series), params)
     spec = _resolved_spec_config(series, params)
-    argv = _argv(params, series, model=model, port=port, spec=spec, launcher=sp.launcher)
+    placed = placement_of(params, series)  # GPUs and memory share: env and argv
+    argv = _argv(
+        params, series, model=model, port=port, spec=spec, launcher=sp.launcher, placed=placed
+    )
     if not sp.launcher:
         argv, _ = fit_argv(argv, installed_cli_flags())
     key = api_key(params)
@@ -191,7 +194,7 @@ def build_launch_spec(
         port=port,
         served_model=sp.served_model_name or model,
         log_path=log_path,
-        env=_server_env(params, series, tmpdir, cache_root),
+        env=_server_env(params, placed, tmpdir, cache_root),
         secret_env={"VLLM_API_KEY": key} if key else {},
         start_timeout_s=sp.start_timeout_s,
         pidfile=pidfile,

@@ -29,6 +29,7 @@ def acceptance_truth(
         SyntheticRecipe,
         chain_maps,
         declared_acceptance,
+        expected_acceptance,
         read_declaration,
     )
     from speclib.run.launching import resolve_model
@@ -41,8 +42,6 @@ def acceptance_truth(
     declaration = read_declaration(Path(resolve_model(spec["model"], params)))
     if not declaration or declaration.get("role") != "draft":
         return None
-    from speclib.demo.synthetic import expected_acceptance
-
     k = int(spec["num_speculative_tokens"])
     recipe = SyntheticRecipe(**declaration["recipe"])
     _, draft_next = chain_maps(recipe)

@@ -55,17 +55,17 @@ def tree_rss_bytes(pid: int) -> int | None:
 
 
 def nvidia_smi_rows(
-    query: str, *, nounits: bool = False, timeout: float = 5
+    query: str, *, nounits: bool = False, timeout: float = 5, of: str = "gpu"
 ) -> list[list[str]] | None:
-    """``nvidia-smi --query-gpu=QUERY`` as rows of fields, one per GPU; None without an
-    NVIDIA GPU (or when the tool fails)."""
+    """``nvidia-smi --query-gpu=QUERY`` (``of="compute-apps"``: one row per process on a
+    GPU) as rows of fields; None without an NVIDIA GPU (or when the tool fails)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     fmt = "csv,noheader,nounits" if nounits else "csv,noheader"
     try:
         out = subprocess.run(
-            [exe, f"--query-gpu={query}", f"--format={fmt}"],
+            [exe, f"--query-{of}={query}", f"--format={fmt}"],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -87,24 +87,11 @@ def gpu_memory_used() -> list[int] | None:
 def gpu_process_bytes(pids: set[int]) -> int | None:
     """GPU memory used by the processes ``pids`` together (``nvidia-smi
     --query-compute-apps``); None without an NVIDIA GPU or when none of them holds any."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None or not pids:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
+    rows = nvidia_smi_rows("pid,used_memory", nounits=True, of="compute-apps") if pids else None
     total, seen = 0, False
-    for line in out.strip().splitlines():
-        fields = [f.strip() for f in line.split(",")]
+    for fields in rows or []:
         try:
-            pid, mib = int(fields[0]), float(fields[1])
+            pid, mib = int(fields[0].strip()), float(fields[1].strip())
         except (IndexError, ValueError):
             continue
         if pid in pids:
