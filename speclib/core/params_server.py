@@ -117,6 +117,16 @@ class ServerParams(StrictModel):
         description="--gpu-memory-utilization of every server: the share of each of its GPUs "
         "it may take. Unset on a GPU: 0.90 split among the servers that share the GPU.",
     )
+    kv_cache_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="--kv-cache-memory-bytes of every server, in GiB: a KV cache of this "
+        "size instead of the one vLLM sizes by profiling the GPU's free memory (then "
+        "gpu_memory_utilization only checks, at start, that so much of the GPU is free). "
+        "Servers that share a GPU then start together once the shared compile cache "
+        "holds their configuration (a block before started it); unset, they always start "
+        "one after another. It must fit in each server's share.",
+    )
     gpus: list[int] | None = Field(
         None,
         description="GPU indices every server uses (CUDA_VISIBLE_DEVICES), one per "

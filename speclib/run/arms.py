@@ -18,7 +18,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from speclib.core.params import ExperimentParams, LoadLevel, SeriesParams
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.rundir import LaunchDir, RunDir
-from speclib.run.launching import api_key, is_external, server_for
+from speclib.run.launching import api_key, is_external, server_for, starts_together
 from speclib.run.observe import external_model
 from speclib.run.requests import make_request_specs, warmup_prompts
 from speclib.serve import process as srv
@@ -67,6 +67,7 @@ class Arm:
     died_during: bool = False
     client_placement: dict[str, Any] = field(default_factory=dict)
     command: list[str] | None = None  # a failed launch's command (a started one: spec.argv)
+    start_after: tuple[str, ...] = ()  # the arms whose servers were ready before this one's start
 
     @property
     def name(self) -> str:
@@ -85,10 +86,14 @@ class ServerKeeper(threading.Thread):
     """
 
     def __init__(
-        self, params: ExperimentParams, rd: RunDir, arm: Arm, after: ServerKeeper | None = None
+        self,
+        params: ExperimentParams,
+        rd: RunDir,
+        arm: Arm,
+        after: Sequence[ServerKeeper] = (),
     ) -> None:
         super().__init__(name=f"speclib-server-{arm.lid}", daemon=True)
-        self.params, self.rd, self.arm, self.after = params, rd, arm, after
+        self.params, self.rd, self.arm, self.after = params, rd, arm, tuple(after)
         self.ready = threading.Event()
         self.release = threading.Event()
         self.value: tuple[str, Any, Any] | None = None
@@ -96,12 +101,12 @@ class ServerKeeper(threading.Thread):
 
     def run(self) -> None:
         try:
-            if self.after is not None:  # shares a GPU with it: start once it is ready
-                while not self.after.ready.wait(0.2):
+            for before in self.after:  # share a GPU with it: start once they are ready
+                while not before.ready.wait(0.2):
                     if self.release.is_set():
                         return
-                if self.release.is_set():
-                    return
+            if self.release.is_set():
+                return
             self.arm.started = time.time()
             with server_for(self.params, self.arm.series, self.rd, self.arm.lid) as value:
                 self.value = value
@@ -115,19 +120,21 @@ class ServerKeeper(threading.Thread):
 
 def start_all(params: ExperimentParams, rd: RunDir, arms: list[Arm], stack) -> None:
     """Start every arm's server: in parallel, except that servers sharing a GPU start one
-    after another (:func:`speclib.run.placement.start_after`); a failure is kept on its
-    arm, not raised."""
+    after another unless they may start together
+    (:func:`speclib.run.placement.start_after`, :func:`speclib.run.launching.starts_together`);
+    a failure is kept on its arm, not raised."""
     from speclib.run.placement import gpu_count, placements, start_after
 
     key = api_key(params)
-    order = start_after([a.name for a in arms], placements(params, n_gpus=gpu_count()))
-    keepers: list[ServerKeeper] = []
-    by_name: dict[str, ServerKeeper] = {}
-    for a in arms:
-        before = order.get(a.name)
-        keeper = ServerKeeper(params, rd, a, after=by_name.get(before) if before else None)
-        keepers.append(keeper)
-        by_name[a.name] = keeper
+    together = [a.name for a in arms if starts_together(params, a.series)]
+    order = start_after(
+        [a.name for a in arms], placements(params, n_gpus=gpu_count()), together=together
+    )
+    by_name = {a.name: ServerKeeper(params, rd, a) for a in arms}
+    for name, keeper in by_name.items():
+        keeper.after = tuple(by_name[b] for b in order.get(name, ()))
+        keeper.arm.start_after = order.get(name, ())
+    keepers = list(by_name.values())
     stack.callback(release_all, keepers)
     for keeper in keepers:
         keeper.start()

@@ -96,7 +96,7 @@ def _status(
             **(arm.handle.scheduling if arm.handle is not None else {}),
             **arm.client_placement,
         },
-        extra={},
+        extra={"start_after": list(arm.start_after)},
     )
 
 
@@ -145,7 +145,9 @@ def _conclude(
             error = "no request succeeded"
         status = _status(params, arm, replicate, block, design, error, n_prompts)
         result = replace(status, mode_check=mode)
-    extra = {"crosscheck": arm.crosscheck} if arm.crosscheck is not None else {}
+    extra = dict(result.extra)
+    if arm.crosscheck is not None:
+        extra["crosscheck"] = arm.crosscheck
     truth = _truth(params, arm)
     if truth is not None:
         extra["acceptance_truth"] = truth
@@ -203,7 +205,8 @@ def run_block(
         for arm in runs:
             if not arm.files.status.exists():
                 status = _status(params, arm, replicate, block, design, why, n_prompts)
-                status = replace(status, extra={"traceback": traceback.format_exc()[-4000:]})
+                tb = traceback.format_exc()[-4000:]
+                status = replace(status, extra={**status.extra, "traceback": tb})
                 write_json_atomic(arm.files.status, status.to_dict())
         raise
     return [_conclude(params, rd, a, replicate, block, design, names, n_prompts) for a in runs]

@@ -31,6 +31,7 @@ _FIELD_OF_FLAG = {
     "--enforce-eager": "server.enforce_eager",
     "--tensor-parallel-size": "server.tensor_parallel_size",
     "--gpu-memory-utilization": "server.gpu_memory_utilization",
+    "--kv-cache-memory-bytes": "server.kv_cache_memory_gib",
     "--enable-prefix-caching": "protocol.cache_policy",
     "--no-enable-prefix-caching": "protocol.cache_policy",
 }

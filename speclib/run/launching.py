@@ -22,6 +22,7 @@ from typing import Any
 
 from speclib.core.params import ExperimentParams, SeriesParams, resolve_model_ref
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.run import warm_starts as warm
 from speclib.run.placement import Placement, gpu_count, is_cpu_build, placements
 from speclib.serve import process as srv
 
@@ -32,11 +33,13 @@ __all__ = [
     "is_cpu_build",
     "is_external",
     "keep_modelinfos",
+    "kv_cache_bytes",
     "resolve_model",
     "safe_env",
     "seed_modelinfos",
     "server_for",
     "shared_cache_root",
+    "starts_together",
     "uses_shared_cache",
 ]
 
@@ -140,10 +143,17 @@ def _argv(
         enforce_eager=sp.enforce_eager,
         tensor_parallel_size=sp.tensor_parallel_size,
         gpu_memory_utilization=placed.utilization,
+        kv_cache_memory_bytes=kv_cache_bytes(params),
         prefix_caching=params.protocol.cache_policy != "off",
         extra_args=sp.extra_args,
         launcher=launcher,
     )
+
+
+def kv_cache_bytes(params: ExperimentParams) -> int | None:
+    """``server.kv_cache_memory_gib`` in bytes (None: vLLM sizes the KV cache itself)."""
+    gib = params.server.kv_cache_memory_gib
+    return None if gib is None else int(gib * 2**30)
 
 
 def command_args(params: ExperimentParams, series: SeriesParams, *, model: str, port: int):
@@ -275,7 +285,11 @@ def server_for(
         if not shared:
             seed_modelinfos(cache_root)
         with srv.running(spec) as handle:
-            if not shared:
+            if shared:
+                warm.mark_started(
+                    cache_root, config_key(params, series), srv.redact_argv(spec.argv)
+                )
+            else:
                 keep_modelinfos(cache_root)
             yield spec.base_url, handle, spec
     finally:
@@ -297,6 +311,26 @@ def uses_shared_cache(params: ExperimentParams, series: SeriesParams) -> bool:
     if policy != "auto":
         return policy == "shared"
     return placement_of(params, series).gpus is not None and not is_cpu_build()
+
+
+def config_key(params: ExperimentParams, series: SeriesParams) -> str:
+    """This arm's server configuration as :mod:`speclib.run.warm_starts` keys it: its
+    arguments as the params imply them (models unresolved) and the installed vLLM."""
+    from speclib.core.vllm_cli import installed_cli_flags
+
+    args = command_args(params, series, model=_served_model_ref(params, series), port=1)
+    return warm.config_key(args, installed_cli_flags().vllm_version)
+
+
+def starts_together(params: ExperimentParams, series: SeriesParams) -> bool:
+    """Whether this arm's server may start together with the servers that share its GPU:
+    its KV cache has a fixed size (no memory profiling) and its configuration has started
+    before on the shared compile cache (it only reads that cache)."""
+    if params.server.kv_cache_memory_gib is None or is_external(params, series):
+        return False
+    if not uses_shared_cache(params, series):
+        return False
+    return warm.started_before(shared_cache_root(), config_key(params, series))
 
 
 def _has_compile_cache(root: Path) -> bool:

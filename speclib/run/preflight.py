@@ -160,7 +160,9 @@ def require_memory_plan(
     GPUs; a :class:`ParamsError` with the numbers when the servers up together cannot fit."""
     inventory = gpu_inventory()
     placed = placements(params, n_gpus=len(inventory))
-    plan = memory_plan([b.arms for b in blocks], placed, inventory)
+    plan = memory_plan(
+        [b.arms for b in blocks], placed, inventory, kv_cache_gib=params.server.kv_cache_memory_gib
+    )
     if plan.problems:
         raise ParamsError(
             f"{source}: the servers up together do not fit their GPUs\n"

@@ -118,6 +118,7 @@ def build_vllm_argv(
     enforce_eager: bool = False,
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float | None = None,
+    kv_cache_memory_bytes: int | None = None,
     prefix_caching: bool = False,
     extra_args: Sequence[str] = (),
     launcher: Sequence[str] | None = None,
@@ -146,6 +147,8 @@ def build_vllm_argv(
         argv += ["--tensor-parallel-size", str(tensor_parallel_size)]
     if gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+    if kv_cache_memory_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes)]
     argv.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
     if timing_metrics:
         argv.append("--enable-per-request-metrics")  # the server's own stamps per request

@@ -51,7 +51,7 @@ def test_arms_on_separate_gpus_split_only_with_their_neighbours(tmp_path: Path) 
     assert placed["control"].utilization == 0.9 and placed["control"].gpus == (0,)
     assert placed["spec"].utilization == placed["spec2"].utilization == 0.45
     order = start_after(["control", "spec", "spec2"], placed)
-    assert order == {"control": None, "spec": None, "spec2": "spec"}
+    assert order == {"control": (), "spec": (), "spec2": ("spec",)}
 
 
 def test_a_set_share_that_cannot_fit_is_an_error_with_the_numbers(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_without_a_gpu_nothing_is_placed_unless_named(tmp_path: Path) -> None:
     params = _load(tmp_path)
     placed = placements(params, n_gpus=0)
     assert all(p.gpus is None and p.utilization is None for p in placed.values())
-    assert set(start_after(list(placed), placed).values()) == {None}
+    assert set(start_after(list(placed), placed).values()) == {()}
 
 
 def test_gpus_must_name_one_gpu_per_tensor_parallel_rank(tmp_path: Path) -> None:
@@ -236,3 +236,69 @@ def test_validate_refuses_servers_that_cannot_fit_one_gpu(tmp_path: Path, capsys
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "placement: control on GPU 0, share 0.6" in out
+
+
+def test_servers_that_may_start_together_wait_for_none_and_the_others_wait_for_them(
+    tmp_path: Path,
+) -> None:
+    params = _load(tmp_path, gpus=[0])
+    placed = placements(params, n_gpus=1)
+    assert start_after(["control", "spec", "spec2"], placed) == {
+        "control": (),
+        "spec": ("control",),
+        "spec2": ("control", "spec"),
+    }
+    # spec never ran on the shared cache: it starts alone, after the two that start together
+    order = start_after(["control", "spec", "spec2"], placed, together={"control", "spec2"})
+    assert order == {"control": (), "spec": ("control", "spec2"), "spec2": ()}
+
+
+def test_a_fixed_kv_cache_must_fit_in_each_share(tmp_path: Path) -> None:
+    params = _load(tmp_path, gpus=[0], kv_cache_memory_gib=60)
+    placed = placements(params, n_gpus=1)  # 0.3 of 140.4 GiB each: 42.1 GiB
+    plan = memory_plan([list(placed)], placed, H200, kv_cache_gib=60)
+    assert len(plan.problems) == 3 and "kv_cache_memory_gib 60 GiB for spec" in plan.problems[1]
+    assert "42.1 GiB" in plan.problems[0]
+    ok = memory_plan([list(placed)], placed, H200, kv_cache_gib=8)
+    assert not ok.problems and ok.rows[0]["kv_cache_gib"] == 8
+
+
+def test_a_config_key_leaves_out_the_port_and_follows_the_vllm_version() -> None:
+    from speclib.run.warm_starts import config_key
+
+    a = config_key(["--model", "m", "--port", "1234", "--seed", "0"], "0.26.0")
+    assert a == config_key(["--model", "m", "--port", "99", "--seed", "0"], "0.26.0")
+    assert a == config_key(["--model", "m", "--port=7", "--seed", "0"], "0.26.0")
+    assert a != config_key(["--model", "m", "--port", "1234", "--seed", "1"], "0.26.0")
+    assert a != config_key(["--model", "m", "--port", "1234", "--seed", "0"], "0.32.0")
+
+
+def test_with_a_fixed_kv_cache_a_later_block_starts_its_servers_together(
+    tmp_path: Path,
+) -> None:
+    path = _params(tmp_path, n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["protocol"] = {"switch_pause_s": 0, "compile_cache": "shared"}
+    data["server"].update(gpus=[0], kv_cache_memory_gib=2)
+    data["workload"]["replicates"] = 2
+    path.write_text(yaml.safe_dump(data))
+    env = {"FAKE_VLLM_START_S": "1", "SPECLIB_CACHE": str(tmp_path / "cache")}
+    proc = _run(["run", str(path), "--out", str(tmp_path / "run")], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not _wait_gone()
+    status = {}
+    for f in (tmp_path / "run" / "launches").glob("*/status.json"):
+        s = json.loads(f.read_text())
+        status[(s["series"], s["replicate"])] = s
+    first = sorted((status[(a, 0)] for a in ("control", "spec")), key=lambda s: s["started_at"])
+    # block r0: nothing started on the shared cache before, so one after another
+    assert first[1]["started_at"] >= first[0]["started_at"] + first[0]["server_ready_s"] - 0.05
+    assert first[1]["extra"]["start_after"] == [first[0]["series"]]
+    # block r1: both configurations are on record, so together
+    c1, s1 = status[("control", 1)], status[("spec", 1)]
+    assert abs(c1["started_at"] - s1["started_at"]) < 0.9
+    assert c1["extra"]["start_after"] == s1["extra"]["start_after"] == []
+    for cmd in _commands(tmp_path / "run").values():
+        i = cmd["argv"].index("--kv-cache-memory-bytes")
+        assert cmd["argv"][i + 1] == str(2 * 2**30)
+    assert len(list((tmp_path / "cache" / "vllm-cache" / "speclib-started").glob("*.json"))) == 2
