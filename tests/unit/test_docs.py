@@ -98,3 +98,31 @@ def test_every_link_between_the_docs_pages_resolves() -> None:
             elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
                 missing.append(f"{page.name} → {file}#{anchor} (no such heading)")
     assert not missing, missing
+
+
+def _gpu_comparisons() -> dict[tuple[str, str], dict]:
+    import json
+
+    summary = json.loads((REPO / "evidence/gpu-h200/summary.json").read_text(encoding="utf-8"))
+    return {(c["experiment"], c["load"]): c for c in summary["comparisons"]}
+
+
+def test_the_readmes_gpu_figures_are_the_committed_runs() -> None:
+    """The README's H200 sentence quotes decisions and TPOT ratios: they are the summary's."""
+    found = _gpu_comparisons()
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    loads = ("c=1", "c=8", "c=32")
+    k2 = [found["draft-k2", c] for c in loads]
+    assert all(c["decision"] == "reject" for c in k2)
+    k4 = [found["draft-k4", c] for c in loads]
+    assert [c["decision"] for c in k4] == ["reject", "reject", "inconclusive"]
+    ngram = [found["ngram-k4", c] for c in loads]
+    assert all(c["decision"] == "inconclusive" for c in ngram)
+
+    def span(rows: list[dict]) -> str:
+        ratios = sorted(r["tpot_ratio"] for r in rows)
+        return f"×{ratios[0]:.2f}–{ratios[-1]:.2f}"
+
+    assert f"k=2 at every load (TPOT {span(k2)})" in text
+    assert f"k=4 at c = 1 and 8 ({span(k4[:2])}; inconclusive at c=32)" in text
+    assert f"n-gram inconclusive ({span(ngram)}:" in text
