@@ -156,7 +156,8 @@ from speclib.report.evidence import (
 {IMPORT_LINES}
 )
 from speclib.report.load_section import load_html
-from speclib.report.method import method_html, why_html
+from speclib.report.method import method_html
+from speclib.report.why_section import why_html
 from speclib.report.forest import forest_figure
 from speclib.report.sections import (
     answer_html,

@@ -86,6 +86,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # 2 blocks (the demo runs 4): the tests check the machinery, not the verdict's power
         workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1, "replicates": 2},
         protocol={"crosscheck_vllm_bench": True},  # on in the tests, off in the demo
+        # four CPU servers start at once while the other xdist worker runs: 2 cores shared
+        server={"start_timeout_s": 600},
     )
     out = tmp / "run"
     proc = run_kit(params, out)
@@ -107,6 +109,7 @@ def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         REPO / "params" / "cpu-demo-sampled.yaml",
         tmp / "ci-sampled.yaml",
         workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1},
+        server={"start_timeout_s": 600},  # as demo_run's
     )
     out = tmp / "run"
     proc = run_kit(params, out)

@@ -9,7 +9,8 @@ by default) into a frozen :class:`RunState` — the phase (setup, starting serve
 up, measuring block b of B with requests done/total and an ETA, analysis, report) — and
 reports what deserves a line of its own (a block's servers ready, a failed launch, the
 first failed request of a launch) as :class:`RunEvent` values. Showing them is
-:mod:`speclib.app.terminal`'s job.
+:mod:`speclib.app.terminal`'s job; what a starting server's log says (its start phase,
+its last message) is read by :mod:`speclib.app.server_log`.
 
 Totals come from the params the run folder holds (``params.resolved.json``): per block,
 arms × load levels × prompts × repeats. ``requests.jsonl`` is read incrementally; a file
@@ -20,25 +21,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speclib.app.server_log import READY_MARK, START_PHASES, last_message, start_phase
 from speclib.core.rundir import RunDir
-from speclib.serve.process import tail
 
 __all__ = [
     "POLL_INTERVAL_S",
-    "START_PHASES",
     "RunEvent",
     "RunState",
     "RunWatcher",
     "ServerStart",
     "arm_request_total",
-    "start_phase",
 ]
 
 POLL_INTERVAL_S = 0.5
@@ -151,58 +149,6 @@ class _RecordReader:
             except ValueError:
                 continue
         return rewritten, out
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-START_PHASES = (
-    "starting Python",
-    "reading the config",
-    "starting the engine",
-    "loading weights",
-    "allocating the KV cache",
-    "warming up",
-    "opening the port",
-)
-"""A vLLM server's start, in order; :func:`start_phase` says which one a log has reached."""
-
-# (phase index, what in a log line marks it): the last phase any line reaches wins
-_PHASE_MARKS = (
-    (1, re.compile(r"non-default args|Resolved architecture|Using max model len")),
-    (2, re.compile(r"Initializing a V1 LLM engine|OpenMP thread binding")),
-    (3, re.compile(r"Starting to load model|Loading weights|Loading safetensors")),
-    (4, re.compile(r"Loading weights took|KV cache size|for KV cache|KV cache layout")),
-    (5, re.compile(r"init engine \(profile|[Ww]arming up|[Cc]apturing")),
-    (6, re.compile(r"Starting vLLM server on|Available routes|Application startup")),
-)
-
-
-def start_phase(log_text: str) -> str:
-    """The start phase a server's log has reached (one of :data:`START_PHASES`)."""
-    reached = 0
-    for line in log_text.splitlines():
-        for index, mark in _PHASE_MARKS:
-            if index > reached and mark.search(line):
-                reached = index
-    return START_PHASES[reached]
-
-
-_READY_MARK = b"Application startup complete"  # uvicorn's line once the API server is up
-_VLLM_PREFIX = re.compile(
-    r"^\(([^)]*?)(?: pid=\d+)?\)\s+[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s*"
-)
-
-
-def _last_line(path: Path, max_bytes: int = 4096) -> str:
-    """The server log's last vLLM log message, as ``Process: message`` without colours
-    (the last non-empty line when there is none: a traceback, a warning's source line)."""
-    text = tail(path, lines=max_bytes, max_bytes=max_bytes)
-    lines = [_ANSI.sub("", x).strip() for x in text.splitlines()]
-    lines = [x for x in lines if x and not x.startswith("# argv")]
-    for line in reversed(lines):
-        m = _VLLM_PREFIX.match(line)
-        if m and line[m.end() :].strip():
-            return f"{m.group(1)}: {line[m.end() :].strip()}"
-    return lines[-1] if lines else ""
 
 
 class RunWatcher:
@@ -380,7 +326,7 @@ class RunWatcher:
             chunk = fh.read()
             cut = chunk.rfind(b"\n") + 1  # whole lines only
             if cut:
-                if _READY_MARK in chunk[:cut]:
+                if READY_MARK in chunk[:cut]:
                     self._ready.add(lid)
                 new = start_phase(chunk[:cut].decode(errors="replace"))
                 if START_PHASES.index(new) > START_PHASES.index(phase):
@@ -404,7 +350,7 @@ class RunWatcher:
             phase = self._phase_of(lid, log)
             if lid in self._ready:  # up, waiting for the block's other servers (one GPU)
                 continue
-            out.append(ServerStart(lid, now - since, _last_line(log), phase))
+            out.append(ServerStart(lid, now - since, last_message(log), phase))
         return tuple(out)
 
 

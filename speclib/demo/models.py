@@ -52,10 +52,9 @@ from speclib.demo.synthetic import (
     PRESETS,
     SYNTHETIC_VERSION,
     SyntheticRecipe,
-    build_synthetic_draft,
-    build_synthetic_target,
     parse_synthetic_ref,
 )
+from speclib.demo.synthetic_build import build_synthetic_draft, build_synthetic_target
 from speclib.demo.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,

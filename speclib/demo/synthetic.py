@@ -20,20 +20,24 @@ acceptance length is ``1 + a + … + a ** k``. The pair's folder declares it
 the kit's measured acceptance can be checked against a truth.
 
 The maps are drawn by numpy from the recipe's seed (the same on every machine), the
-weights by torch where the pair is built (on the GPU when there is one). The tokenizer is
+weights by torch where the pair is built (on the GPU when there is one;
+:mod:`speclib.demo.synthetic_build` writes the model folders). The tokenizer is
 word-level (``w0`` … ``wN``, split on spaces) with a chat template that joins the messages'
 contents, so a prompt's last word picks where the answer starts in the cycle;
 :func:`synthetic_prompts` makes prompts whose answers n-gram lookup can copy (``echo``) and
 prompts it cannot (``fresh``). ``speclib build-demo --synthetic qwen3-4b`` builds a pair;
 params name its models ``demo:qwen3-4b/target`` and ``demo:qwen3-4b/draft@0.7``.
+
+This module is what the pair *is* and what it must give, in numpy alone: its shapes, its
+maps, its declared and exact acceptance, its declaration and its prompts. Writing its
+weights, config and tokenizer (torch, transformers) is :mod:`speclib.demo.synthetic_build`.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +45,12 @@ import numpy as np
 
 __all__ = [
     "DECLARATION_FILE",
+    "FIRST_WORD",
     "PRESETS",
     "SYNTHETIC_VERSION",
     "PairShape",
     "QwenShape",
     "SyntheticRecipe",
-    "build_synthetic_draft",
-    "build_synthetic_target",
     "chain_maps",
     "declared_acceptance",
     "expected_acceptance",
@@ -58,12 +61,7 @@ __all__ = [
 
 DECLARATION_FILE = "speclib-synthetic.json"
 SYNTHETIC_VERSION = 2  # bump when the maps or the weights' construction change
-UNK, EOS = "<unk>", "<|endoftext|>"
 FIRST_WORD = 2  # ids 0 and 1 are UNK and EOS; words follow
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if not loop.first %} {% endif %}"
-    "{{ message['content'] }}{% endfor %}"
-)
 
 
 @dataclass(frozen=True)
@@ -218,12 +216,6 @@ def expected_acceptance(
     }
 
 
-def _realised_agreement(recipe: SyntheticRecipe) -> float:
-    target_next, draft_next = chain_maps(recipe)
-    words = target_next >= 0
-    return float(np.mean(target_next[words] == draft_next[words]))
-
-
 def read_declaration(folder: str | Path) -> dict[str, Any] | None:
     """The declaration of a synthetic draft folder (None for any other model folder)."""
     path = Path(folder) / DECLARATION_FILE
@@ -276,158 +268,3 @@ def synthetic_prompts(
 def _row(pid: str, category: str, ids: list[int]) -> dict[str, Any]:
     text = " ".join(f"w{i - FIRST_WORD}" for i in ids)
     return {"id": pid, "category": category, "messages": [{"role": "user", "content": text}]}
-
-
-# --- the model folders ---------------------------------------------------------------------
-def _torch_dtype(name: str) -> Any:
-    import torch
-
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
-
-
-def _save_tokenizer(recipe: SyntheticRecipe, folder: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {UNK: 0, EOS: 1, **{f"w{i}": FIRST_WORD + i for i in range(recipe.shape.words)}}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens([UNK, EOS])
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token=UNK,
-        eos_token=EOS,
-        pad_token=EOS,
-        model_max_length=recipe.max_position_embeddings,
-        clean_up_tokenization_spaces=False,
-    )
-    hf.chat_template = CHAT_TEMPLATE
-    hf.save_pretrained(folder)
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["chat_template"] = CHAT_TEMPLATE
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-
-def _save_config(recipe: SyntheticRecipe, shape: QwenShape, folder: Path) -> None:
-    from transformers import Qwen3Config
-
-    config = Qwen3Config(
-        vocab_size=recipe.shape.vocab_size,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        head_dim=shape.head_dim,
-        max_position_embeddings=recipe.max_position_embeddings,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,  # the head is not the embedding: it maps to the next word
-        eos_token_id=1,
-        pad_token_id=1,
-        bos_token_id=None,
-    )
-    config.architectures = ["Qwen3ForCausalLM"]
-    config.save_pretrained(folder)
-    path = folder / "config.json"
-    data = json.loads(path.read_text())
-    data["torch_dtype"] = data["dtype"] = recipe.dtype  # transformers 4 reads one, 5 the other
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    (folder / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": 1, "pad_token_id": 1, "do_sample": False}, indent=2) + "\n"
-    )
-
-
-def _weights(shape: QwenShape, next_map: np.ndarray, *, seed: int, device: str) -> dict:
-    """The chain weights: random unit embeddings, zero output projections, and a head whose
-    row ``j`` sums the embeddings of the words that point to ``j``."""
-    import torch
-
-    gen = torch.Generator(device=device).manual_seed(seed)
-    vocab, h = len(next_map), shape.hidden
-
-    def randn(*size: int, std: float = 0.02) -> torch.Tensor:
-        return torch.randn(*size, generator=gen, device=device) * std
-
-    embed = torch.randn(vocab, h, generator=gen, device=device)
-    embed /= embed.norm(dim=1, keepdim=True)
-    words = torch.from_numpy(np.flatnonzero(next_map >= 0)).to(device)
-    head = torch.zeros(vocab, h, device=device)
-    head.index_add_(0, torch.from_numpy(next_map).to(device)[words], embed[words])
-    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    out = {"model.embed_tokens.weight": embed, "lm_head.weight": head}
-    out["model.norm.weight"] = torch.ones(h, device=device)
-    for i in range(shape.layers):
-        p = f"model.layers.{i}."
-        out[p + "self_attn.q_proj.weight"] = randn(q, h)
-        out[p + "self_attn.k_proj.weight"] = randn(kv, h)
-        out[p + "self_attn.v_proj.weight"] = randn(kv, h)
-        out[p + "self_attn.o_proj.weight"] = torch.zeros(h, q, device=device)
-        out[p + "self_attn.q_norm.weight"] = torch.ones(shape.head_dim, device=device)
-        out[p + "self_attn.k_norm.weight"] = torch.ones(shape.head_dim, device=device)
-        out[p + "mlp.gate_proj.weight"] = randn(shape.intermediate, h)
-        out[p + "mlp.up_proj.weight"] = randn(shape.intermediate, h)
-        out[p + "mlp.down_proj.weight"] = torch.zeros(h, shape.intermediate, device=device)
-        out[p + "input_layernorm.weight"] = torch.ones(h, device=device)
-        out[p + "post_attention_layernorm.weight"] = torch.ones(h, device=device)
-    return out
-
-
-def _write_model(
-    recipe: SyntheticRecipe, shape: QwenShape, next_map: np.ndarray, folder: Path, seed: int
-) -> None:
-    import torch
-    from safetensors.torch import save_file
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    folder.mkdir(parents=True, exist_ok=True)
-    dtype = _torch_dtype(recipe.dtype)
-    tensors = _weights(shape, next_map, seed=seed, device=device)
-    save_file(
-        {k: v.to(dtype).contiguous().cpu() for k, v in tensors.items()},
-        str(folder / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
-    del tensors
-    _save_config(recipe, shape, folder)
-    _save_tokenizer(recipe, folder)
-
-
-def _info(recipe: SyntheticRecipe, role: str, started: float) -> dict[str, Any]:
-    return {
-        "builder": "speclib.demo.synthetic",
-        "builder_version": SYNTHETIC_VERSION,
-        "role": role,
-        "recipe": asdict(recipe),
-        "shape": asdict(recipe.shape.target if role == "target" else recipe.shape.draft),
-        "build_s": round(time.perf_counter() - started, 2),
-    }
-
-
-def build_synthetic_target(recipe: SyntheticRecipe, folder: Path, *, log: Callable) -> None:
-    """Write the target of ``recipe``'s pair into the empty ``folder``."""
-    started = time.perf_counter()
-    target_next, _ = chain_maps(recipe)
-    _write_model(recipe, recipe.shape.target, target_next, folder, seed=recipe.seed * 2 + 1)
-    info = _info(recipe, "target", started)
-    (folder / DECLARATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    log(f"synthetic {recipe.preset} target built in {info['build_s']:.1f} s")
-
-
-def build_synthetic_draft(recipe: SyntheticRecipe, folder: Path, *, log: Callable) -> None:
-    """Write the draft of ``recipe``'s pair (agreement ``recipe.agreement``) into ``folder``,
-    with the acceptance it declares for k = 1 … 8."""
-    started = time.perf_counter()
-    _, draft_next = chain_maps(recipe)
-    _write_model(recipe, recipe.shape.draft, draft_next, folder, seed=recipe.seed * 2 + 2)
-    realised = _realised_agreement(recipe)
-    info = _info(recipe, "draft", started)
-    info["agreement_realised"] = realised
-    info["declared"] = {str(k): declared_acceptance(realised, k) for k in range(1, 9)}
-    info["declared_for"] = (
-        "greedy decoding (temperature 0) with method draft_model and this folder's target "
-        "(demo:<preset>/target of the same seed); position i of k is accepted with "
-        "probability agreement ** i"
-    )
-    (folder / DECLARATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    log(f"synthetic {recipe.preset} draft (agreement {realised:.4f}) built in {info['build_s']} s")

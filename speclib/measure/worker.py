@@ -1,11 +1,12 @@
-"""The load generator in its own small process: the client worker.
+"""The load generator in its own small process: the client worker, the caller's side.
 
 Measured on a busy 2-core machine: the client, run inside the Jupyter kernel next to the
 kit's sampler threads and ipykernel's own, was not scheduled in time and read whole streams
 late (every chunk of a stream in one network read). So the kit runs
-:func:`~speclib.measure.schedule.run_requests_sync` in ``python -m speclib.measure.worker``,
-a process that does nothing else: its event loop shares the GIL with no one, and the
-loop-lag probe (:class:`~speclib.measure.outcome.LagProbe`) measures that loop.
+:func:`~speclib.measure.schedule.run_requests_sync` in the client worker,
+``python -m speclib.measure.worker_process``, a process that does nothing else: its event
+loop shares the GIL with no one, and the loop-lag probe
+(:class:`~speclib.measure.outcome.LagProbe`) measures that loop.
 
 :class:`ClientWorker` is the caller's side: ``run(**kwargs, sink=..., progress=...)`` takes
 the keyword arguments of :func:`~speclib.measure.schedule.run_requests_sync` and calls
@@ -20,23 +21,10 @@ misbehaves inside Jupyter kernels) in the caller's session and process group: ne
 session leader, so it shares the kit's scheduler autogroup, where the servers' niceness
 ranks them below the client (:mod:`speclib.serve.priority`). A terminal's Ctrl-C reaches it
 too and is ignored there: the caller decides (it kills the worker, whose requests are then
-dropped like cancelled ones, and re-raises). It never outlives the caller: it exits when
-its stdin reaches end of file (the caller closed it, or died, even by SIGKILL) or when its
-parent changes (the caller died while a forked child kept a copy of the pipe).
+dropped like cancelled ones, and re-raises). It never outlives the caller.
 
-Protocol: length-prefixed pickles (8-byte big-endian length, then the pickle) over the
-worker's stdin and stdout; both ends are this module, on private pipes. To the worker:
-``("job", kwargs, want_progress)`` and ``("stop", reason)`` (the caller's sink failed: the
-worker's sink then fails too, so the run stops sending as it would in process). From the
-worker: ``("ready", pid)`` once; then per job ``("started",)`` before the first request
-goes out (a worker that dies before it is replaced and the job retried: nothing was sent),
-``("record", record)`` for each record, ``("progress", n)`` when asked, and a final
-``("outcome", RunOutcome)`` or ``("error", type name, message, traceback text)``. The API
-key travels inside the job, never on a command line or in a file. The worker's own stdout
-is redirected to its stderr (the caller's), so a stray print cannot corrupt the protocol.
-
-Both ends live here, like :mod:`speclib.serve.supervisor`'s. Import-light: no vLLM, no
-torch, no pandas.
+The worker's side, the protocol between the two and its framing are in
+:mod:`speclib.measure.worker_process`. Import-light: no vLLM, no torch, no pandas.
 """
 
 from __future__ import annotations
@@ -44,16 +32,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import pickle
-import queue
-import select
-import signal
-import struct
 import subprocess
 import sys
 import threading
 import time
-import traceback
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +43,7 @@ from typing import Any
 
 from speclib.measure.outcome import Progress, RunOutcome, Sink
 from speclib.measure.schedule import run_requests_sync
+from speclib.measure.worker_process import Frames, frame
 
 __all__ = [
     "ClientWorker",
@@ -68,14 +51,10 @@ __all__ = [
     "ClientWorkerGoneError",
     "ClientWorkerStartError",
     "close_shared_worker",
-    "main",
     "run_requests_isolated",
     "shared_worker",
 ]
 
-_HEADER = struct.Struct(">Q")
-_READ_SIZE = 1 << 16
-_POLL_S = 0.5  # how often the worker checks that its parent is still the caller
 _START_TIMEOUT_S = 60.0  # python start-up and `import speclib.measure` on a busy machine
 _CLOSE_WAIT_S = 5.0
 _RETRY_START_S = 300.0  # after a failed start, run in process this long before trying again
@@ -97,45 +76,6 @@ class ClientWorkerStartError(ClientWorkerError):
 
 class ClientWorkerGoneError(ClientWorkerError):
     """The client worker had exited before it got the job: nothing of the run happened."""
-
-
-# --- framing (both ends) ----------------------------------------------------------------
-
-
-def _frame(message: Any) -> bytes:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(len(data)) + data
-
-
-class _Frames:
-    """Length-prefixed pickles read from a file descriptor (unbuffered: nothing is lost
-    to a buffer that ``select`` cannot see)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._buf = bytearray()
-
-    def read(self, deadline: float | None = None) -> Any:
-        """The next message; ``EOFError`` at end of file, ``TimeoutError`` past
-        ``deadline`` (``time.monotonic()``; a partial message stays buffered)."""
-        self._fill(_HEADER.size, deadline)
-        (size,) = _HEADER.unpack_from(self._buf)
-        end = _HEADER.size + size
-        self._fill(end, deadline)
-        data = bytes(self._buf[_HEADER.size : end])
-        del self._buf[:end]
-        return pickle.loads(data)
-
-    def _fill(self, n: int, deadline: float | None) -> None:
-        while len(self._buf) < n:
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                    raise TimeoutError
-            chunk = os.read(self.fd, max(_READ_SIZE, n - len(self._buf)))
-            if not chunk:
-                raise EOFError
-            self._buf += chunk
 
 
 # --- the caller's side ------------------------------------------------------------------
@@ -160,7 +100,7 @@ class ClientWorker:
         self.owner_pid = os.getpid()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "speclib.measure.worker"],
+                [sys.executable, "-m", "speclib.measure.worker_process"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=_worker_env(),
@@ -169,7 +109,7 @@ class ClientWorker:
         except OSError as exc:
             raise ClientWorkerStartError(f"could not start the client worker: {exc}") from exc
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._frames = _Frames(self._proc.stdout.fileno())
+        self._frames = Frames(self._proc.stdout.fileno())
         try:
             hello = self._frames.read(time.monotonic() + start_timeout_s)
         except Exception as exc:  # EOFError, TimeoutError, or not our protocol at all
@@ -219,7 +159,7 @@ class ClientWorker:
                     f"with code {self._proc.returncode}"
                 )
             try:
-                job = _frame(("job", kwargs, progress is not None))
+                job = frame(("job", kwargs, progress is not None))
             except Exception as exc:  # pickle raises PicklingError, AttributeError, TypeError
                 raise TypeError(
                     f"the run's arguments cannot be sent to the client worker: {exc}"
@@ -259,10 +199,10 @@ class ClientWorker:
                 if pipe is not None:
                     pipe.close()
 
-    def _write(self, frame: bytes) -> None:
+    def _write(self, data: bytes) -> None:
         assert self._proc.stdin is not None
         try:
-            self._proc.stdin.write(frame)
+            self._proc.stdin.write(data)
             self._proc.stdin.flush()
         except (BrokenPipeError, ValueError) as exc:  # ValueError: the pipe was closed
             raise ClientWorkerGoneError(
@@ -299,7 +239,7 @@ class ClientWorker:
                 except Exception as exc:
                     sink_error = exc
                     with contextlib.suppress(ClientWorkerGoneError):  # then EOF comes next
-                        self._write(_frame(("stop", f"{type(exc).__name__}: {exc}")))
+                        self._write(frame(("stop", f"{type(exc).__name__}: {exc}")))
             elif kind == "progress" and progress is not None:
                 progress = _report_progress(progress, message[1])
             elif kind == "outcome":
@@ -429,107 +369,3 @@ def _discard_shared(worker: ClientWorker) -> None:
         if _shared is worker:
             _shared = None
     worker.close(timeout_s=1.0)
-
-
-# --- the worker's side --------------------------------------------------------------------
-
-
-class _Outbox:
-    """Messages to the caller, written by one thread: neither the event loop nor the sink
-    thread ever waits for the pipe. A closed pipe (the caller died) ends the worker."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="speclib-outbox", daemon=True)
-        self._thread.start()
-
-    def put(self, message: Any) -> None:
-        """Queue ``message`` (never blocks)."""
-        self._queue.put(message)
-
-    def flush(self) -> None:
-        """Wait until everything queued so far was written."""
-        done = threading.Event()
-        self._queue.put(done)
-        done.wait()
-
-    def _run(self) -> None:
-        while True:
-            message = self._queue.get()
-            if isinstance(message, threading.Event):
-                message.set()
-                continue
-            data = memoryview(_frame(message))
-            try:
-                while data:
-                    data = data[os.write(self._fd, data) :]
-            except OSError:  # BrokenPipeError: no one is listening any more
-                os._exit(0)
-
-
-class _Inbox:
-    """Reads the caller's messages on its own thread: jobs are queued for the main thread,
-    a ``stop`` marks the current job; end of file or a new parent ends the worker."""
-
-    def __init__(self, fd: int) -> None:
-        self.jobs: queue.SimpleQueue[tuple[dict[str, Any], bool]] = queue.SimpleQueue()
-        self.stop_reason: str | None = None
-        self._frames = _Frames(fd)
-        self._parent = os.getppid()
-        threading.Thread(target=self._run, name="speclib-inbox", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            try:
-                message = self._frames.read(time.monotonic() + _POLL_S)
-            except TimeoutError:
-                if os.getppid() != self._parent:
-                    os._exit(0)  # the caller died; a forked child of it holds the pipe
-                continue
-            except (EOFError, OSError):
-                os._exit(0)  # the caller closed the pipe, or died
-            if message[0] == "job":
-                self.jobs.put((message[1], message[2]))
-            elif message[0] == "stop":
-                self.stop_reason = message[1]
-
-
-def _run_job(kwargs: dict[str, Any], want_progress: bool, inbox: _Inbox, out: _Outbox) -> None:
-    inbox.stop_reason = None
-
-    def sink(rec: Any) -> None:
-        if inbox.stop_reason is not None:
-            raise RuntimeError(f"the caller's sink failed: {inbox.stop_reason}")
-        out.put(("record", rec))
-
-    def progress(n: int) -> None:
-        out.put(("progress", n))
-
-    out.put(("started",))
-    out.flush()  # the caller knows before any request goes out: a death before is retried
-    try:
-        outcome = run_requests_sync(
-            **kwargs, sink=sink, progress=progress if want_progress else None
-        )
-    except BaseException as exc:
-        out.put(("error", type(exc).__name__, str(exc), traceback.format_exc()))
-    else:
-        out.put(("outcome", replace(outcome, client_process="worker")))
-    out.flush()
-
-
-def main() -> None:
-    """The worker: report ready, then run jobs one after another until stdin closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides what an interrupt does
-    out = _Outbox(os.dup(1))
-    os.dup2(2, 1)  # a stray print goes to stderr, never into the protocol
-    inbox = _Inbox(0)
-    out.put(("ready", os.getpid()))
-    while True:
-        kwargs, want_progress = inbox.jobs.get()
-        _run_job(kwargs, want_progress, inbox, out)
-
-
-if __name__ == "__main__":
-    main()

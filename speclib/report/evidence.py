@@ -8,7 +8,8 @@ memory) and numbers their captions. A figure that would repeat another is left o
 per chunk when the ``/metrics`` counters give the accepted-drafts histogram (a chunk carries
 the accepted drafts plus one), the timeline when no two requests of a launch overlapped
 (at concurrency 1 it shows only the send order, which the drift figure shows with TPOT).
-Drawing is in :mod:`speclib.report.request_figures` and :mod:`speclib.report.spec_figures`.
+Drawing is in :mod:`speclib.report.request_figures`, :mod:`speclib.report.stream_figures`
+and :mod:`speclib.report.spec_figures`.
 """
 
 from __future__ import annotations
@@ -25,20 +26,19 @@ from speclib.analysis.spec.acceptance import sum_counters
 from speclib.core.rundir import RunDir
 from speclib.core.scores import read_scores
 from speclib.report.figure_base import FigureWithCaption, series_palette
-from speclib.report.request_figures import (
-    plot_drift,
-    plot_latency_ecdf,
-    plot_paired_ratio,
-    plot_timeline,
-    plot_tokens_per_chunk,
-    requests_overlap,
-)
+from speclib.report.request_figures import plot_latency_ecdf, plot_paired_ratio
 from speclib.report.spec_figures import (
     plot_acceptance,
     plot_acceptance_vs_speedup,
     plot_memory,
     plot_output_logprob,
     plot_speedup_vs_load,
+)
+from speclib.report.stream_figures import (
+    plot_drift,
+    plot_timeline,
+    plot_tokens_per_chunk,
+    requests_overlap,
 )
 from speclib.report.sweep_figures import sweep_figure
 

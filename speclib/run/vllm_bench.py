@@ -35,7 +35,7 @@ from typing import Any
 
 from speclib.analysis.health.bench_result import BenchCheckError, BenchResult, load_bench_result
 from speclib.core.httpapi import server_root
-from speclib.serve.process import tail
+from speclib.serve.logtail import tail
 from speclib.serve.supervisor import start_supervised, stop_supervised
 
 __all__ = [

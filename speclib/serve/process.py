@@ -6,7 +6,8 @@ kit that starts it in its own process group (in the kit's session, see
 and kills its whole tree when the kit stops it *or dies*, even by SIGKILL: no engine
 process outlives the kit. It counts as ready only when ``/health`` answers 200 *and* a
 one-token chat completion succeeds. If the process dies first, :class:`ServerStartError` is
-raised at once with the exit code and the tail of its log. Stopping kills the whole process
+raised at once with the exit code and the tail of its log
+(:mod:`speclib.serve.logtail`). Stopping kills the whole process
 group (and any descendant that left it); a pidfile (:mod:`speclib.serve.pidfile`) lets the
 next run reap a server left behind should the supervisor itself be SIGKILLed. The module
 never runs the ``vllm`` console script (broken in the CPU wheel): it runs
@@ -20,7 +21,6 @@ import atexit
 import contextlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.httpapi import http_ok
-from speclib.core.logtext import message, plain
+from speclib.serve.logtail import root_cause, tail
 from speclib.serve.pidfile import reap_pidfile, write_pidfile
 from speclib.serve.priority import place
 from speclib.serve.supervisor import (
@@ -53,10 +53,10 @@ __all__ = [
     "port_is_free",
     "reap_pidfile",  # defined in speclib.serve.pidfile
     "redact_argv",
-    "root_cause",
+    "root_cause",  # defined in speclib.serve.logtail
     "running",
     "stop_all",
-    "tail",
+    "tail",  # defined in speclib.serve.logtail
 ]
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
@@ -209,36 +209,6 @@ def free_port(host: str = "127.0.0.1") -> int:
                 _HANDED_OUT.add(port)
                 return port
     raise OSError(f"no fresh ephemeral port on {host} after 100 tries")
-
-
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit)(?::\s*\S.*)?$")
-_ARGPARSE = re.compile(r"^[\w./ -]+: error: \S.*$")  # "api_server.py: error: unrecognized …"
-
-
-def tail(path: Path, *, lines: int = 40, max_bytes: int = 64_000) -> str:
-    """The last ``lines`` lines of a log file without terminal colour codes (empty string
-    when it does not exist), so no file the kit writes from a log holds ANSI escapes."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(plain(x) for x in data.splitlines()[-lines:])
-
-
-def root_cause(log_text: str) -> str | None:
-    """The last exception line of a server log (``AssertionError: Synthetic acceptance not
-    supported …``), or argparse's ``prog: error: unrecognized arguments: …``, without
-    vLLM's log prefix: the cause of a crash, not vLLM's pointer
-    line ("See stack trace above for the root cause"). None when the log names none."""
-    for line in reversed(log_text.splitlines()):
-        text = message(line)
-        if _EXCEPTION.match(text) or _ARGPARSE.match(text):
-            return text
-    return None
 
 
 @dataclass

@@ -577,7 +577,7 @@ def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) ->
         read_crosschecks,
     )
     from speclib.core.rundir import RunDir
-    from speclib.report.method import crosscheck_html
+    from speclib.report.measurement_tables import crosscheck_html
 
     bench = parse_bench_result(RESULT)  # median TPOT 10.0 ms
     near = compare_with_kit(bench, [record(f"p{i}", 0.03, 0.0101) for i in range(3)])

@@ -1,7 +1,7 @@
 """The client worker: the load generator in its own process, against the stand-in server.
 
-Real processes throughout: the worker is ``python -m speclib.measure.worker``, the server
-the scripted stand-in (:mod:`tests.fakeserver`), and "the caller died" is a real
+Real processes throughout: the worker is ``python -m speclib.measure.worker_process``, the
+server the scripted stand-in (:mod:`tests.fakeserver`), and "the caller died" is a real
 ``python -c`` parent killed with SIGKILL.
 """
 

@@ -3,7 +3,8 @@
 Each test builds a small synthetic frame shaped like a real run (interleaved arms in slots,
 concurrency 1, late reads with a TPOT of 0, memory at 2.7–3.0 GiB, an A/A arm without
 drafts) and checks the drawn figure itself: its lines, points, legends, limits and caption.
-Covers speclib.report.request_figures, .spec_figures, .evidence and speclib.analysis.health.drift.
+Covers speclib.report.request_figures, .stream_figures, .spec_figures, .evidence and
+speclib.analysis.health.drift.
 """
 
 from __future__ import annotations
@@ -23,20 +24,19 @@ from speclib.analysis.health.drift import drift_sentence, drift_table
 from speclib.core.prometheus import SpecCounters
 from speclib.report.evidence import chunk_figures, timeline_figures
 from speclib.report.figure_base import FigureWithCaption
-from speclib.report.request_figures import (
-    plot_drift,
-    plot_latency_ecdf,
-    plot_paired_ratio,
-    plot_timeline,
-    plot_tokens_per_chunk,
-    requests_overlap,
-)
+from speclib.report.request_figures import plot_latency_ecdf, plot_paired_ratio
 from speclib.report.spec_figures import (
     plot_acceptance,
     plot_acceptance_vs_speedup,
     plot_memory,
     plot_output_logprob,
     plot_speedup_vs_load,
+)
+from speclib.report.stream_figures import (
+    plot_drift,
+    plot_timeline,
+    plot_tokens_per_chunk,
+    requests_overlap,
 )
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,6 @@
 """Unit tests of the report figures: each figure renders from a small synthetic frame.
 
-Covers speclib.report.figure_base, .request_figures and .spec_figures.
+Covers speclib.report.figure_base, .request_figures, .stream_figures and .spec_figures.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from speclib.report.request_figures import (
     paired_prompt_ratios,
     plot_latency_ecdf,
     plot_paired_ratio,
-    plot_timeline,
-    plot_tokens_per_chunk,
 )
 from speclib.report.spec_figures import (
     plot_acceptance,
@@ -27,6 +25,7 @@ from speclib.report.spec_figures import (
     plot_memory,
     plot_speedup_vs_load,
 )
+from speclib.report.stream_figures import plot_timeline, plot_tokens_per_chunk
 
 pytestmark = pytest.mark.unit
 

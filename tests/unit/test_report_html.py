@@ -176,7 +176,7 @@ def test_export_hides_code_and_notebook_only_cells(tmp_path: Path) -> None:
 
 
 def test_series_table_has_labels_with_units() -> None:
-    from speclib.report.method import series_html
+    from speclib.report.measurement_tables import series_html
 
     series = pd.DataFrame(
         [{"series": "control", "role": "control", "median_tpot_s": 0.0123, "peak_rss_bytes": None,

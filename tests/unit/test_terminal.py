@@ -63,7 +63,10 @@ def _fake_params(tmp: Path, n_prompts: int = 10, *, aa: bool = False) -> Path:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "FAKE_VLLM_STEP_S": "0.05", "PYTHONUNBUFFERED": "1", **extra}
+    # a width exported by the caller's shell (or set by pytest-xdist's workers: 80 x 24) is
+    # not the one these tests mean; a test that wants one passes it in ``extra``
+    inherited = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return {**inherited, "FAKE_VLLM_STEP_S": "0.05", "PYTHONUNBUFFERED": "1", **extra}
 
 
 def _speclib(args: list[str], *, cwd: Path = REPO, **extra: str) -> subprocess.CompletedProcess:
@@ -321,7 +324,7 @@ def describe_line(state) -> str:
 
 
 def test_start_phases_follow_a_real_vllm_start_log():
-    from speclib.app.progress import START_PHASES, start_phase
+    from speclib.app.server_log import START_PHASES, start_phase
 
     assert start_phase("") == "starting Python"
     assert start_phase("  warnings.warn(\n# speclib launch") == "starting Python"
@@ -550,7 +553,7 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
     ],
 )  # fmt: skip
 def test_short_reason_is_one_phrase(over, reason):
-    from speclib.app.verdicts import REASON_WIDTH, short_reason
+    from speclib.app.verdict_cells import REASON_WIDTH, short_reason
 
     text = short_reason(_comparison("spec", **over))
     assert reason in text and len(text) <= REASON_WIDTH
@@ -560,7 +563,8 @@ def test_verdict_json_and_a_summary_without_comparisons(tmp_path):
     import io
 
     from speclib.app.runner import RunResult
-    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
+    from speclib.app.verdict_lines import failed_line
+    from speclib.app.verdicts import outcome_json, print_verdicts
 
     row = _comparison("draft-k4")
     summary = tmp_path / "summary.json"
@@ -582,7 +586,7 @@ def test_plain_lines_never_exceed_160_characters():
     import io
 
     from speclib.app.terminal import Display
-    from speclib.app.verdicts import MAX_LINE
+    from speclib.app.verdict_cells import MAX_LINE
 
     out = io.StringIO()
     display = Display("/nonexistent", stream=out)
