@@ -12,5 +12,4 @@ fi
 .venv/bin/ruff check speclib tests scripts
 .venv/bin/ruff format --check speclib tests scripts
 .venv/bin/lint-imports
-# two workers: the real-vLLM tests on one, the rest on the other (tests/conftest.py)
-.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+.venv/bin/python -m pytest "$@"

@@ -1,11 +1,6 @@
 """Shared fixtures. Real vLLM launches are shared across tests through session fixtures:
 one real CPU-demo run (control, draft_model, ngram) serves every test that needs a real
-run folder, so CI starts each server once.
-
-The README's test command runs two pytest-xdist workers (``-n 2 --dist loadgroup``): every
-test that starts real vLLM (or uses a fixture that does) is in one group, so its session
-fixtures are built once and its servers never compete with each other for the 2 cores;
-every other test runs on the second worker."""
+run folder, so CI starts each server once."""
 
 from __future__ import annotations
 
@@ -24,22 +19,6 @@ REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 
 __all__ = ["ARTIFACTS", "REPO", "run_kit", "vllm_server_pids", "write_params"]
-
-
-REAL_VLLM_GROUP = "real-vllm"
-_REAL_FIXTURES = frozenset({"demo_run", "sampled_run"})
-_REAL_MARKS = frozenset({"integration", "e2e", "browser"})
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put each test in its xdist group: real vLLM (one worker) or the rest (the other)."""
-    for item in items:
-        real = (
-            "integration" in item.path.parts
-            or _REAL_FIXTURES & set(getattr(item, "fixturenames", ()))
-            or any(item.get_closest_marker(m) for m in _REAL_MARKS)
-        )
-        item.add_marker(pytest.mark.xdist_group(REAL_VLLM_GROUP if real else "no-vllm"))
 
 
 def write_params(src: Path, dst: Path, **overrides: dict) -> Path:
@@ -86,7 +65,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # 2 blocks (the demo runs 4): the tests check the machinery, not the verdict's power
         workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1, "replicates": 2},
         protocol={"crosscheck_vllm_bench": True},  # on in the tests, off in the demo
-        # four CPU servers start at once while the other xdist worker runs: 2 cores shared
+        # four CPU servers start at once on 2 cores: room for a busy machine
         server={"start_timeout_s": 600},
     )
     out = tmp / "run"

@@ -63,7 +63,7 @@ def _fake_params(tmp: Path, n_prompts: int = 10, *, aa: bool = False) -> Path:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    # a width exported by the caller's shell (or set by pytest-xdist's workers: 80 x 24) is
+    # a width exported by the caller's shell (pytest-xdist sets 80 x 24) is
     # not the one these tests mean; a test that wants one passes it in ``extra``
     inherited = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     return {**inherited, "FAKE_VLLM_STEP_S": "0.05", "PYTHONUNBUFFERED": "1", **extra}
