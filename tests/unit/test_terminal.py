@@ -136,7 +136,8 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
     """One run with stdout and stderr on pipes (no terminal), shared by the analyze tests."""
     tmp = tmp_path_factory.mktemp("plain")
     params = _fake_params(tmp, aa=True)
-    proc = _speclib(["run", str(params), "--out", str(tmp / "run")])
+    # no live display to watch here: a short token step keeps the run short
+    proc = _speclib(["run", str(params), "--out", str(tmp / "run")], FAKE_VLLM_STEP_S="0.01")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return tmp, proc
 
