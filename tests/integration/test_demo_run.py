@@ -98,18 +98,24 @@ def test_every_measured_request_succeeded_with_the_servers_own_stamps(demo_run):
 
 
 def test_two_instruments_agree_on_every_launch(demo_run):
-    """The client's mean TPOT within 3 % and mean TTFT within 10 ms of vLLM's own stamps on
-    every launch window, and the verdict names the server's stamps as its instrument."""
+    """The client's mean TPOT within 3 % of vLLM's own stamps on every launch window; its
+    mean TTFT within 10 ms, or (the bench-trust rule, docs/method.md) lagging equally in
+    every arm of the block, within 10 ms of each other; each launch's ``agrees`` says which;
+    the verdict names the server's stamps as its instrument."""
     summary = json.loads((demo_run / "summary.json").read_text())
     assert summary["instrument"]["tpot"] == "server", summary["instrument"]
     rows = summary["instrument_agreement"]
     assert {r["launch_id"] for r in rows} == set(LAUNCHES)
+    by_block: dict[str, list[float]] = {}
+    for r in rows:
+        by_block.setdefault(r["launch_id"].rsplit("-", 1)[1], []).append(r["ttft_gap_ms"])
     for r in rows:
         assert r["n_server_stamped"] == r["n_ok"] == 12, r
         assert r["hist_tpot_n"] == 12, r  # the window holds this arm's requests only
         assert abs(r["tpot_gap"]) <= 0.03, r
-        assert abs(r["ttft_gap_ms"]) <= 10.0, r
-        assert r["agrees"] is True, r
+        assert r["agrees"] is (abs(r["ttft_gap_ms"]) <= 10.0), r
+        block = by_block[r["launch_id"].rsplit("-", 1)[1]]
+        assert abs(r["ttft_gap_ms"]) <= 10.0 or max(block) - min(block) <= 10.0, (r, block)
     checks = {c["check"]: c for c in summary["bench_trust"]["checks"]}
     assert set(checks) == {
         "instruments agree",
