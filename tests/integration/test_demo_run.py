@@ -106,15 +106,15 @@ def test_two_instruments_agree_on_every_launch(demo_run):
     assert summary["instrument"]["tpot"] == "server", summary["instrument"]
     rows = summary["instrument_agreement"]
     assert {r["launch_id"] for r in rows} == set(LAUNCHES)
-    by_block: dict[str, list[float]] = {}
+    by_block: dict[tuple, list[float]] = {}  # the rule's unit: a block at one load level
     for r in rows:
-        by_block.setdefault(r["launch_id"].rsplit("-", 1)[1], []).append(r["ttft_gap_ms"])
+        by_block.setdefault((r["block"], r["level"]), []).append(r["ttft_gap_ms"])
     for r in rows:
         assert r["n_server_stamped"] == r["n_ok"] == 12, r
         assert r["hist_tpot_n"] == 12, r  # the window holds this arm's requests only
         assert abs(r["tpot_gap"]) <= 0.03, r
         assert r["agrees"] is (abs(r["ttft_gap_ms"]) <= 10.0), r
-        block = by_block[r["launch_id"].rsplit("-", 1)[1]]
+        block = by_block[r["block"], r["level"]]
         assert abs(r["ttft_gap_ms"]) <= 10.0 or max(block) - min(block) <= 10.0, (r, block)
     checks = {c["check"]: c for c in summary["bench_trust"]["checks"]}
     assert set(checks) == {

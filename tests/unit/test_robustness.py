@@ -202,7 +202,8 @@ def test_interrupt_stops_servers_and_keeps_records(tmp_path, sig):
 
 
 def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
-    params = _params(tmp_path, n_prompts=12)  # the control's launch: ~10 s at 0.05 s a token
+    n = 12  # prompts: the control's launch lasts ~10 s at 0.05 s a token
+    params = _params(tmp_path, n_prompts=n)
     data = yaml.safe_load(params.read_text())
     data["protocol"] = {"design": "sequential"}  # one launch per block
     params.write_text(yaml.safe_dump(data))
@@ -233,7 +234,7 @@ def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
     lines = [x for x in _lines(run) if x["phase"] == "measure"]
     for lid in ("control-r0", "spec-r0"):
         ids = [x["prompt_id"] for x in lines if x["launch_id"] == lid]
-        assert sorted(ids) == sorted(f"p{i}" for i in range(12)), lid
+        assert sorted(ids) == sorted(f"p{i}" for i in range(n)), lid
     assert (run / "requests.superseded.jsonl").exists()
     assert _wait_gone() == []
 
