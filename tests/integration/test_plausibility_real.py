@@ -29,7 +29,7 @@ from speclib.core.scores import OutputScore, ScoreItem, read_scores
 from speclib.run.launching import server_for
 from speclib.run.scoring import score_outputs, score_run
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(2400)]
 
 
 def run_params(run: Path) -> ExperimentParams:

@@ -22,7 +22,7 @@ import pytest
 from tests.browser import BrowserError, open_page
 from tests.conftest import ARTIFACTS
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.alone]
 
 WIDTH, HEIGHT = 1400, 1000  # the first screen the decider sees
 # A4 at 96 CSS px per inch, less the report's 12 mm print margins: the printed text width.

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 
 def test_sampling_check_is_run_gated_and_reported(sampled_run):

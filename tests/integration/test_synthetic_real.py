@@ -18,7 +18,7 @@ from speclib.core.records import read_records
 from speclib.demo.synthetic import FIRST_WORD, SyntheticRecipe, chain_maps
 from tests.conftest import REPO, run_kit, write_params
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.alone]
 
 
 @pytest.fixture(scope="session")

@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
 from speclib.core.records import read_records
+from tests.helpers import fake_servers
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
@@ -86,23 +86,11 @@ def _run(args: list[str], env: dict | None = None, timeout: float = 180):
     )
 
 
-def _fake_servers() -> list[int]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "fake_vllm.py --model" in cmd:
-            out.append(p.pid)
-    return out
-
-
 def _wait_gone(timeout: float = 15) -> list[int]:
+    """Pids of this worker's fake servers still alive after ``timeout`` (``[]``: all gone)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [
-            p
-            for p in _fake_servers()
-            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-        ]
+        alive = [p.pid for p in fake_servers()]
         if not alive:
             return []
         time.sleep(0.2)
@@ -187,7 +175,7 @@ def test_interrupt_stops_servers_and_keeps_records(tmp_path, sig):
     else:
         proc.kill()
         pytest.fail("the run never started sending requests")
-    assert _fake_servers(), "a server should be running now"
+    assert fake_servers(), "a server should be running now"
     if sig == signal.SIGINT:  # Ctrl-C in a terminal: the whole foreground group
         os.killpg(proc.pid, sig)
     else:  # a supervisor stopping the kit process only

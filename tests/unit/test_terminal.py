@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pexpect
-import psutil
 import pytest
 import yaml
 
 from speclib.app.progress import RunWatcher
+from tests.helpers import fake_servers
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
@@ -120,15 +120,6 @@ def _assert_end_output(text: str, run: Path, *, aa: bool = True) -> None:
         assert any(x.startswith("bench trust: ") for x in end)
     assert lines[-2:] == [f"report:  {run / 'report.html'}", f"summary: {run / 'summary.json'}"]
     assert set(lines[-3]) == {"="}  # the rule that closes the block, before the paths
-
-
-def _fake_servers() -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["cmdline", "status"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "fake_vllm.py --model" in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
-            out.append(p)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -288,9 +279,9 @@ def test_sigterm_mid_launch_ends_with_one_line_and_no_traceback(tmp_path, moment
         assert not status["ok"] and status["error"].startswith("KeyboardInterrupt")
     assert out == ""
     deadline = time.monotonic() + 15
-    while _fake_servers() and time.monotonic() < deadline:
+    while fake_servers() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _fake_servers(), "a server survived the interruption"
+    assert not fake_servers(), "a server survived the interruption"
 
 
 def _write(path: Path, data: object) -> None:
@@ -428,9 +419,9 @@ def test_ctrl_c_in_a_terminal_stops_cleanly(tmp_path):
     assert last.startswith("interrupted: servers stopped; kept "), last
     assert "control-r0: stopped by the interruption" in text
     deadline = time.monotonic() + 15
-    while _fake_servers() and time.monotonic() < deadline:
+    while fake_servers() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _fake_servers(), "a server survived the interruption"
+    assert not fake_servers(), "a server survived the interruption"
 
 
 _LONG = "x" * 300  # a reason paragraph: summary.json keeps it, the table does not
