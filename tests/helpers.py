@@ -7,7 +7,13 @@ import time
 
 import psutil
 
-__all__ = ["fake_servers", "process_gone", "servers_on_port", "vllm_server_pids"]
+__all__ = [
+    "fake_servers",
+    "fake_servers_left",
+    "process_gone",
+    "servers_on_port",
+    "vllm_server_pids",
+]
 
 _WORKER = "PYTEST_XDIST_WORKER"  # set by pytest-xdist in each worker and inherited by children
 
@@ -74,3 +80,14 @@ def fake_servers() -> list[psutil.Process]:
         except psutil.Error:
             continue
     return out
+
+
+def fake_servers_left(timeout_s: float = 15.0) -> list[int]:
+    """Pids of this worker's fake servers still alive after waiting up to ``timeout_s``
+    for them to exit (``[]``: all gone)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [p.pid for p in fake_servers()]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.2)

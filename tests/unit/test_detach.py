@@ -9,7 +9,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.unit.test_robustness import _params, _run, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import _params, _run
 
 
 def test_a_detached_run_returns_at_once_and_finishes_in_its_own_session(tmp_path: Path) -> None:
@@ -29,4 +30,4 @@ def test_a_detached_run_returns_at_once_and_finishes_in_its_own_session(tmp_path
     text = log.read_text()
     assert "summary:" in text and "block r0" in text, text[-2000:]
     assert (out / "summary.json").is_file() and (out / "report.html").is_file()
-    assert not _wait_gone()
+    assert not fake_servers_left()

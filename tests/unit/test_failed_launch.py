@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.unit.test_robustness import FAKE, _params, _run, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import FAKE, _params, _run
 
 REFUSING = """\
 import os, sys
@@ -37,7 +38,7 @@ def _refused_run(tmp: Path) -> Path:
     proc = _run(["run", str(path), "--out", str(tmp / "run")])
     assert proc.returncode == 1, proc.stderr[-3000:]  # a run with failed launches says so
     assert "failed launches (2): spec-r0, spec-r1" in proc.stderr
-    assert not _wait_gone()
+    assert not fake_servers_left()
     return tmp / "run"
 
 

@@ -16,7 +16,8 @@ import yaml
 
 from speclib.core.params import ParamsError, load_params
 from speclib.run.placement import GpuInfo, memory_plan, placements, start_after
-from tests.unit.test_robustness import _params, _run, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import _params, _run
 
 
 def _load(tmp: Path, *, series_gpus: dict[str, list[int]] | None = None, **server) -> object:
@@ -128,7 +129,7 @@ def test_servers_sharing_a_gpu_start_one_after_another(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     proc = _run(["run", str(path), "--out", str(tmp_path / "run")], env={"FAKE_VLLM_START_S": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     status = _statuses(tmp_path / "run")
     starts = sorted(
         (s["started_at"], s["started_at"] + s["server_ready_s"]) for s in status.values()
@@ -285,7 +286,7 @@ def test_with_a_fixed_kv_cache_a_later_block_starts_its_servers_together(
     env = {"FAKE_VLLM_START_S": "1", "SPECLIB_CACHE": str(tmp_path / "cache")}
     proc = _run(["run", str(path), "--out", str(tmp_path / "run")], env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     status = {}
     for f in (tmp_path / "run" / "launches").glob("*/status.json"):
         s = json.loads(f.read_text())

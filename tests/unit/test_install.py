@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.test_robustness import REPO, _params, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import REPO, _params
 
 pytestmark = pytest.mark.unit
 
@@ -61,4 +62,4 @@ def test_speclib_run_works_from_a_non_editable_install(installed: Path, tmp_path
     assert (out / "report.html").is_file()
     summary = json.loads((out / "summary.json").read_text())
     assert {c["experiment"] for c in summary["comparisons"]} == {"spec"}
-    assert _wait_gone() == []
+    assert fake_servers_left() == []

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.test_robustness import REPO, _params, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import REPO, _params
 
 
 def _run(params: Path, out: Path) -> subprocess.CompletedProcess:
@@ -44,7 +45,7 @@ def interleaved_run(tmp_path_factory) -> Path:
     out = tmp / "run"
     proc = _run(path, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     return out
 
 
@@ -158,7 +159,7 @@ def test_a_switch_of_arm_waits_for_the_previous_workers_busy_poll(tmp_path) -> N
     out = tmp_path / "run"
     proc = _run(path, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     rows = sorted(_measured(out), key=lambda r: r["t_start"])
     assert len({(r["slot"], r["series"]) for r in rows}) == 2 * 2  # 2 slots x 2 arms
     switches = 0

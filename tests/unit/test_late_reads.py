@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from speclib.core.records import read_late, read_records, server_tpot_s
-from tests.unit.test_robustness import REPO, _params, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import REPO, _params
 
 
 def _run(tmp: Path, *, late: bool) -> tuple[Path, subprocess.CompletedProcess]:
@@ -44,7 +45,7 @@ def _run(tmp: Path, *, late: bool) -> tuple[Path, subprocess.CompletedProcess]:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     return out, proc
 
 

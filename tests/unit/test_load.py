@@ -28,7 +28,8 @@ from speclib.analysis.load.goodput import (
 from speclib.analysis.load.recommend import Recommendation
 from speclib.analysis.load.schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.core.params import ParamsError, load_params
-from tests.unit.test_robustness import REPO, _params, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import REPO, _params
 from tests.unit.test_sweep import ngram_sweep
 
 # ------------------------------------------------------------------------- break-even
@@ -288,7 +289,7 @@ def load_run(tmp_path_factory) -> Path:
         capture_output=True, text=True, cwd=REPO, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     return out
 
 

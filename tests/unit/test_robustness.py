@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from speclib.core.records import read_records
-from tests.helpers import fake_servers
+from tests.helpers import fake_servers, fake_servers_left
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
@@ -86,17 +86,6 @@ def _run(args: list[str], env: dict | None = None, timeout: float = 180):
     )
 
 
-def _wait_gone(timeout: float = 15) -> list[int]:
-    """Pids of this worker's fake servers still alive after ``timeout`` (``[]``: all gone)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = [p.pid for p in fake_servers()]
-        if not alive:
-            return []
-        time.sleep(0.2)
-    return alive
-
-
 def _lines(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x]
 
@@ -128,7 +117,7 @@ def test_crash_mid_series_keeps_records_marks_rest_and_reports(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert any("spec-r0 failed" in w for w in summary["warnings"])
     assert "spec-r0 failed" in (run / "report.html").read_text()
-    assert _wait_gone() == []
+    assert fake_servers_left() == []
 
 
 def test_a_server_that_dies_at_the_first_request_fails_its_arm_named_by_its_cause(tmp_path):
@@ -150,7 +139,7 @@ def test_a_server_that_dies_at_the_first_request_fails_its_arm_named_by_its_caus
     assert cause in proc.stdout + proc.stderr
     for path in (run / "summary.json", run / "report.html", *run.glob("launches/*/*.json")):
         assert "\x1b" not in path.read_text(), path
-    assert _wait_gone() == []
+    assert fake_servers_left() == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -182,7 +171,7 @@ def test_interrupt_stops_servers_and_keeps_records(tmp_path, sig):
         os.kill(proc.pid, sig)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert _wait_gone() == [], "a server survived the interruption"
+    assert fake_servers_left() == [], "a server survived the interruption"
     assert not (run / "server.pid").exists()
     lines = _lines(run)  # every line parses: nothing torn, nothing lost
     assert {line["launch_id"] for line in lines} <= {"control-r0", "spec-r0"}  # block r0
@@ -224,7 +213,7 @@ def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
         ids = [x["prompt_id"] for x in lines if x["launch_id"] == lid]
         assert sorted(ids) == sorted(f"p{i}" for i in range(n)), lid
     assert (run / "requests.superseded.jsonl").exists()
-    assert _wait_gone() == []
+    assert fake_servers_left() == []
 
 
 def test_api_key_never_written_and_sensitive_prompts_warned(tmp_path):

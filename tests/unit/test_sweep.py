@@ -21,7 +21,8 @@ from speclib.analysis.stats.block_summary import block_summary
 from speclib.core.params import ExperimentParams, ParamsError, load_params
 from speclib.core.params_sweep import sweep_name
 from speclib.run.design import Block, choose_design, plan_blocks, plan_groups
-from tests.unit.test_robustness import REPO, _params, _wait_gone
+from tests.helpers import fake_servers_left
+from tests.unit.test_robustness import REPO, _params
 
 SWEEP_FILE = REPO / "params" / "cpu-demo-sweep.yaml"
 
@@ -329,7 +330,7 @@ def sweep_run(tmp_path_factory) -> Path:
         capture_output=True, text=True, cwd=REPO, timeout=400, env={**os.environ},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     return out
 
 

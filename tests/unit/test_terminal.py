@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from speclib.app.progress import RunWatcher
-from tests.helpers import fake_servers
+from tests.helpers import fake_servers_left
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
@@ -278,10 +278,7 @@ def test_sigterm_mid_launch_ends_with_one_line_and_no_traceback(tmp_path, moment
         status = json.loads((run / "launches" / lid / "status.json").read_text())
         assert not status["ok"] and status["error"].startswith("KeyboardInterrupt")
     assert out == ""
-    deadline = time.monotonic() + 15
-    while fake_servers() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not fake_servers(), "a server survived the interruption"
+    assert not fake_servers_left(), "a server survived the interruption"
 
 
 def _write(path: Path, data: object) -> None:
@@ -418,10 +415,7 @@ def test_ctrl_c_in_a_terminal_stops_cleanly(tmp_path):
     last = text.strip().splitlines()[-1]
     assert last.startswith("interrupted: servers stopped; kept "), last
     assert "control-r0: stopped by the interruption" in text
-    deadline = time.monotonic() + 15
-    while fake_servers() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not fake_servers(), "a server survived the interruption"
+    assert not fake_servers_left(), "a server survived the interruption"
 
 
 _LONG = "x" * 300  # a reason paragraph: summary.json keeps it, the table does not

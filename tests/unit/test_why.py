@@ -16,8 +16,9 @@ from speclib.analysis.spec.speedup import (
 )
 from speclib.analysis.spec.why import DraftCost, explain, paired_stream_factors, stream_steps
 from speclib.core.params import ParamsError, load_params
+from tests.helpers import fake_servers_left
 from tests.unit.test_interleaved import _run
-from tests.unit.test_robustness import _params, _wait_gone
+from tests.unit.test_robustness import _params
 
 pytestmark = pytest.mark.unit
 
@@ -150,7 +151,7 @@ def test_the_draft_cost_is_measured_on_a_served_draft_and_predicts(tmp_path) -> 
     out = tmp_path / "run"
     proc = _run(_draft_params(tmp_path, measure_draft_cost=True), out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _wait_gone()
+    assert not fake_servers_left()
     rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     alone = [r for r in rows if r["series"] == "spec.draft-alone" and r["phase"] == "measure"]
     assert len(alone) == 2 * 6 and all(r["ok"] for r in alone)
