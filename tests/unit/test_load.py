@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from speclib.analysis.frames import load_records
 from speclib.analysis.load.breakeven import break_even
 from speclib.analysis.load.goodput import (
     block_rates,
@@ -310,8 +311,19 @@ def test_the_break_even_of_a_server_slowing_with_load_is_found(load_run):
 def test_goodput_and_the_highest_load_within_the_slo_match_the_truth(load_run):
     load = _load(load_run)
     levels = pd.DataFrame(load["levels"])
-    ctrl = levels[levels["series"] == "control"]
-    assert (ctrl["share_meeting"] == 1.0).all()  # 5 ms per token < 7 ms at every load
+    ctrl = levels[levels["series"] == "control"].set_index("level")
+    # Each share is the records' own: per block, the level's requests within 7 ms per token,
+    # averaged over the blocks.
+    rec = load_records(load_run)
+    rec = rec[(rec["series"] == "control") & rec["attempted"].astype(bool)].copy()
+    rec["within"] = rec["ok"].astype(bool) & (rec["tpot_s"] * 1e3 <= 7)
+    for level, g in rec.groupby("level"):
+        share = g.groupby("block")["within"].mean().mean()
+        assert ctrl.loc[level, "share_meeting"] == pytest.approx(share), level
+    # The stand-in streams 5 ms per token at every load (< 7 ms), but it shares two cores with
+    # another test worker: a stream whose last token is held ~30 ms goes over. The P90 SLO
+    # allows a tenth of them, so the control meets it at every load (checked below).
+    assert (ctrl["share_meeting"] >= 0.9).all(), ctrl["share_meeting"]
     k3 = levels[levels["series"] == "spec-k3"].set_index("load")
     assert k3.loc["c=1", "share_meeting"] == 1.0 and k3.loc["c=8", "share_meeting"] < 0.5
     # TPOT(m) for k = 3: 2.2, 3.2, 5.2 ms at m = 1, 2, 4 (within 7 ms); 9.2 ms at m = 8
