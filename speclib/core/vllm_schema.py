@@ -27,10 +27,12 @@ import json
 import subprocess
 import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import fastjsonschema
 
 from speclib.core.vllm_child import cache_file, read_cache, run_child, write_cache
 
@@ -224,15 +226,38 @@ def _describe_schema(schema: Mapping[str, Any]) -> str:
 
 
 def _value_problem(key: str, value: Any, field: Mapping[str, Any], label: str) -> str | None:
-    import jsonschema  # a dependency of nbformat, hence always present with the kit
-
     try:
-        jsonschema.validate(value, field)
-    except jsonschema.ValidationError:
+        _validator(json.dumps(field, sort_keys=True))(value)
+    except fastjsonschema.JsonSchemaValueException:
         return f"{label} expects {_describe_schema(field)}"
-    except jsonschema.SchemaError:
+    except fastjsonschema.JsonSchemaDefinitionException:
         return None
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(field_json: str) -> Callable[[Any], Any]:
+    """A compiled validator of one field's JSON Schema, with ``format`` left as an annotation.
+
+    fastjsonschema (a dependency of nbformat), not jsonschema: importing jsonschema costs
+    ~2.7 s (its ``iri`` format checker builds ~35 Lark parsers at import), and every kernel
+    of a run validates its params once. Formats are dropped as jsonschema's default
+    ``validate`` ignores them; pydantic's 2020-12 ``prefixItems`` is not checked (the one
+    field using it, the k schedule, goes through vLLM's own validator).
+    """
+    return fastjsonschema.compile(_without_formats(json.loads(field_json)))
+
+
+def _without_formats(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {
+            k: _without_formats(v)
+            for k, v in schema.items()
+            if not (k == "format" and isinstance(v, str))  # a property named format stays
+        }
+    if isinstance(schema, list):
+        return [_without_formats(v) for v in schema]
+    return schema
 
 
 def _method_problem(method: Any, schema: SpecSchema) -> str | None:

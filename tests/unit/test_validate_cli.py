@@ -127,6 +127,38 @@ def test_method_and_values_checked_against_vllm(tmp_path):
     assert "rejection_sample_method" in proc.stderr and '"standard"' in proc.stderr
 
 
+@needs_vllm
+def test_values_are_checked_without_importing_jsonschema(tmp_path):
+    # every kernel of a run validates its params: jsonschema's import costs seconds there
+    data = _params(tmp_path)
+    _spec(data)["rejection_sample_method"] = "nope"  # vLLM's schema: one of three names
+    _spec(data)["suffix_decoding_max_tree_depth"] = "three"  # vLLM's schema: an integer
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code = (
+        "import sys; from speclib.core.params import ParamsError, load_params\n"
+        "try:\n    load_params(sys.argv[1])\nexcept ParamsError as exc:\n    print(exc)\n"
+        "print('jsonschema imported:', 'jsonschema' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert "rejection_sample_method" in proc.stdout and '"standard"' in proc.stdout, proc.stdout
+    assert "suffix_decoding_max_tree_depth" in proc.stdout and "integer" in proc.stdout
+    assert "jsonschema imported: False" in proc.stdout, proc.stderr
+
+
+def test_the_cli_skips_jsonschemas_iri_checker():
+    code = (
+        "import sys; from speclib.app.cli import main\n"
+        "try:\n    main(['validate', '--help'])\nexcept SystemExit:\n    pass\n"
+        "import papermill, jsonschema\n"
+        "print('iri checker:', 'iri' in jsonschema.FormatChecker.checkers)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)  # fmt: skip
+    assert "iri checker: False" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_tensor_parallel_size_keeps_the_kits_message(tmp_path):
     data = _params(tmp_path)
     _spec(data)["tensor_parallel_size"] = 1
