@@ -12,11 +12,11 @@ fi
 .venv/bin/ruff check speclib tests scripts
 .venv/bin/ruff format --check speclib tests scripts
 .venv/bin/lint-imports
-# Two tiers, one after the other. Tests not marked `alone` (stand-in servers, and the real
-# servers that only start, fail or die) run on SPECLIB_TEST_WORKERS pytest-xdist workers (2;
-# a file stays on one worker, so its module fixtures run once). Tests marked `alone` measure
-# real vLLM servers (the demo, sampled, multi-turn and synthetic runs): they run serially
-# afterwards, so nothing else on the machine disturbs what they measure. With a test path
+# Two tiers, one after the other. Tests not marked `alone` (stand-in servers; real servers
+# that start, fail or die; the real sampled, multi-turn and synthetic runs, whose tests check
+# outputs, not timings) run on SPECLIB_TEST_WORKERS pytest-xdist workers (2; a file stays on
+# one worker, so its fixtures run once). Tests marked `alone` check the real demo run's
+# timings against vLLM's stamps: they run serially afterwards, with nothing else running. With a test path
 # (or any other argument that is not an option) pytest runs once, serially, on what was asked.
 for arg in "$@"; do
   [[ "$arg" == -* ]] || exec .venv/bin/python -m pytest "$@"

@@ -54,24 +54,35 @@ def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.Com
     return proc
 
 
-# Session fixtures that measure real vLLM servers: a test using one must be marked ``alone``
-# (scripts/test.sh runs those serially, after the parallel tier, so no neighbour disturbs
-# the timings), or each xdist worker would start the same servers again.
-MEASURED_RUNS = frozenset({"demo_run", "sampled_run", "multiturn_run", "synthetic_run"})
+# Real runs shared as session fixtures. The demo run's tests check its timings against
+# vLLM's own stamps: they must be marked ``alone`` (scripts/test.sh runs those serially,
+# after the parallel tier, so no neighbour disturbs the timings). The other runs' tests check
+# outputs, token counts and log-probs, which a busy neighbour does not change: they run in the
+# parallel tier, each run's tests in one file, so ``--dist loadfile`` starts its servers once.
+TIMED_RUNS = frozenset({"demo_run"})
+ONE_FILE_RUNS = frozenset({"sampled_run", "multiturn_run", "synthetic_run"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse a test that uses a measured real run without the ``alone`` marker."""
+    """Refuse a test of a timed real run without the ``alone`` marker, and a real run whose
+    tests are spread over several files (each xdist worker would start its servers)."""
     bad = [
         item.nodeid
         for item in items
-        if MEASURED_RUNS & set(getattr(item, "fixturenames", ()))
+        if TIMED_RUNS & set(getattr(item, "fixturenames", ()))
         and item.get_closest_marker("alone") is None
     ]
     if bad:
         raise pytest.UsageError(
-            "tests using a measured real run must be marked alone: " + ", ".join(bad)
+            "tests using a timed real run must be marked alone: " + ", ".join(bad)
         )
+    files: dict[str, set[str]] = {}
+    for item in items:
+        for run in ONE_FILE_RUNS & set(getattr(item, "fixturenames", ())):
+            files.setdefault(run, set()).add(item.nodeid.split("::")[0])
+    spread = {run: sorted(f) for run, f in files.items() if len(f) > 1}
+    if spread:
+        raise pytest.UsageError(f"a real run's tests must stay in one file: {spread}")
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import yaml
 from speclib.core.records import read_records
 from tests.conftest import REPO, run_kit, write_params
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.alone]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 N_QUESTIONS = 4
 BLOCKS = 1
@@ -43,6 +43,7 @@ def multiturn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         },
         protocol={"aa": False},
         series=[s for s in _demo_series() if s["name"] in ARMS],
+        server={"start_timeout_s": 600},  # it starts beside the other worker's tests
     )
     out = tmp / "run"
     proc = run_kit(params, out)

@@ -6,7 +6,9 @@ control and two speculative series at temperature 0.8; :func:`score_run` scores 
 by the target served without speculation, and :func:`compare_plausibility` must flag both
 speculative series and leave the control alone. How far the mean log-prob moves varies from
 run to run; tokens outside the requested top-p nucleus (which exact speculative sampling can
-never emit) are the run-independent evidence, and the control must have none. The null
+never emit) are the run-independent evidence, and the control must have none. The run's
+own sampling check (scored in its analysis notebook) must say the same in the summary, the
+gates and the report. The null
 check draws a second, independent sample of control outputs (another seed) from the target
 and compares it with the first: two samples of the same correct sampler must not be flagged.
 """
@@ -29,7 +31,7 @@ from speclib.core.scores import OutputScore, ScoreItem, read_scores
 from speclib.run.launching import server_for
 from speclib.run.scoring import score_outputs, score_run
 
-pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
 
 def run_params(run: Path) -> ExperimentParams:
@@ -153,3 +155,21 @@ def test_two_independent_control_samples_are_not_flagged(sampled_run, scored):
         print(json.dumps(res.to_dict() | {"degenerate": len(res.degenerate)}, indent=1))
         assert not res.shifted, res.reason
         assert res.n_outside_experiment == 0 and res.n_outside_control == 0, res.reason
+
+
+def test_sampling_check_is_run_gated_and_reported(sampled_run):
+    assert (sampled_run / "output_scores.jsonl").is_file(), "the runner did not score outputs"
+    summary = json.loads((sampled_run / "summary.json").read_text())
+    comps = summary["comparisons"]
+    assert {c["experiment"] for c in comps} == {"draft-k4", "ngram-k4"}
+    flagged = [c for c in comps if c["plausibility"]["implausible"]]
+    assert len(flagged) == len(comps), [c["plausibility"]["reason"] for c in comps]
+    for c in comps:
+        assert c["plausibility"]["n_degenerate_control"] == 0
+        assert c["plausibility"]["n_outside_control"] == 0
+        assert c["plausibility"]["n_outside_experiment"] > 0
+        outputs_gate = next(g for g in c["gates"] if g["name"] == "outputs")
+        if c["plausibility"]["implausible"]:
+            assert c["decision"] == "reject" and not outputs_gate["passed"]
+    first = (sampled_run / "report.html").read_text().split("Evidence")[0]
+    assert first.count("sampling check: <b>") == len(comps)

@@ -18,13 +18,17 @@ from speclib.core.records import read_records
 from speclib.demo.synthetic import FIRST_WORD, SyntheticRecipe, chain_maps
 from tests.conftest import REPO, run_kit, write_params
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.alone]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="session")
 def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("synthetic-run")
-    params = write_params(REPO / "params" / "cpu-synthetic.yaml", tmp / "synthetic.yaml")
+    params = write_params(
+        REPO / "params" / "cpu-synthetic.yaml",
+        tmp / "synthetic.yaml",
+        server={"start_timeout_s": 600},  # it starts beside the other worker's tests
+    )
     out = tmp / "run"
     proc = run_kit(params, out)
     assert proc.returncode == 0, f"speclib run failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
