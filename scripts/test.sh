@@ -16,8 +16,9 @@ fi
 # that start, fail or die; the real sampled, multi-turn and synthetic runs, whose tests check
 # outputs, not timings) run on SPECLIB_TEST_WORKERS pytest-xdist workers (2; a file stays on
 # one worker, so its fixtures run once). Tests marked `alone` check the real demo run's
-# timings against vLLM's stamps: they run serially afterwards, with nothing else running. With a test path
-# (or any other argument that is not an option) pytest runs once, serially, on what was asked.
+# timings against vLLM's stamps: they run serially afterwards, with nothing else running.
+# With a test path (or any other argument that is not an option) pytest runs once, serially,
+# on what was asked.
 for arg in "$@"; do
   [[ "$arg" == -* ]] || exec .venv/bin/python -m pytest "$@"
 done
