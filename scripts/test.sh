@@ -4,6 +4,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# With a test path (or any other argument that is not an option) pytest runs once, serially,
+# on what was asked; with none, every test runs, in two tiers (below).
+targeted=0
+for arg in "$@"; do [[ "$arg" == -* ]] || targeted=1; done
+builder=""
+if [[ "$targeted" == "0" ]]; then
+  # The demo pair (about 3-5 min on 2 cores, once per machine: ~/.cache/speclib) builds while
+  # Chromium installs and the linters run; the real runs' fixtures wait on its file lock.
+  mkdir -p test-artifacts
+  .venv/bin/python -m speclib build-demo --quiet >test-artifacts/build-demo.log 2>&1 &
+  builder=$!
+  trap '[[ -n "$builder" ]] && kill "$builder" 2>/dev/null; true' EXIT
+fi
 if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null; then
   echo "[test] installing Debian's chromium for the report browser test"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
@@ -12,17 +25,23 @@ fi
 .venv/bin/ruff check speclib tests scripts
 .venv/bin/ruff format --check speclib tests scripts
 .venv/bin/lint-imports
+# A skipped test fails under this command (tests/conftest.py): every path runs here.
+export SPECLIB_NO_SKIPS="${SPECLIB_NO_SKIPS:-1}"
+[[ "$targeted" == "0" ]] || exec .venv/bin/python -m pytest "$@"
 # Two tiers, one after the other. Tests not marked `alone` (stand-in servers; real servers
 # that start, fail or die; the real sampled, multi-turn and synthetic runs, whose tests check
 # outputs, not timings) run on SPECLIB_TEST_WORKERS pytest-xdist workers (2; a file stays on
-# one worker, so its fixtures run once). Tests marked `alone` check the real demo run's
-# timings against vLLM's stamps: they run serially afterwards, with nothing else running.
-# With a test path (or any other argument that is not an option) pytest runs once, serially,
-# on what was asked.
-for arg in "$@"; do
-  [[ "$arg" == -* ]] || exec .venv/bin/python -m pytest "$@"
-done
+# one worker, so its fixtures run once). Files go out in collection order, so the real-server
+# files (tests/integration, the longest) start first and the short unit files fill in at the
+# end (xdist's default sends the files with most tests first, and these last). Tests marked
+# `alone` check the real demo run's timings against vLLM's stamps: they run serially
+# afterwards, with nothing else running.
 rc=0
-.venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?
+.venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-2}" --dist loadfile \
+  --no-loadscope-reorder "$@" || rc=$?
 .venv/bin/python -m pytest -m alone "$@" || rc=$?
+if ! wait "$builder"; then
+  echo "[test] the background demo-pair build failed: test-artifacts/build-demo.log"
+fi
+builder=""
 exit "$rc"

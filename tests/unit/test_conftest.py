@@ -1,0 +1,68 @@
+"""The test command's own rules (tests/conftest.py): a skip fails under the test command,
+a timed real run's test must be marked ``alone``, and a real run's tests stay in one file."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import pytest_collection_modifyitems, pytest_runtest_makereport
+
+
+def _report(outcome: str) -> pytest.TestReport:
+    longrepr = ("tests/unit/x.py", 3, "Skipped: the demo pair is not built here")
+    return pytest.TestReport(
+        nodeid="tests/unit/x.py::t",
+        location=("tests/unit/x.py", 3, "t"),
+        keywords={},
+        outcome=outcome,
+        longrepr=longrepr if outcome == "skipped" else None,
+        when="setup",
+    )
+
+
+def _through_hook(report: pytest.TestReport) -> pytest.TestReport:
+    hook = pytest_runtest_makereport(None, None)
+    next(hook)
+    with pytest.raises(StopIteration):
+        hook.send(SimpleNamespace(get_result=lambda: report))
+    return report
+
+
+def test_a_skip_fails_under_the_test_command_and_names_its_reason(monkeypatch):
+    monkeypatch.setenv("SPECLIB_NO_SKIPS", "1")
+    report = _through_hook(_report("skipped"))
+    assert report.outcome == "failed"
+    assert "SPECLIB_NO_SKIPS=1" in report.longrepr
+    assert "the demo pair is not built here" in report.longrepr
+    assert _through_hook(_report("passed")).outcome == "passed"
+
+
+def test_a_skip_stays_a_skip_outside_the_test_command(monkeypatch):
+    monkeypatch.delenv("SPECLIB_NO_SKIPS", raising=False)
+    assert _through_hook(_report("skipped")).outcome == "skipped"
+
+
+def _item(nodeid: str, fixtures: tuple[str, ...], *, alone: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(
+        nodeid=nodeid,
+        fixturenames=fixtures,
+        get_closest_marker=lambda name: object() if alone and name == "alone" else None,
+    )
+
+
+def test_a_timed_run_test_without_alone_is_refused():
+    ok = _item("tests/integration/a.py::t1", ("demo_run",), alone=True)
+    pytest_collection_modifyitems(None, [ok])
+    bad = _item("tests/integration/a.py::t2", ("demo_run", "tmp_path"))
+    with pytest.raises(pytest.UsageError, match=r"must be marked alone: .*a\.py::t2"):
+        pytest_collection_modifyitems(None, [ok, bad])
+
+
+def test_a_real_run_used_from_two_files_is_refused():
+    one = [_item(f"tests/integration/a.py::t{i}", ("sampled_run",)) for i in range(2)]
+    pytest_collection_modifyitems(None, one)
+    other = _item("tests/integration/b.py::t", ("sampled_run",))
+    with pytest.raises(pytest.UsageError, match=r"stay in one file: .*sampled_run"):
+        pytest_collection_modifyitems(None, [*one, other])
