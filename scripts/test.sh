@@ -31,11 +31,12 @@ export SPECLIB_NO_SKIPS="${SPECLIB_NO_SKIPS:-1}"
 # Two tiers, one after the other. Tests not marked `alone` (stand-in servers; real servers
 # that start, fail or die; the real sampled, multi-turn and synthetic runs, whose tests check
 # outputs, not timings) run on SPECLIB_TEST_WORKERS pytest-xdist workers (2; a file stays on
-# one worker, so its fixtures run once). Files go out in collection order, so the real-server
-# files (tests/integration, the longest) start first and the short unit files fill in at the
-# end (xdist's default sends the files with most tests first, and these last). Tests marked
-# `alone` check the real demo run's timings against vLLM's stamps: they run serially
-# afterwards, with nothing else running.
+# one worker, so its fixtures run once). The real-server files (tests/integration) are one
+# unit, sent first: they run one after another on one worker (two real runs at once on two
+# cores take 2-3 times as long each) while the stand-in files fill the other worker
+# (tests/conftest.py: pytest_xdist_make_scheduler; collection order, not xdist's default of
+# the files with most tests first). Tests marked `alone` check the real demo run's timings
+# against vLLM's stamps: they run serially afterwards, with nothing else running.
 rc=0
 .venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-2}" --dist loadfile \
   --no-loadscope-reorder "$@" || rc=$?

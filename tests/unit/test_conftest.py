@@ -7,7 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import pytest_collection_modifyitems, pytest_runtest_makereport
+from tests.conftest import (
+    pytest_collection_modifyitems,
+    pytest_runtest_makereport,
+    real_servers_scope,
+)
 
 
 def _report(outcome: str) -> pytest.TestReport:
@@ -66,3 +70,12 @@ def test_a_real_run_used_from_two_files_is_refused():
     other = _item("tests/integration/b.py::t", ("sampled_run",))
     with pytest.raises(pytest.UsageError, match=r"stay in one file: .*sampled_run"):
         pytest_collection_modifyitems(None, [*one, other])
+
+
+def test_real_server_files_are_one_xdist_unit_and_the_others_one_each():
+    assert real_servers_scope("tests/integration/test_a.py::t") == "tests/integration"
+    assert real_servers_scope("tests/integration/test_b.py::C::t[x]") == "tests/integration"
+    assert real_servers_scope("tests/unit/test_a.py::t") == "tests/unit/test_a.py"
+    assert (
+        real_servers_scope("tests/unit/test_integration.py::t") == "tests/unit/test_integration.py"
+    )
