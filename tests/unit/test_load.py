@@ -264,11 +264,15 @@ def test_gpu_params_carry_a_load_sweep_and_an_slo():
 
 # ------------------------------------------------------------------------- stand-in run
 
-STEP_S, SPEC_LOAD_S = 0.005, 0.003  # plain: 5 ms per token at any load
-# speculative (ngram, FAKE_VLLM_ACCEPTED = 2): one step of 1.3 x 5 ms + 3 ms per other request
-# in flight carries min(k, 2) + 1 tokens, so TPOT(m) = (6.5 + 3 (m - 1)) / (min(k, 2) + 1) ms
-# and the ratio to the control reaches 1 at m = 1 + 8.5 / 3 = 3.83 for k = 3 (3 tokens per
-# step) and at m = 1 + 3.5 / 3 = 2.17 for k = 1 (2 tokens per step).
+STEP_S, SPEC_LOAD_S = 0.010, 0.006  # plain: 10 ms per token at any load
+# speculative (ngram, FAKE_VLLM_ACCEPTED = 2): one step of 1.3 x 10 ms + 6 ms per other request
+# in flight carries min(k, 2) + 1 tokens, so TPOT(m) = (13 + 6 (m - 1)) / (min(k, 2) + 1) ms
+# and the ratio to the control reaches 1 at m = 1 + 17 / 6 = 3.83 for k = 3 (3 tokens per
+# step) and at m = 1 + 7 / 6 = 2.17 for k = 1 (2 tokens per step). With steps of 5 and 3 ms
+# (the same ratios) a neighbour on the other test worker moved one launch's client TPOT 3.7 %
+# off the stand-in's own stamps (2026-12-04): the bench check failed, rightly, and no k was
+# adopted. At twice the step the same jitter is half the share.
+SLO_TPOT_MS = 14.0  # the control (10 ms) meets it at every load; k = 3 up to c=4 (10.3 ms)
 TRUE_BREAK_EVEN = {"spec-k3": 1 + 8.5 / 3, "spec-k1": 1 + 3.5 / 3}
 
 
@@ -282,7 +286,7 @@ def load_run(tmp_path_factory) -> Path:
                              "FAKE_VLLM_SPEC_LOAD_STEP_S": str(SPEC_LOAD_S)}  # fmt: skip
     data["workload"].update(concurrency=[1, 2, 4, 8], replicates=3)
     data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "slot_requests": 24}
-    data["analysis"]["slo"] = {"tpot_ms": 7, "percentile": 90}
+    data["analysis"]["slo"] = {"tpot_ms": SLO_TPOT_MS, "percentile": 90}
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"
     proc = subprocess.run(
@@ -312,26 +316,26 @@ def test_goodput_and_the_highest_load_within_the_slo_match_the_truth(load_run):
     load = _load(load_run)
     levels = pd.DataFrame(load["levels"])
     ctrl = levels[levels["series"] == "control"].set_index("level")
-    # Each share is the records' own: per block, the level's requests within 7 ms per token,
+    # Each share is the records' own: per block, the level's requests within the SLO's TPOT,
     # averaged over the blocks.
     rec = load_records(load_run)
     rec = rec[(rec["series"] == "control") & rec["attempted"].astype(bool)].copy()
-    rec["within"] = rec["ok"].astype(bool) & (rec["tpot_s"] * 1e3 <= 7)
+    rec["within"] = rec["ok"].astype(bool) & (rec["tpot_s"] * 1e3 <= SLO_TPOT_MS)
     for level, g in rec.groupby("level"):
         share = g.groupby("block")["within"].mean().mean()
         assert ctrl.loc[level, "share_meeting"] == pytest.approx(share), level
-    # The stand-in streams 5 ms per token at every load (< 7 ms), but it shares two cores with
-    # another test worker: a stream whose last token is held ~30 ms goes over. The P90 SLO
+    # The stand-in streams 10 ms per token at every load (< 14 ms), but it shares two cores with
+    # another test worker: a stream whose last token is held ~60 ms goes over. The P90 SLO
     # allows a tenth of them, so the control meets it at every load (checked below).
     assert (ctrl["share_meeting"] >= 0.9).all(), ctrl["share_meeting"]
     k3 = levels[levels["series"] == "spec-k3"].set_index("load")
     assert k3.loc["c=1", "share_meeting"] == 1.0 and k3.loc["c=8", "share_meeting"] < 0.5
-    # TPOT(m) for k = 3: 2.2, 3.2, 5.2 ms at m = 1, 2, 4 (within 7 ms); 9.2 ms at m = 8
+    # TPOT(m) for k = 3: 4.3, 6.3, 10.3 ms at m = 1, 2, 4 (within 14 ms); 18.3 ms at m = 8
     assert load["highest_load_within_slo"]["control"] == "c=8"
     assert load["highest_load_within_slo"]["spec-k3"] == "c=4"
     good = pd.DataFrame(load["goodput"]).set_index(["series", "load"])
     assert good.loc[("spec-k3", "c=1"), "word"] == "higher"  # half the latency, all meet
-    assert good.loc[("spec-k3", "c=8"), "word"] == "lower"  # 9.2 ms per token: none meets
+    assert good.loc[("spec-k3", "c=8"), "word"] == "lower"  # 18.3 ms per token: none meets
     for _, row in levels.iterrows():  # closed loop: in flight never above the concurrency
         assert row["in_flight"] <= int(row["load"].removeprefix("c=")) + 1e-6
 
