@@ -35,8 +35,9 @@ export SPECLIB_NO_SKIPS="${SPECLIB_NO_SKIPS:-1}"
 # unit, sent first: they run one after another on one worker (two real runs at once on two
 # cores take 2-3 times as long each) while the stand-in files fill the other worker
 # (tests/conftest.py: pytest_xdist_make_scheduler; collection order, not xdist's default of
-# the files with most tests first). Tests marked `alone` check the real demo run's timings
-# against vLLM's stamps: they run serially afterwards, with nothing else running.
+# the files with most tests first). Tests marked `alone` check timings a busy neighbour moves
+# (the real demo run's against vLLM's stamps; a stand-in bench that must pass as on time):
+# they run serially afterwards, with nothing else running.
 rc=0
 .venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-2}" --dist loadfile \
   --no-loadscope-reorder "$@" || rc=$?

@@ -61,13 +61,11 @@ def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.Com
 # parallel tier, each run's tests in one file, so ``--dist loadfile`` starts its servers once.
 TIMED_RUNS = frozenset({"demo_run"})
 ONE_FILE_RUNS = frozenset({"sampled_run", "multiturn_run", "synthetic_run"})
-PAIR_FREE_FIRST = "tests/integration/test_synthetic_real.py"  # the tiny synthetic pair
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a test of a timed real run without the ``alone`` marker, and a real run whose
-    tests are spread over several files (each xdist worker would start its servers); put
-    the real run that needs no demo pair first."""
+    tests are spread over several files (each xdist worker would start its servers)."""
     bad = [
         item.nodeid
         for item in items
@@ -85,9 +83,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     spread = {run: sorted(f) for run, f in files.items() if len(f) > 1}
     if spread:
         raise pytest.UsageError(f"a real run's tests must stay in one file: {spread}")
-    # Sent first: the real run that needs no demo pair, so that on a fresh machine the
-    # real-server worker runs it while the pair builds (scripts/test.sh) instead of waiting.
-    items.sort(key=lambda item: not item.nodeid.startswith(PAIR_FREE_FIRST))
 
 
 REAL_SERVER_FILES = "tests/integration/"

@@ -1,6 +1,5 @@
 """The test command's own rules (tests/conftest.py): a skip fails under the test command,
-a timed real run's test must be marked ``alone``, and a real run's tests stay in one file;
-the real run that needs no demo pair is sent first."""
+a timed real run's test must be marked ``alone``, and a real run's tests stay in one file."""
 
 from __future__ import annotations
 
@@ -80,16 +79,3 @@ def test_real_server_files_are_one_xdist_unit_and_the_others_one_each():
     assert (
         real_servers_scope("tests/unit/test_integration.py::t") == "tests/unit/test_integration.py"
     )
-
-
-def test_the_real_run_without_the_demo_pair_goes_first_and_the_rest_keep_their_order():
-    names = [
-        "tests/integration/test_multiturn_real.py::t",
-        "tests/integration/test_plausibility_real.py::t",
-        "tests/integration/test_synthetic_real.py::t1",
-        "tests/unit/test_a.py::t",
-        "tests/integration/test_synthetic_real.py::t2",
-    ]
-    items = [_item(n, ()) for n in names]
-    pytest_collection_modifyitems(None, items)
-    assert [i.nodeid for i in items] == [names[2], names[4], names[0], names[1], names[3]]
