@@ -131,7 +131,8 @@ def test_two_blocks_run_in_parallel_into_one_run_folder(tmp_path, cluster):
     assert {b["state"] for b in blocks.values()} == {"done"}
     assert all(b["resources"] == {"CPU": 1.0} for b in blocks.values())
     summary = json.loads((run / "summary.json").read_text())
-    assert not any("host" in w for w in summary.get("warnings", []))
+    # no block's pairs cross hosts (a late-read warning on a busy machine also says "host")
+    assert not any("cross hosts" in w for w in summary.get("warnings", [])), summary["warnings"]
     assert (run / "report.html").exists()
     assert not _wait_dead(_descendants("fake_vllm.py", "ipykernel", _TASK_TITLE), timeout=15)
 
@@ -243,3 +244,4 @@ def test_a_block_whose_records_come_from_two_hosts_is_warned():
     two = pd.DataFrame({"block": ["r0", "r0", "r1"], "host": ["a", "b", "b"]})
     (warning,) = block_host_warnings(two)
     assert warning.startswith("block r0: its records come from 2 hosts (a, b)")
+    assert "cross hosts" in warning  # what the run test above looks for
