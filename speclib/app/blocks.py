@@ -19,7 +19,7 @@ from typing import Any
 
 from speclib.app.kernel import execute_notebook
 from speclib.core.params import ExperimentParams
-from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.rundir import RunDir, failure_headline, write_json_atomic
 
 __all__ = [
     "BlockExecutor",
@@ -75,7 +75,7 @@ def execute_block(params_file: str, rd: RunDir, block: dict[str, Any], design: s
     for lid in block["launch_ids"]:
         status = rd.read_status(lid) or {}
         if not status.get("ok"):
-            failed.append(f"{lid}: {status.get('error') or error or 'launch failed'}")
+            failed.append(f"{lid}: {failure_headline(status, error or 'launch failed')}")
     return failed
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.app.server_log import READY_MARK, START_PHASES, last_message, start_phase
-from speclib.core.rundir import RunDir
+from speclib.core.rundir import RunDir, failure_headline
 
 __all__ = [
     "POLL_INTERVAL_S",
@@ -235,9 +235,7 @@ class RunWatcher:
                 self._reported.add(f"status:{lid}")
                 if status.get("ok") or status.get("started_at", 0) < self.started_wall - 1:
                     continue
-                first = str(status.get("error") or "launch failed").splitlines()[0][:300]
-                if status.get("error_cause"):
-                    first = f"{first.split(':', 1)[0]}: {status['error_cause']}"
+                first = failure_headline(status)
                 if first.startswith(("KeyboardInterrupt", "SystemExit")):
                     self.on_event(RunEvent(f"{lid}: stopped by the interruption"))
                 else:

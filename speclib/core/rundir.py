@@ -30,6 +30,7 @@ __all__ = [
     "TURN_HISTORY_FILE",
     "LaunchDir",
     "RunDir",
+    "failure_headline",
     "launch_id",
     "write_json_atomic",
 ]
@@ -38,6 +39,16 @@ OUTPUT_SCORES_FILE = "output_scores.jsonl"
 """Sampled runs: the target's log-probability of every output (one JSON line each)."""
 TURN_HISTORY_FILE = "turn_history.jsonl"
 """Multi-turn runs: the earlier turns' answers every arm is fed (one JSON line each)."""
+
+
+def failure_headline(status: dict[str, Any], fallback: str = "launch failed") -> str:
+    """One line for a failed launch's ``status.json``: its error's first line, or, when the
+    kit found the server's own exception line (``error_cause``), the part before the first
+    colon followed by that line. The runner's log and the progress display both print it,
+    and whichever prints first names vLLM's own error."""
+    first = str(status.get("error") or fallback).splitlines()[0][:300]
+    cause = status.get("error_cause")
+    return f"{first.split(':', 1)[0]}: {cause}" if cause else first
 
 
 def launch_id(series: str, replicate: int, level: int | None = None) -> str:

@@ -58,14 +58,14 @@ def _spec(tmp: Path, target: Path, spec: dict) -> srv.LaunchSpec:
     )
 
 
-def _refuse(launch: srv.LaunchSpec) -> tuple[srv.ServerStartError | None, float]:
+def _refuse(launch: srv.LaunchSpec, folder: Path) -> Refusal:
     t0 = time.monotonic()
     try:
         handle = srv.launch(launch)
     except srv.ServerStartError as err:
-        return err, time.monotonic() - t0
+        return Refusal(err, time.monotonic() - t0, launch, folder)
     handle.stop()
-    return None, time.monotonic() - t0
+    return Refusal(None, time.monotonic() - t0, launch, folder)
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +73,7 @@ def refusals(tmp_path_factory) -> dict[str, Refusal]:
     from speclib.demo.models import demo_model_dir
 
     target = demo_model_dir("target")
-    draft_tmp = tmp_path_factory.mktemp("broken-draft")
-    draft = draft_tmp / "broken-draft"
-    draft.mkdir()
+    draft = tmp_path_factory.mktemp("broken-draft")
     (draft / "config.json").write_text(json.dumps({"model_type": "llama"}))
     specs = {
         "broken_draft": {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 2},
@@ -87,14 +85,12 @@ def refusals(tmp_path_factory) -> dict[str, Refusal]:
         },
     }
     folders = {name: tmp_path_factory.mktemp(name) for name in specs}
-    launches = {name: _spec(folders[name], target, spec) for name, spec in specs.items()}
-    with ThreadPoolExecutor(max_workers=len(launches)) as pool:
-        done = {name: pool.submit(_refuse, launch) for name, launch in launches.items()}
-        results = {name: fut.result() for name, fut in done.items()}
-    return {
-        name: Refusal(err, elapsed, launches[name], folders[name])
-        for name, (err, elapsed) in results.items()
-    }
+    with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+        done = {
+            name: pool.submit(_refuse, _spec(folders[name], target, spec), folders[name])
+            for name, spec in specs.items()
+        }
+        return {name: fut.result() for name, fut in done.items()}
 
 
 def _checked(refusal: Refusal) -> srv.ServerStartError:

@@ -59,3 +59,43 @@ def test_a_refused_start_names_vllms_line_and_keeps_its_command(tmp_path: Path) 
     assert "could not be measured: api_server.py: error: unrecognized arguments" in report
     assert "unrecognized arguments: --made-up-flag" in report
     assert "keep speculative decoding off" not in report
+
+
+def test_the_failure_headline_names_the_servers_own_error_whatever_the_kit_saw_first() -> None:
+    """The runner's log line and the progress display's line for a failed launch are one
+    headline: under load a server that dies at its first request can be seen as "no request
+    succeeded" before its death is noticed, and the line printed first must still name the
+    exception the server logged (a fresh clone's run, 2026-12-04, printed it without)."""
+    from speclib.core.rundir import failure_headline
+
+    cause = "AssertionError: Synthetic acceptance not supported with CPU sampling"
+    for error in (
+        "no request succeeded",
+        "mode check failed: no spec-decode counters",
+        f"server died during the series (exit code 3): {cause}; last lines of its log:\n...",
+    ):
+        line = failure_headline({"error": error, "error_cause": cause})
+        assert line == f"{error.split(':', 1)[0]}: {cause}" and "\n" not in line, line
+    assert failure_headline({"error": "no request succeeded\nmore"}) == "no request succeeded"
+    assert failure_headline({}, "NameError: x") == "NameError: x"
+    assert failure_headline({}) == "launch failed"
+
+
+def test_the_runners_failed_line_carries_the_cause_from_status_json(tmp_path, monkeypatch):
+    """execute_block's ``launch_id: error`` (logged by report_block) is the same headline."""
+    from speclib.app import blocks
+    from speclib.core.rundir import RunDir, write_json_atomic
+
+    rd = RunDir.at(tmp_path)
+    cause = "ValueError: vocab size mismatch"
+    write_json_atomic(rd.status_path("spec-r0"), {"error": "no request succeeded\nlog tail",
+                                                  "error_cause": cause})  # fmt: skip
+    write_json_atomic(rd.status_path("control-r0"), {"ok": True})
+    monkeypatch.setattr(blocks, "execute_notebook", lambda *a, **k: None)  # the block ran
+    monkeypatch.setattr(blocks, "reap_all", lambda rd: None)
+    block = {"block": "r0", "replicate": 0, "arms": ["control", "spec"],
+             "launch_ids": ["control-r0", "spec-r0"]}  # fmt: skip
+    errors = blocks.execute_block("params.yaml", rd, block, "interleaved")
+    lines: list[str] = []
+    assert blocks.report_block(block, errors, log=lines.append) == ["spec-r0"]
+    assert lines == [f"FAILED spec-r0: no request succeeded: {cause}"]

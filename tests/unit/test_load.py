@@ -272,8 +272,14 @@ STEP_S, SPEC_LOAD_S = 0.010, 0.006  # plain: 10 ms per token at any load
 # (the same ratios) a neighbour on the other test worker moved one launch's client TPOT 3.7 %
 # off the stand-in's own stamps (2026-12-04): the bench check failed, rightly, and no k was
 # adopted. At twice the step the same jitter is half the share.
-SLO_TPOT_MS = 14.0  # the control (10 ms) meets it at every load; k = 3 up to c=4 (10.3 ms)
-TRUE_BREAK_EVEN = {"spec-k3": 1 + 8.5 / 3, "spec-k1": 1 + 3.5 / 3}
+# 1.6 x STEP_S: the control meets it at every load, k = 3 up to c=4 (10.3 ms), not at c=8
+# (18.3 ms). At 1.4 x (14 ms), beside real servers on a fresh machine (2026-12-04), one
+# control stream of nine at c=8 went over in one block: the share 0.889 missed the P90.
+SLO_TPOT_MS = 16.0
+TRUE_BREAK_EVEN = {  # where (tokens per step) x STEP_S = 1.3 x STEP_S + SPEC_LOAD_S (m - 1)
+    f"spec-k{k}": 1 + (tokens * STEP_S - 1.3 * STEP_S) / SPEC_LOAD_S
+    for k, tokens in ((3, 3), (1, 2))
+}
 
 
 @pytest.fixture(scope="module")
@@ -324,13 +330,13 @@ def test_goodput_and_the_highest_load_within_the_slo_match_the_truth(load_run):
     for level, g in rec.groupby("level"):
         share = g.groupby("block")["within"].mean().mean()
         assert ctrl.loc[level, "share_meeting"] == pytest.approx(share), level
-    # The stand-in streams 10 ms per token at every load (< 14 ms), but it shares two cores with
-    # another test worker: a stream whose last token is held ~60 ms goes over. The P90 SLO
+    # The stand-in streams 10 ms per token at every load (< 16 ms), but it shares two cores with
+    # another test worker: a stream it holds up by 6 ms per token goes over. The P90 SLO
     # allows a tenth of them, so the control meets it at every load (checked below).
     assert (ctrl["share_meeting"] >= 0.9).all(), ctrl["share_meeting"]
     k3 = levels[levels["series"] == "spec-k3"].set_index("load")
     assert k3.loc["c=1", "share_meeting"] == 1.0 and k3.loc["c=8", "share_meeting"] < 0.5
-    # TPOT(m) for k = 3: 4.3, 6.3, 10.3 ms at m = 1, 2, 4 (within 14 ms); 18.3 ms at m = 8
+    # TPOT(m) for k = 3: 4.3, 6.3, 10.3 ms at m = 1, 2, 4 (within 16 ms); 18.3 ms at m = 8
     assert load["highest_load_within_slo"]["control"] == "c=8"
     assert load["highest_load_within_slo"]["spec-k3"] == "c=4"
     good = pd.DataFrame(load["goodput"]).set_index(["series", "load"])
