@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from speclib.core.jsonutil import json_lines
 
 __all__ = [
+    "LAG_PERIOD_S",
     "LATE_CHUNKS_FLAG",
     "RECORD_VERSION",
     "RequestRecord",
@@ -157,6 +158,11 @@ def server_ttft_s(rec: RequestRecord) -> float | None:
     ttft, queue = _server_ms(rec, "time_to_first_token_ms"), _server_ms(rec, "queue_time_ms")
     return None if ttft is None else ttft + (queue or 0.0)
 
+
+LAG_PERIOD_S = 0.01
+"""How often the client's loop-lag probe ticks: a stall of the client's event loop (or of its
+process) longer than this delays a tick, so a window's worst tick plus this period bounds how
+late the client can have read anything in it."""
 
 LATE_CHUNKS_FLAG = 3
 """A stream with this many :func:`late_chunks` was read late (its stamps are not the server's)."""

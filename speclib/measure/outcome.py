@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from speclib.core.records import RequestRecord
+from speclib.core.records import LAG_PERIOD_S, RequestRecord
 from speclib.measure.request import RequestSpec
 from speclib.measure.sse import Accumulator
 
@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 SATURATION_SHARE = 0.9  # event-loop CPU / wall above this: the client, not the server, limits
-LAG_PERIOD_S = 0.01  # how often the loop-lag probe ticks
 
 Sink = Callable[[RequestRecord], None]
 Progress = Callable[[int], None]

@@ -31,6 +31,7 @@ from speclib.analysis.health.trust import (
     late_check,
     pre_checks,
     problem_of,
+    ttft_lag_causes,
     ttft_problems,
 )
 from speclib.analysis.stats.paired import RatioCI
@@ -377,11 +378,17 @@ def test_late_reads_gate_the_verdict_only_when_it_uses_the_clients_stamps(tmp_pa
     assert "late reads" in problem_of(client)
 
 
-def _agree_rows(gaps: dict[str, float], tpot_gap: float = 0.001) -> pd.DataFrame:
+def _agree_rows(
+    gaps: dict[str, float],
+    tpot_gap: float = 0.001,
+    client_lag_ms: float | None = None,
+    read_late: int = 0,
+) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {"series": arm, "launch_id": f"{arm}-r0", "level": 2, "block": "r0",
-             "agrees": abs(gap) <= 10, "tpot_gap": tpot_gap, "ttft_gap_ms": gap}
+             "agrees": abs(gap) <= 10, "tpot_gap": tpot_gap, "ttft_gap_ms": gap,
+             "n_read_late": read_late, "client_lag_max_ms": client_lag_ms}
             for arm, gap in gaps.items()
         ]
     )  # fmt: skip
@@ -407,6 +414,44 @@ def test_an_unequal_ttft_lag_warns_without_gating_and_a_tpot_gap_gates():
     assert ttft_problems(_agree_rows({"control": 13.1, "spec": 11.1}), {2: "c=32"}) == {}
     tpot = instrument_check(_agree_rows({"control": 2.0, "spec": 2.0}, tpot_gap=0.08))
     assert tpot.status == "fail" and tpot.gating and tpot.figure == "2 of 2 launch windows off"
+
+
+def test_an_unequal_ttft_lag_the_client_cannot_have_made_is_the_servers():
+    """Measured on one H200 at c = 32 (evidence/gpu-h200): TTFT lag 20 ms in the control and
+    36-42 ms in the speculative arms of one block, while the client read every stream on time
+    and its loop-lag probe's worst tick was 1.1 ms late: vLLM's API process, not the client."""
+    gaps = {"control": 20.4, "draft-k4": 41.5}
+    rows = _agree_rows(gaps, client_lag_ms=1.1)
+    assert ttft_lag_causes(rows) == {2: (pytest.approx(21.1), pytest.approx(11.1))}
+    check = instrument_check(rows)
+    assert check.status == "pass"
+    assert "differs between arms by up to 21.1 ms" in check.detail
+    assert "bounds any delay of its own to 11.1 ms" in check.detail
+    assert "the TTFT gate uses it" in check.detail
+    assert ttft_problems(rows, {2: "c=32"}) == {}  # the TTFT gate is assessed there
+    # The same lags where the client may have made them: a stalled loop (its bound, 40 ms,
+    # covers the 21 ms spread), a stream read late, or no probe figure at all.
+    for maybe in (
+        _agree_rows(gaps, client_lag_ms=30.0),
+        _agree_rows(gaps, client_lag_ms=1.1, read_late=3),
+        _agree_rows(gaps),
+    ):
+        assert ttft_lag_causes(maybe)[2][1] is None
+        assert instrument_check(maybe).status == "fail"
+        assert list(ttft_problems(maybe, {2: "c=32"})) == [2]
+
+
+def test_the_agreement_carries_the_clients_worst_probe_tick_per_window(tmp_path):
+    df = apply_instrument(_frame(late_control=0), InstrumentChoice("server", "test"))
+    for arm, lag in (("control", 0.0011), ("spec", None)):
+        folder = tmp_path / "launches" / f"{arm}-r0"
+        _write_window(folder, 0, 0.010, 10, 0.020)
+        client = {} if lag is None else {"loop_lag_max_s": lag}
+        levels = [{"level": 1, "client": {"loop_lag_max_s": 9.0}}, {"level": 0, "client": client}]
+        (folder / "status.json").write_text(json.dumps({"levels": levels}))
+    agreement = launch_agreement(df, tmp_path).set_index("launch_id")
+    assert agreement.loc["control-r0", "client_lag_max_ms"] == pytest.approx(1.1)
+    assert pd.isna(agreement.loc["spec-r0", "client_lag_max_ms"])
 
 
 def test_an_unassessable_ttft_leaves_the_gate_not_assessed():

@@ -49,6 +49,11 @@ ADDED_SINCE = {
 speclib/analysis/health/stack.py), with the values this folder must give them; every other
 field is compared with the stored one."""
 
+ADDED_TO_ROWS = {"instrument_agreement": "client_lag_max_ms"}
+"""Fields each row of a list gained after the fixture was stored: the client's worst loop-lag
+probe tick per launch window (ms), read from the stored ``status.json``; the stand-in run's
+client ran its probe in every window."""
+
 REL_TOL = 1e-9
 """Floats may differ in the last bits between BLAS builds; nothing else may differ."""
 
@@ -98,6 +103,10 @@ def test_the_stored_run_gives_the_stored_summary(tmp_path: Path) -> None:
         new.pop(key)
     for key, value in ADDED_SINCE.items():
         assert key not in stored and new.pop(key) == value, key
+    for key, field in ADDED_TO_ROWS.items():
+        lags = [row.pop(field) for row in new[key]]
+        assert all(field not in row for row in stored[key])
+        assert all(isinstance(lag, float) and 0 <= lag < 1000 for lag in lags), lags
     assert differences(stored, new) == []
 
 

@@ -177,6 +177,16 @@ def _window_hist(files: Path, level: int, name: str) -> tuple[float, int] | None
     return histogram_mean(before, after, name)
 
 
+def _client_lag_ms(rd: RunDir, lid: str, level: int) -> float | None:
+    """The worst tick of the client's loop-lag probe in one launch's window at ``level``
+    (ms, from its ``status.json``); None where the launch recorded none."""
+    for item in (rd.read_status(lid) or {}).get("levels") or ():
+        if item.get("level") == level:
+            lag = (item.get("client") or {}).get("loop_lag_max_s")
+            return float(lag) * 1e3 if isinstance(lag, int | float) else None
+    return None
+
+
 def _agreement_row(lid: str, series: str, level: int, g: pd.DataFrame, rd: RunDir) -> dict:
     ok = g[g["ok"].astype(bool)]
     both = ok.dropna(subset=["tpot_client_s", "tpot_server_s"])
@@ -218,6 +228,7 @@ def _agreement_row(lid: str, series: str, level: int, g: pd.DataFrame, rd: RunDi
         "engine_ttft_ms": _mean_ms(ok.get("ttft_server_s")),
         "hist_ttft_n": hist_ttft[1] if hist_ttft else None,
         "ttft_gap_ms": ttft_gap,
+        "client_lag_max_ms": _client_lag_ms(rd, lid, level),
         "agrees": agrees,
     }
 
@@ -229,7 +240,9 @@ def launch_agreement(df: pd.DataFrame, run_dir: str | Path) -> pd.DataFrame:
     ``mean_itl_ms`` over the same requests (else the ``/metrics`` histogram over the level's
     window). TTFT: the client's mean against the API server's ``time_to_first_token``
     histogram over the window (else the engine's per-request stamps, which start later).
-    ``agrees`` is None when the launch has no server-side timing at all.
+    ``client_lag_max_ms``: the worst tick of the client's loop-lag probe in the window (what
+    bounds the client's own share of a TTFT lag). ``agrees`` is None when the launch has no
+    server-side timing at all.
     """
     rd = RunDir.at(run_dir)
     if df.empty or "launch_id" not in df:

@@ -9,7 +9,9 @@ server). So the bench is trusted only when all of these pass:
   :data:`~speclib.analysis.health.instrument.TPOT_TOLERANCE` of the server's own stamps, and its
   TTFT lag behind the server's first-token stamp within
   :data:`~speclib.analysis.health.instrument.TTFT_TOLERANCE_S` or, where a busy client lags more
-  (many streams on few cores), equal across the arms of a block and level within it;
+  (many streams on few cores), equal across the arms of a block and level within it, or
+  unequal by more than the client can have made (its loop-lag probe bounds that): then the
+  server's API process made the difference, and the client's TTFT, which includes it, stands;
 - **late reads** — at most :data:`~speclib.analysis.health.instrument.LATE_SHARE_LIMIT` of each
   arm's streams read late, arms within :data:`~speclib.analysis.health.instrument.LATE_GAP_LIMIT`;
 - **exclusions** — the arms' shares of requests left out of the TPOT comparison within
@@ -52,6 +54,7 @@ from speclib.analysis.health.instrument import (
     TTFT_TOLERANCE_S,
 )
 from speclib.analysis.verdict.resolution import bench_check
+from speclib.core.records import LAG_PERIOD_S
 
 __all__ = [
     "FAIL",
@@ -59,9 +62,11 @@ __all__ = [
     "PASS",
     "TrustCheck",
     "bench_trust",
+    "client_delay_bound_ms",
     "coarse_limit",
     "pre_checks",
     "problem_of",
+    "ttft_lag_causes",
     "ttft_lag_spreads",
     "ttft_problems",
 ]
@@ -107,9 +112,42 @@ def ttft_lag_spreads(agreement: pd.DataFrame) -> dict[int, float]:
     return out
 
 
+def client_delay_bound_ms(windows: pd.DataFrame) -> float | None:
+    """The longest the client can have delayed a read in these launch windows (ms): the worst
+    tick of its loop-lag probe plus one probe period (a stall shorter than a period can fall
+    between two ticks). None where a window lacks the probe's figure or read a stream late
+    (then the client may have lagged by any amount)."""
+    if "client_lag_max_ms" not in windows or not len(windows):
+        return None
+    lags = pd.to_numeric(windows["client_lag_max_ms"], errors="coerce")
+    late = pd.to_numeric(windows.get("n_read_late", 0), errors="coerce").fillna(0)
+    if lags.isna().any() or (late > 0).any():
+        return None
+    return float(lags.max()) + LAG_PERIOD_S * 1e3
+
+
+def ttft_lag_causes(agreement: pd.DataFrame) -> dict[int, tuple[float, float | None]]:
+    """Per load level whose client TTFT lag differs between the arms of a block by more than
+    the tolerance: ``(spread, bound)``. ``bound`` is the client's own delay bound
+    (:func:`client_delay_bound_ms`) where it is smaller than the spread: the client cannot
+    have made that difference, so the server made it (vLLM's API process works on each
+    request before its TTFT clock starts and streams after it stops, and under load that
+    takes longer in some configurations than in others). None: a busy client may have."""
+    tol = TTFT_TOLERANCE_S * 1e3
+    out: dict[int, tuple[float, float | None]] = {}
+    for level, spread in ttft_lag_spreads(agreement).items():
+        if spread <= tol:
+            continue
+        lvl = agreement["level"] if "level" in agreement else pd.Series(0, index=agreement.index)
+        bound = client_delay_bound_ms(agreement[lvl == level])
+        out[level] = (spread, bound if bound is not None and bound < spread else None)
+    return out
+
+
 def ttft_problems(agreement: pd.DataFrame, names: dict[int, str]) -> dict[int, str]:
     """Per load level whose client TTFT lag differs between arms by more than the
-    tolerance, why its TTFT gate is not assessed (``names``: level → its load in words)."""
+    tolerance, and not by the server's doing (:func:`ttft_lag_causes`), why its TTFT gate is
+    not assessed (``names``: level → its load in words)."""
     tol = TTFT_TOLERANCE_S * 1e3
     return {
         level: (
@@ -117,8 +155,8 @@ def ttft_problems(agreement: pd.DataFrame, names: dict[int, str]) -> dict[int, s
             f"later in one arm than in another (tolerance {tol:g} ms): a busy client, not the "
             "server; TTFT cannot be compared there (TPOT comes from the server's stamps)"
         )
-        for level, spread in ttft_lag_spreads(agreement).items()
-        if spread > tol
+        for level, (spread, bound) in ttft_lag_causes(agreement).items()
+        if bound is None
     }
 
 
@@ -128,8 +166,10 @@ def instrument_check(agreement: pd.DataFrame) -> TrustCheck:
     every verdict. TTFT: the client's lag behind the server's first-token stamp grows when
     the client is busy (many streams on few cores); an equal lag in every arm of a block
     cancels in their comparison and passes (reported); a lag that differs between the arms
-    fails without gating the TPOT verdict: the TTFT gate of those levels is not assessed
-    (:func:`ttft_problems`)."""
+    by more than the client can have made (:func:`ttft_lag_causes`) is the server's and
+    passes (reported: the client's TTFT, which includes it, is the one users see); any other
+    lag that differs between the arms fails without gating the TPOT verdict: the TTFT gate
+    of those levels is not assessed (:func:`ttft_problems`)."""
     name = "instruments agree"
     rows = agreement.dropna(subset=["agrees"]) if len(agreement) else agreement
     if not len(rows):
@@ -170,21 +210,26 @@ def instrument_check(agreement: pd.DataFrame) -> TrustCheck:
             f"the client disagrees with the server's own stamps ({tol}) on {worst}",
             per_arm,
         )
-    if spread > ttft_tol:
-        levels = sorted(lv for lv, sp in spreads.items() if sp > ttft_tol)
+    causes = ttft_lag_causes(rows)
+    busy = sorted(lv for lv, (_, bound) in causes.items() if bound is None)
+    if busy:
+        spread = max(causes[lv][0] for lv in busy)
         return TrustCheck(
             name,
             FAIL,
             f"TTFT lag unequal ({spread:.1f} ms)",
             f"TPOT agrees on every launch (within {_pct(float(tpot.max()))}); the client's TTFT "
             f"lag behind the server differs by up to {spread:.1f} ms between arms at level(s) "
-            f"{levels} (0 = the first load level), where it read first tokens up to "
-            f"{float(lag[rows['level'].isin(levels)].max()):.1f} ms late: the client did not "
+            f"{busy} (0 = the first load level), where it read first tokens up to "
+            f"{float(lag[rows['level'].isin(busy)].max()):.1f} ms late: the client did not "
             "keep up with first tokens at that load; the TTFT gate is not assessed there, the "
             "TPOT verdicts stand",
             per_arm,
             gating=False,
         )
+    if causes:
+        note = _server_lag_note(rows, lag, causes)
+        return TrustCheck(name, PASS, f"{len(rows)} of {len(rows)} within", tol + note, per_arm)
     lagging = int((lag > ttft_tol).sum())
     note = (
         f"; in {lagging} window(s) the client read first tokens up to {lag.max():.1f} ms after "
@@ -194,6 +239,23 @@ def instrument_check(agreement: pd.DataFrame) -> TrustCheck:
         else ""
     )
     return TrustCheck(name, PASS, f"{len(rows)} of {len(rows)} within", tol + note, per_arm)
+
+
+def _server_lag_note(rows: pd.DataFrame, lag: pd.Series, causes: dict) -> str:
+    """The check's note where the arms' TTFT lags differ by the server's doing."""
+    levels = sorted(causes)
+    spread = max(s for s, _ in causes.values())
+    bound = max(b for _, b in causes.values())
+    worst = float(lag[rows["level"].isin(levels)].max())
+    return (
+        f"; at level(s) {levels} (0 = the first load level) the lag reached {worst:.1f} ms and "
+        f"differs between arms by up to {spread:.1f} ms, more than the client can have made: "
+        f"it read every stream on time, and its loop-lag probe bounds any delay of its own to "
+        f"{bound:.1f} ms. The difference is the server's: vLLM's API process works on "
+        "each request before its TTFT clock starts and streams after it stops, and under that "
+        "load it took longer in some arms. The client's TTFT includes it, as a user's does: "
+        "the TTFT gate uses it"
+    )
 
 
 def _signed(x: Any) -> str:
