@@ -174,11 +174,11 @@ def arm_weights_gib(params: ExperimentParams) -> dict[str, float]:
     serves and a speculative config's draft model), in GiB, where every one of them is a
     folder on this machine (:func:`speclib.run.placement.checkpoint_gib`); arms served
     from a hub id are left out (their weights are not known here)."""
-    from speclib.run.launching import served_model_ref
+    from speclib.run.launching import is_external, served_model_ref
 
     out: dict[str, float] = {}
     for arm in params.arms:
-        if arm.base_url or params.server.base_url:
+        if is_external(params, arm):
             continue
         refs = [served_model_ref(params, arm)]
         draft = (arm.speculative_config or {}).get("model")

@@ -177,17 +177,19 @@ def _window_hist(files: Path, level: int, name: str) -> tuple[float, int] | None
     return histogram_mean(before, after, name)
 
 
-def _client_lag_ms(rd: RunDir, lid: str, level: int) -> float | None:
+def _client_lag_ms(status: dict[str, Any], level: int) -> float | None:
     """The worst tick of the client's loop-lag probe in one launch's window at ``level``
     (ms, from its ``status.json``); None where the launch recorded none."""
-    for item in (rd.read_status(lid) or {}).get("levels") or ():
+    for item in status.get("levels") or ():
         if item.get("level") == level:
             lag = (item.get("client") or {}).get("loop_lag_max_s")
             return float(lag) * 1e3 if isinstance(lag, int | float) else None
     return None
 
 
-def _agreement_row(lid: str, series: str, level: int, g: pd.DataFrame, rd: RunDir) -> dict:
+def _agreement_row(
+    lid: str, series: str, level: int, g: pd.DataFrame, rd: RunDir, status: dict[str, Any]
+) -> dict:
     ok = g[g["ok"].astype(bool)]
     both = ok.dropna(subset=["tpot_client_s", "tpot_server_s"])
     hist_tpot = _window_hist(rd.launch(lid), level, _HIST_TPOT)
@@ -228,7 +230,7 @@ def _agreement_row(lid: str, series: str, level: int, g: pd.DataFrame, rd: RunDi
         "engine_ttft_ms": _mean_ms(ok.get("ttft_server_s")),
         "hist_ttft_n": hist_ttft[1] if hist_ttft else None,
         "ttft_gap_ms": ttft_gap,
-        "client_lag_max_ms": _client_lag_ms(rd, lid, level),
+        "client_lag_max_ms": _client_lag_ms(status, level),
         "agrees": agrees,
     }
 
@@ -247,8 +249,9 @@ def launch_agreement(df: pd.DataFrame, run_dir: str | Path) -> pd.DataFrame:
     rd = RunDir.at(run_dir)
     if df.empty or "launch_id" not in df:
         return pd.DataFrame()
+    statuses = {str(lid): rd.read_status(str(lid)) or {} for lid in df["launch_id"].unique()}
     rows = [
-        _agreement_row(str(lid), str(g["series"].iloc[0]), int(level), g, rd)
+        _agreement_row(str(lid), str(g["series"].iloc[0]), int(level), g, rd, statuses[str(lid)])
         for (lid, level), g in df.groupby(["launch_id", "level"], sort=False)
     ]
     return pd.DataFrame(rows)

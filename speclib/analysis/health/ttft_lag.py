@@ -73,10 +73,10 @@ def ttft_lag_causes(agreement: pd.DataFrame) -> dict[int, tuple[float, float | N
     takes longer in some configurations than in others). None: a busy client may have."""
     tol = TTFT_TOLERANCE_S * 1e3
     out: dict[int, tuple[float, float | None]] = {}
+    lvl = agreement["level"] if "level" in agreement else pd.Series(0, index=agreement.index)
     for level, spread in ttft_lag_spreads(agreement).items():
         if spread <= tol:
             continue
-        lvl = agreement["level"] if "level" in agreement else pd.Series(0, index=agreement.index)
         bound = client_delay_bound_ms(agreement[lvl == level])
         out[level] = (spread, bound if bound is not None and bound < spread else None)
     return out
