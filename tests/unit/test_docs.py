@@ -126,3 +126,10 @@ def test_the_readmes_gpu_figures_are_the_committed_runs() -> None:
     assert f"k=2 at every load (TPOT {span(k2)})" in text
     assert f"k=4 at c = 1 and 8 ({span(k4[:2])}; inconclusive at c=32)" in text
     assert f"n-gram inconclusive ({span(ngram)}:" in text
+
+
+def test_the_two_commands_are_on_the_readmes_first_screen() -> None:
+    """A user looks for how to run it first: both README commands in its first 40 lines."""
+    head = README.read_text(encoding="utf-8").splitlines()[:40]
+    for command in ("bash scripts/demo.sh", "bash scripts/test.sh"):
+        assert any(line.startswith(command) for line in head), f"{command} not in lines 1-40"
