@@ -1,5 +1,5 @@
-"""The layers hold: import-linter's contracts pass, fail on a back-edge, and no private name
-crosses a module boundary."""
+"""The layers hold: import-linter's contracts pass, fail on a back-edge, no private name
+crosses a module boundary, every module says what it is for, and no module name repeats."""
 
 from __future__ import annotations
 
@@ -69,26 +69,29 @@ def test_no_private_name_is_imported_across_modules() -> None:
     assert offenders == []
 
 
-MAX_LINES = 400
+def _concept(path: Path) -> str:
+    """The first sentence of a module's docstring: what the module is for."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return " ".join(doc.split()).split(". ")[0]
 
 
-def _says_why_it_is_long(docstring: str) -> bool:
-    """A module's docstring that states why it is over the limit says "over 400"."""
-    return f"over {MAX_LINES}" in " ".join(docstring.split())
+def test_every_module_says_what_it_is_for() -> None:
+    """One concept per module, at whatever length it takes (no size rule): its docstring's
+    first sentence names it."""
+    silent = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "speclib").rglob("*.py"))
+        if len(_concept(path).split()) < 3
+    ]
+    assert silent == [], "a module's docstring says what it is for"
 
 
-def test_a_module_over_400_lines_says_why_in_its_docstring() -> None:
-    long_and_silent = []
+def test_no_module_name_repeats_across_packages() -> None:
+    """A file name says what it holds, once: no two modules of one name in different layers
+    (``__init__``/``__main__`` aside)."""
+    seen: dict[str, list[str]] = {}
     for path in sorted((REPO / "speclib").rglob("*.py")):
-        text = path.read_text()
-        if text.count("\n") <= MAX_LINES:
-            continue
-        if not _says_why_it_is_long(ast.get_docstring(ast.parse(text)) or ""):
-            long_and_silent.append(f"{path.relative_to(REPO)} ({text.count(chr(10))} lines)")
-    assert long_and_silent == [], "split these along their seams, or say why in the docstring"
-
-
-def test_the_size_rule_reads_the_docstring_not_the_code() -> None:
-    assert _says_why_it_is_long("The module is a little over\n 400 lines because it is one rule.")
-    assert not _says_why_it_is_long("Parses params.")
-    assert not _says_why_it_is_long("")
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    repeated = {name: where for name, where in seen.items() if len(where) > 1}
+    assert repeated == {}
