@@ -129,9 +129,62 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from speclib.app.runner import run_analysis
 
     def analyze(log: Callable[[str], None]) -> Any:
-        return run_analysis(args.run_dir, params_file=args.params, log=log)
+        return run_analysis(
+            args.run_dir, params_file=args.params, allow_incomplete=args.allow_incomplete, log=log
+        )
 
     return _shown(args, args.run_dir, analyze, analysis=True)
+
+
+def _record_lines(summary: Path) -> list[str]:
+    """What the terminal says under the verdicts when the records were not whole or the
+    rule was changed after the run (read from ``summary.json``)."""
+    import json
+
+    try:
+        data = json.loads(summary.read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    lines = []
+    found = data.get("integrity") or {}
+    if found.get("missing"):
+        lines.append(
+            f"DECIDED ON INCOMPLETE RECORDS (--allow-incomplete): {len(found['missing'])} "
+            "problem(s):"
+        )
+        lines += [f"  - {p}" for p in found["missing"]]
+    elif found.get("records_only"):
+        lines.append("records only: no manifest and no launches/, no launch evidence")
+    change = data.get("redecision") or {}
+    if change.get("changed"):
+        fields = "; ".join(f"{c['field']} {c['run']!r} → {c['now']!r}" for c in change["changed"])
+        lines.append(f"RE-DECIDED AFTER THE RUN with {change['params_file']}: {fields}")
+    return lines
+
+
+class OutputRefused(ValueError):
+    """An ``--out`` file would write over a run's own file or an existing file."""
+
+
+def _writable_out(out: str, run_dirs: list[str], *, force: bool) -> Path:
+    """``out``, unless writing it would replace a run folder's own file (never) or an
+    existing file (only with ``--force``)."""
+    from speclib.core.rundir import RunDir
+
+    path = Path(out)
+    folders = [RunDir.at(d) for d in run_dirs]
+    folders += [RunDir(p) for p in path.parents if (p / "requests.jsonl").exists()]
+    owner = next((rd for rd in folders if rd.owns(path)), None)
+    if owner is not None:
+        raise OutputRefused(
+            f"--out {path}: a file of the run folder {owner.root}; its records and results "
+            "are never written over: choose a path outside it (or a new file name)"
+        )
+    if path.is_dir():
+        raise OutputRefused(f"--out {path}: a folder; give a file path")
+    if path.exists() and not force:
+        raise OutputRefused(f"--out {path}: the file exists; add --force to replace it")
+    return path
 
 
 def _shown(
@@ -162,6 +215,8 @@ def _shown(
     else:
         print_verdicts(result.summary)
         print(f"report:  {result.report}\nsummary: {result.summary}")
+    for line in _record_lines(Path(result.summary)):
+        print(line, file=sys.stderr if args.json or args.quiet else sys.stdout)
     if result.failed_launches:
         print(failed_line(result.failed_launches), file=sys.stderr)
         return 1
@@ -183,11 +238,14 @@ def _cmd_build_demo(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from speclib.report.multirun import compare_runs
 
+    out = _writable_out(args.out, args.run_dirs, force=args.force) if args.out else None
     table = compare_runs(args.run_dirs)
     print(table.to_string(index=False))
-    if args.out:
-        Path(args.out).write_text(table.to_html(index=False), encoding="utf-8")
-        print(f"written: {args.out}")
+    if out is not None:
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(table.to_html(index=False), encoding="utf-8")
+        os.replace(tmp, out)
+        print(f"written: {out}")
     return 0
 
 
@@ -222,8 +280,9 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
 def _cmd_schedule(args: argparse.Namespace) -> int:
     from speclib.app.confirm import ConfirmError, describe, write_confirmation
 
+    out = _writable_out(args.out, [args.run_dir], force=args.force)
     try:
-        path = write_confirmation(args.run_dir, args.out, family=args.family)
+        path = write_confirmation(args.run_dir, out, family=args.family)
     except ConfirmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -262,6 +321,11 @@ def _parser() -> argparse.ArgumentParser:
         help="params file whose analysis section overrides the run's (describes the records "
         "when the folder holds only requests.jsonl)",
     )
+    a.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="decide although records are missing or damaged; every output says what is missing",
+    )
     _output_options(a)
     a.set_defaults(func=_cmd_analyze)
     d = sub.add_parser("doctor", help="is this machine ready to run (these params)?")
@@ -272,7 +336,8 @@ def _parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_cmd_build_demo)
     c = sub.add_parser("compare", help="verdict tables of several runs side by side")
     c.add_argument("run_dirs", nargs="+")
-    c.add_argument("--out", help="also write the table as HTML here")
+    c.add_argument("--out", help="also write the table as HTML here (a new file)")
+    c.add_argument("--force", action="store_true", help="replace --out if it exists")
     c.set_defaults(func=_cmd_compare)
     x = sub.add_parser(
         "crosscheck", help="kit vs vllm bench serve on one running server, same prompts"
@@ -289,7 +354,8 @@ def _parser() -> argparse.ArgumentParser:
         "schedule", help="params for the confirmation run of a run's recommended k schedule"
     )
     k.add_argument("run_dir")
-    k.add_argument("--out", required=True, help="params YAML file to write")
+    k.add_argument("--out", required=True, help="params YAML file to write (a new file)")
+    k.add_argument("--force", action="store_true", help="replace --out if it exists")
     k.add_argument("--family", help="sweep family (default: the first with a schedule)")
     k.set_defaults(func=_cmd_schedule)
     return p
@@ -324,16 +390,20 @@ def main(argv: list[str] | None = None) -> int:
     _absolute_paths(args)
     try:
         return int(args.func(args))
-    except (ParamsError, PromptSetError) as exc:
+    except (ParamsError, PromptSetError, OutputRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: servers stopped", file=sys.stderr)
         return 130
     except Exception as exc:  # expected failures: one message, no traceback
-        from speclib.app.runner import RunFailed
+        from speclib.analysis.health.integrity import RunNotWhole
+        from speclib.app.runner import AnalysisRefused, RunFailed
         from speclib.serve.process import PortInUseError, ServerStartError
 
+        if isinstance(exc, AnalysisRefused | RunNotWhole):  # invalid input: nothing written
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if isinstance(exc, RunFailed | ServerStartError | PortInUseError | FileNotFoundError):
             print(f"error: {exc}", file=sys.stderr)
             return 1
