@@ -13,7 +13,9 @@ checks what a run wrote against what the run itself says it wrote:
 
 :func:`check_integrity` returns a frozen :class:`Integrity`; ``problems`` empty means whole.
 A folder that holds only ``requests.jsonl`` (records measured elsewhere, described by a
-params file) has no launch evidence to check; it is ``records_only`` and says so.
+params file) has no launch evidence to check; it is ``records_only`` and says so. A folder
+with launches but no manifest (assembled by hand) is checked on what it has: each launch's
+counts; a manifest that is there but unreadable is a problem.
 """
 
 from __future__ import annotations
@@ -160,8 +162,11 @@ def _block_problems(manifest: dict[str, Any], statuses: dict[str, Any], rd: RunD
     return problems
 
 
-def _count_problems(statuses: dict[str, dict[str, Any]], counts: Counter) -> list[str]:
-    """Each launch's ``status.json`` counts against its measured records."""
+def _count_problems(
+    statuses: dict[str, dict[str, Any]], counts: Counter, *, planned: bool
+) -> list[str]:
+    """Each launch's ``status.json`` counts against its measured records; with a design
+    (``planned``), records of a launch with no ``status.json`` too."""
     problems = []
     for lid, status in statuses.items():
         want_ok, want_failed = status.get("n_ok"), status.get("n_failed")
@@ -175,7 +180,7 @@ def _count_problems(statuses: dict[str, dict[str, Any]], counts: Counter) -> lis
             )
     known = set(statuses)
     strays = sorted({lid for lid, _ in counts} - known)
-    if known and strays:
+    if known and strays and planned:
         problems.append(
             f"requests.jsonl: records of launch(es) {', '.join(strays)} with no status.json"
         )
@@ -206,8 +211,6 @@ def check_integrity(
             )
         else:
             manifest = data
-    else:
-        problems.append(f"{rd.manifest.name}: missing (the design, its blocks and warnings)")
     if not has_launches:
         problems.append("launches/: missing (every launch's status, counters, logs and mode check)")
         return Integrity(tuple(problems), allowed=allowed)
@@ -215,7 +218,7 @@ def check_integrity(
     problems += unreadable
     problems += _block_problems(manifest, statuses, rd)
     if records:
-        problems += _count_problems(statuses, counts)
+        problems += _count_problems(statuses, counts, planned=bool(manifest.get("blocks")))
     return Integrity(tuple(problems), allowed=allowed)
 
 
