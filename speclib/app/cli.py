@@ -154,37 +154,12 @@ def _record_lines(summary: Path) -> list[str]:
         )
         lines += [f"  - {p}" for p in found["missing"]]
     elif found.get("records_only"):
-        lines.append("records only: no manifest and no launches/, no launch evidence")
+        lines.append("records only: no launches/ and no design, so no launch evidence")
     change = data.get("redecision") or {}
     if change.get("changed"):
         fields = "; ".join(f"{c['field']} {c['run']!r} → {c['now']!r}" for c in change["changed"])
         lines.append(f"RE-DECIDED AFTER THE RUN with {change['params_file']}: {fields}")
     return lines
-
-
-class OutputRefused(ValueError):
-    """An ``--out`` file would write over a run's own file or an existing file."""
-
-
-def _writable_out(out: str, run_dirs: list[str], *, force: bool) -> Path:
-    """``out``, unless writing it would replace a run folder's own file (never) or an
-    existing file (only with ``--force``)."""
-    from speclib.core.rundir import RunDir
-
-    path = Path(out)
-    folders = [RunDir.at(d) for d in run_dirs]
-    folders += [RunDir(p) for p in path.parents if (p / "requests.jsonl").exists()]
-    owner = next((rd for rd in folders if rd.owns(path)), None)
-    if owner is not None:
-        raise OutputRefused(
-            f"--out {path}: a file of the run folder {owner.root}; its records and results "
-            "are never written over: choose a path outside it (or a new file name)"
-        )
-    if path.is_dir():
-        raise OutputRefused(f"--out {path}: a folder; give a file path")
-    if path.exists() and not force:
-        raise OutputRefused(f"--out {path}: the file exists; add --force to replace it")
-    return path
 
 
 def _shown(
@@ -236,9 +211,10 @@ def _cmd_build_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from speclib.app.out_guard import writable_out
     from speclib.report.multirun import compare_runs
 
-    out = _writable_out(args.out, args.run_dirs, force=args.force) if args.out else None
+    out = writable_out(args.out, args.run_dirs, force=args.force) if args.out else None
     table = compare_runs(args.run_dirs)
     print(table.to_string(index=False))
     if out is not None:
@@ -279,8 +255,9 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
     from speclib.app.confirm import ConfirmError, describe, write_confirmation
+    from speclib.app.out_guard import writable_out
 
-    out = _writable_out(args.out, [args.run_dir], force=args.force)
+    out = writable_out(args.out, [args.run_dir], force=args.force)
     try:
         path = write_confirmation(args.run_dir, out, family=args.family)
     except ConfirmError as exc:
@@ -379,6 +356,7 @@ def _skip_iri_format_checker() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
+    from speclib.app.out_guard import OutputRefused
     from speclib.core.params import ParamsError
     from speclib.core.prompts import PromptSetError
 

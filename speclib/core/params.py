@@ -40,6 +40,7 @@ from speclib.core.params_server import (
 )
 from speclib.core.params_sweep import SweepError, expand_file_series
 from speclib.core.params_workload import PROMPT_FORMATS, TURN_FORMATS, WorkloadParams
+from speclib.core.params_yaml import DuplicateKeyError, load_yaml
 from speclib.core.spec_method_fields import ignored_field_problems
 from speclib.core.vllm_schema import KeyProblem, installed_spec_schema, spec_config_problems
 
@@ -68,35 +69,6 @@ __all__ = [
 
 class ParamsError(ValueError):
     """A params file is invalid; the message names the file, the field and the value."""
-
-
-class _DuplicateKeyError(yaml.MarkedYAMLError):
-    """A mapping names one key twice (YAML says keys are unique; PyYAML keeps the last)."""
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, refusing a key written twice in one mapping instead of letting
-    the last one silently win (the documented way: a loader subclass whose
-    ``construct_mapping`` checks the keys)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: the base class says so
-                break
-            if first != key_node.start_mark.line + 1:
-                raise _DuplicateKeyError(
-                    problem=f"key {key!r} is written twice, at line {first} and at line "
-                    f"{key_node.start_mark.line + 1} (the second would silently replace the "
-                    "first): keep one",
-                    problem_mark=key_node.start_mark,
-                )
-        return super().construct_mapping(node, deep=deep)
 
 
 def _format_loc(loc: tuple[Any, ...], data: Any) -> str:
@@ -319,8 +291,8 @@ def load_params(
     except OSError as exc:
         raise ParamsError(f"{source}: cannot read params file: {exc.strerror}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except _DuplicateKeyError as exc:
+        data = load_yaml(text)
+    except DuplicateKeyError as exc:
         raise ParamsError(f"{source}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ParamsError(f"{source}: not valid YAML: {exc}") from exc

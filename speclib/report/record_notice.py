@@ -24,7 +24,7 @@ def _incomplete(an: RunAnalysis) -> str:
         return ""
     if found.whole:
         return (
-            "<p><b>Records only:</b> this folder holds no manifest and no launch folders, so "
+            "<p><b>Records only:</b> this folder holds no launch folders and no design, so "
             "no launch evidence (mode check, counters, logs) backs these verdicts.</p>"
         )
     items = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in found.problems)

@@ -15,7 +15,8 @@ checks what a run wrote against what the run itself says it wrote:
 A folder that holds only ``requests.jsonl`` (records measured elsewhere, described by a
 params file) has no launch evidence to check; it is ``records_only`` and says so. A folder
 with launches but no manifest (assembled by hand) is checked on what it has: each launch's
-counts; a manifest that is there but unreadable is a problem.
+counts; a manifest that is there but unreadable is a problem, and ``launches/`` must be
+there when the manifest's design lists blocks.
 """
 
 from __future__ import annotations
@@ -211,6 +212,8 @@ def check_integrity(
             )
         else:
             manifest = data
+    if not has_launches and not manifest.get("blocks") and not problems:
+        return Integrity((), records_only=True, allowed=allowed)  # a manifest with no design
     if not has_launches:
         problems.append("launches/: missing (every launch's status, counters, logs and mode check)")
         return Integrity(tuple(problems), allowed=allowed)
