@@ -198,24 +198,25 @@ def _check_inputs(rd: RunDir, params_file: str | None, *, allow_incomplete: bool
         require_whole(rd.root, allow_incomplete=allow_incomplete)
     except RunNotWhole as exc:
         raise AnalysisRefused(str(exc)) from None
-    if not params_file:
-        if not rd.params_resolved.exists():
-            raise AnalysisRefused(
-                f"{rd.root} holds no params.resolved.json: pass the params file that "
-                "describes its records with --params FILE"
-            )
-        return
-    override = load_params(params_file, check_files=False)  # ParamsError: exit 2
-    if rd.params_resolved.exists():
+    if not params_file and not rd.params_resolved.exists():
+        raise AnalysisRefused(
+            f"{rd.root} holds no params.resolved.json: pass the params file that "
+            "describes its records with --params FILE"
+        )
+    override = load_params(params_file, check_files=False) if params_file else None
+    if not rd.params_resolved.exists():
+        return  # records only: the params file describes them
+    try:
+        run_params = recorded_params(rd.params_resolved)
+    except (OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0][:300]
+        raise AnalysisRefused(
+            f"{rd.params_resolved}: cannot be read as the run's params ({first}); restore "
+            "it from a copy of the run folder"
+        ) from None
+    if override is not None:
         try:
-            run_params = recorded_params(rd.params_resolved)
-        except (OSError, ValueError) as exc:
-            raise AnalysisRefused(
-                f"{rd.params_resolved}: cannot be read as the run's params ({exc}); restore "
-                "it from a copy of the run folder"
-            ) from None
-        try:
-            redecision(run_params, override, source=params_file)
+            redecision(run_params, override, source=str(params_file))
         except ValueError as exc:
             raise ParamsError(str(exc)) from None
 

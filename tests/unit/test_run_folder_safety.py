@@ -229,3 +229,33 @@ def test_a_redecision_names_the_changed_fields_everywhere(run: Path) -> None:
     report = (run / "report.html").read_text()
     assert "RE-DECIDED AFTER THE RUN" in report and "analysis.margin" in report
     assert (run / "params.yaml").read_text() == (FIXTURES / "run-standin/params.yaml").read_text()
+
+
+def test_an_unreadable_params_resolved_is_refused_before_anything_is_written(run: Path) -> None:
+    (run / "params.resolved.json").write_text('{"name": ')
+    refused(run, says=["params.resolved.json: cannot be read as the run's params", "restore"])
+
+
+def test_a_failed_analysis_leaves_the_current_result_and_keeps_its_notebook(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notebook executor is the boundary: one that fails after writing its notebook."""
+    import nbformat
+    from papermill.exceptions import PapermillExecutionError
+
+    from speclib.app import runner
+
+    def failing(name, out_path, parameters, **_):
+        assert Path(parameters["summary_file"]).parent == out_path.parent  # written aside
+        nbformat.write(nbformat.v4.new_notebook(), out_path)
+        raise PapermillExecutionError(0, 3, "", "ValueError", "boom", [])
+
+    monkeypatch.setattr(runner, "execute_notebook", failing)
+    before = digest(run)
+    with pytest.raises(runner.RunFailed, match=r"earlier summary\.json and report\.html are kept"):
+        runner.run_analysis(run, log=lambda _: None)
+    (failed,) = (run / "analyses").iterdir()
+    assert failed.name.startswith("failed-")
+    assert {p.name for p in failed.iterdir()} >= {"20_analysis.ipynb", "report.html"}
+    after = digest(run)
+    assert {k: v for k, v in after.items() if not k.startswith("analyses/")} == before
