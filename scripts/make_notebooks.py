@@ -144,6 +144,8 @@ alone. `records` holds one row per request for your own pandas.
         params_cell("""
 run_dir: str = "../runs/cpu-demo"  # run folder holding requests.jsonl (any speclib run)
 params_file: str = ""  # optional params file whose analysis settings override the run's
+allow_incomplete: bool = False  # decide although records are missing (outputs say what)
+summary_file: str = ""  # where to write summary.json (default: run_dir/summary.json)
 """),
         new_code_cell(
             f"""
@@ -156,6 +158,7 @@ from speclib.report.evidence import (
 {IMPORT_LINES}
 )
 from speclib.report.load_section import load_html
+from speclib.report.record_notice import record_notice_html
 from speclib.report.method import method_html
 from speclib.report.why_section import why_html
 from speclib.report.forest import forest_figure
@@ -167,7 +170,12 @@ from speclib.report.sections import (
 )
 
 ensure_scored(run_dir)  # sampled runs: score outputs under the target (once)
-analysis = analyze_run(run_dir, params_file=params_file)  # writes summary.json
+analysis = analyze_run(  # writes summary.json; refuses records that are not whole
+    run_dir,
+    params_file=params_file,
+    allow_incomplete=allow_incomplete,
+    summary_file=summary_file or None,
+)
 records = analysis.records  # one row per measured request: explore it with pandas
 """.strip()
         ),
@@ -175,6 +183,7 @@ records = analysis.records  # one row per measured request: explore it with pand
         new_code_cell(
             """
 numbers = FigureNumbers()  # one figure count for the page
+display(HTML(record_notice_html(analysis)))  # records not whole, or the rule changed
 display(HTML(answer_html(analysis)), HTML(trust_html(analysis)))  # answer, bench trust
 display(*numbers([forest_figure(analysis)]))  # every arm's interval, the ±δ band, the A/A arm
 display(HTML(verdict_table_html(analysis)), HTML(conclusion_html(analysis, headline=False)))

@@ -11,7 +11,13 @@ the bench-trust panel (:mod:`speclib.analysis.health.trust`, with the workload's
 (:mod:`speclib.analysis.health.run_warnings`); a run with a
 sweep also gets the recommended value of each sweep family at each load level
 (:mod:`speclib.analysis.load.recommend`). The result is a frozen :class:`RunAnalysis` whose
-:meth:`~RunAnalysis.summary` is written to ``summary.json``.
+:meth:`~RunAnalysis.summary` is written to ``summary.json``. Nothing is decided from a
+folder whose records are not whole (:mod:`speclib.analysis.health.integrity`) unless the
+caller allows it, and then the result says what is missing; a re-decision under another
+params file's ``analysis`` section says which fields changed
+(:mod:`speclib.core.params_override`). The module is a little over 400 lines because it is
+one concept, the whole analysis of a run folder and its one result object; each step it
+calls lives in its own module.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from speclib.analysis.health.instrument import (
     exclusion_table,
     launch_agreement,
 )
+from speclib.analysis.health.integrity import Integrity, require_whole
 from speclib.analysis.health.run_warnings import run_warnings
 from speclib.analysis.health.stack import stack_facts, stack_warnings
 from speclib.analysis.health.trust import bench_trust, pre_checks, problem_of
@@ -63,6 +70,7 @@ from speclib.core.params import (
     load_params,
     recorded_params,
 )
+from speclib.core.params_override import Redecision, redecision
 from speclib.core.rundir import RunDir, write_json_atomic
 
 __all__ = [
@@ -100,6 +108,8 @@ class RunAnalysis:
     calibration: dict[str, Any] | None = None  # protocol.target_resolution: reached or not
     load: LoadAnalysis = field(default_factory=LoadAnalysis)  # break-even, schedule, goodput
     stack: dict[str, Any] = field(default_factory=dict)  # health.stack: flags, GPUs, log, truth
+    integrity: Integrity = field(default_factory=Integrity)  # what the records miss, if any
+    redecision: Redecision | None = None  # --params: the analysis fields changed after the run
 
     @property
     def design(self) -> dict[str, Any]:
@@ -197,6 +207,8 @@ class RunAnalysis:
                 "idle_load": self.idle_load.to_dict(orient="records"),
                 "drift": self.drift.to_dict(orient="records"),
                 "warnings": list(self.warnings),
+                "integrity": self.integrity.to_dict(),
+                "redecision": self.redecision.to_dict() if self.redecision else None,
                 **self.stack,
             }
         )
@@ -231,12 +243,15 @@ def _without_wrong_mode(
     return df, problems
 
 
-def _load_params(rd: RunDir, params_file: str | None) -> ExperimentParams:
+def _load_params(rd: RunDir, params_file: str | None) -> tuple[ExperimentParams, Redecision | None]:
+    """The run's own params, with ``params_file``'s ``analysis`` section when given (which
+    must describe the same experiment: :func:`speclib.core.params_override.redecision`)."""
     params = recorded_params(rd.params_resolved)
-    if params_file:
-        override = load_params(params_file, check_files=False)
-        params = params.model_copy(update={"analysis": override.analysis})
-    return params
+    if not params_file:
+        return params, None
+    override = load_params(params_file, check_files=False)
+    change = redecision(params, override, source=str(params_file))
+    return params.model_copy(update={"analysis": override.analysis}), change
 
 
 _INSTRUMENT_COLUMNS = (
@@ -263,11 +278,23 @@ def _request_instruments(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def analyze_run(
-    run_dir: str | os.PathLike[str], *, params_file: str | None = None, write: bool = True
+    run_dir: str | os.PathLike[str],
+    *,
+    params_file: str | None = None,
+    write: bool = True,
+    allow_incomplete: bool = False,
+    summary_file: str | os.PathLike[str] | None = None,
 ) -> RunAnalysis:
-    """Analyse a run folder; write ``summary.json`` when ``write`` (the default)."""
+    """Analyse a run folder; write ``summary.json`` when ``write`` (the default).
+
+    Raises :class:`~speclib.analysis.health.integrity.RunNotWhole` before deciding anything
+    when the records are not whole, unless ``allow_incomplete`` (then the result and
+    ``summary.json`` say what is missing). ``summary_file``: where to write the summary
+    (default ``RUN_DIR/summary.json``; ``speclib analyze`` writes a new one aside first).
+    """
     rd = RunDir.at(run_dir)
-    params = _load_params(rd, params_file)
+    integrity = require_whole(rd.root, allow_incomplete=allow_incomplete)
+    params, change = _load_params(rd, params_file)
     df = load_records(rd.root)
     statuses = rd.statuses()
     df, mode_problems = _without_wrong_mode(df, statuses)
@@ -363,9 +390,11 @@ def analyze_run(
         calibration=_calibration(params, aa),
         load=analyze_load(params, df, comps, recs),
         stack=stack,
+        integrity=integrity,
+        redecision=change,
     )
     if write:
-        write_json_atomic(rd.summary, analysis.summary())
+        write_json_atomic(Path(summary_file) if summary_file else rd.summary, analysis.summary())
     return analysis
 
 

@@ -129,9 +129,37 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from speclib.app.runner import run_analysis
 
     def analyze(log: Callable[[str], None]) -> Any:
-        return run_analysis(args.run_dir, params_file=args.params, log=log)
+        return run_analysis(
+            args.run_dir, params_file=args.params, allow_incomplete=args.allow_incomplete, log=log
+        )
 
     return _shown(args, args.run_dir, analyze, analysis=True)
+
+
+def _record_lines(summary: Path) -> list[str]:
+    """What the terminal says under the verdicts when the records were not whole or the
+    rule was changed after the run (read from ``summary.json``)."""
+    import json
+
+    try:
+        data = json.loads(summary.read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    lines = []
+    found = data.get("integrity") or {}
+    if found.get("missing"):
+        lines.append(
+            f"DECIDED ON INCOMPLETE RECORDS (--allow-incomplete): {len(found['missing'])} "
+            "problem(s):"
+        )
+        lines += [f"  - {p}" for p in found["missing"]]
+    elif found.get("records_only"):
+        lines.append("records only: no launches/ and no design, so no launch evidence")
+    change = data.get("redecision") or {}
+    if change.get("changed"):
+        fields = "; ".join(f"{c['field']} {c['run']!r} → {c['now']!r}" for c in change["changed"])
+        lines.append(f"RE-DECIDED AFTER THE RUN with {change['params_file']}: {fields}")
+    return lines
 
 
 def _shown(
@@ -162,6 +190,8 @@ def _shown(
     else:
         print_verdicts(result.summary)
         print(f"report:  {result.report}\nsummary: {result.summary}")
+    for line in _record_lines(Path(result.summary)):
+        print(line, file=sys.stderr if args.json or args.quiet else sys.stdout)
     if result.failed_launches:
         print(failed_line(result.failed_launches), file=sys.stderr)
         return 1
@@ -181,13 +211,17 @@ def _cmd_build_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from speclib.app.out_guard import writable_out
     from speclib.report.multirun import compare_runs
 
+    out = writable_out(args.out, args.run_dirs, force=args.force) if args.out else None
     table = compare_runs(args.run_dirs)
     print(table.to_string(index=False))
-    if args.out:
-        Path(args.out).write_text(table.to_html(index=False), encoding="utf-8")
-        print(f"written: {args.out}")
+    if out is not None:
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(table.to_html(index=False), encoding="utf-8")
+        os.replace(tmp, out)
+        print(f"written: {out}")
     return 0
 
 
@@ -221,9 +255,11 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
     from speclib.app.confirm import ConfirmError, describe, write_confirmation
+    from speclib.app.out_guard import writable_out
 
+    out = writable_out(args.out, [args.run_dir], force=args.force)
     try:
-        path = write_confirmation(args.run_dir, args.out, family=args.family)
+        path = write_confirmation(args.run_dir, out, family=args.family)
     except ConfirmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -262,6 +298,11 @@ def _parser() -> argparse.ArgumentParser:
         help="params file whose analysis section overrides the run's (describes the records "
         "when the folder holds only requests.jsonl)",
     )
+    a.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="decide although records are missing or damaged; every output says what is missing",
+    )
     _output_options(a)
     a.set_defaults(func=_cmd_analyze)
     d = sub.add_parser("doctor", help="is this machine ready to run (these params)?")
@@ -272,7 +313,8 @@ def _parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_cmd_build_demo)
     c = sub.add_parser("compare", help="verdict tables of several runs side by side")
     c.add_argument("run_dirs", nargs="+")
-    c.add_argument("--out", help="also write the table as HTML here")
+    c.add_argument("--out", help="also write the table as HTML here (a new file)")
+    c.add_argument("--force", action="store_true", help="replace --out if it exists")
     c.set_defaults(func=_cmd_compare)
     x = sub.add_parser(
         "crosscheck", help="kit vs vllm bench serve on one running server, same prompts"
@@ -289,7 +331,8 @@ def _parser() -> argparse.ArgumentParser:
         "schedule", help="params for the confirmation run of a run's recommended k schedule"
     )
     k.add_argument("run_dir")
-    k.add_argument("--out", required=True, help="params YAML file to write")
+    k.add_argument("--out", required=True, help="params YAML file to write (a new file)")
+    k.add_argument("--force", action="store_true", help="replace --out if it exists")
     k.add_argument("--family", help="sweep family (default: the first with a schedule)")
     k.set_defaults(func=_cmd_schedule)
     return p
@@ -313,6 +356,7 @@ def _skip_iri_format_checker() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
+    from speclib.app.out_guard import OutputRefused
     from speclib.core.params import ParamsError
     from speclib.core.prompts import PromptSetError
 
@@ -324,16 +368,20 @@ def main(argv: list[str] | None = None) -> int:
     _absolute_paths(args)
     try:
         return int(args.func(args))
-    except (ParamsError, PromptSetError) as exc:
+    except (ParamsError, PromptSetError, OutputRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: servers stopped", file=sys.stderr)
         return 130
     except Exception as exc:  # expected failures: one message, no traceback
-        from speclib.app.runner import RunFailed
+        from speclib.analysis.health.integrity import RunNotWhole
+        from speclib.app.runner import AnalysisRefused, RunFailed
         from speclib.serve.process import PortInUseError, ServerStartError
 
+        if isinstance(exc, AnalysisRefused | RunNotWhole):  # invalid input: nothing written
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if isinstance(exc, RunFailed | ServerStartError | PortInUseError | FileNotFoundError):
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -31,6 +31,7 @@ from speclib.core.params_experiment import AA_ARM, DRAFT_ALONE_SUFFIX, Experimen
 from speclib.core.params_protocol import AnalysisParams, LoadLevel, ProtocolParams, SloParams
 from speclib.core.params_server import (
     DEMO_PREFIX,
+    SECRET_NAME,
     SPEC_METHODS,
     SeriesParams,
     ServerParams,
@@ -39,6 +40,8 @@ from speclib.core.params_server import (
 )
 from speclib.core.params_sweep import SweepError, expand_file_series
 from speclib.core.params_workload import PROMPT_FORMATS, TURN_FORMATS, WorkloadParams
+from speclib.core.params_yaml import DuplicateKeyError, load_yaml
+from speclib.core.spec_method_fields import ignored_field_problems
 from speclib.core.vllm_schema import KeyProblem, installed_spec_schema, spec_config_problems
 
 __all__ = [
@@ -103,6 +106,16 @@ def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
     return cur
 
 
+def _redacted(value: Any) -> Any:
+    """``value`` with every secret-named key's value hidden (an error never echoes one)."""
+    if isinstance(value, dict):
+        return {
+            k: "<redacted>" if isinstance(k, str) and SECRET_NAME.search(k) else _redacted(v)
+            for k, v in value.items()
+        }
+    return value
+
+
 def _describe(exc: ValidationError, data: Any, source: str) -> str:
     lines = [f"{source}: invalid parameters ({exc.error_count()} problem(s))"]
     for err in exc.errors():
@@ -115,7 +128,7 @@ def _describe(exc: ValidationError, data: Any, source: str) -> str:
         if err["type"] == "missing":
             lines.append(f"  - {field}: required field is missing")
         else:
-            shown = value if value is not None else _lookup(data, loc)
+            shown = _redacted(value if value is not None else _lookup(data, loc))
             text = json.dumps(shown, default=str) if shown is not None else "null"
             if len(text) > 160:
                 text = text[:157] + "..."
@@ -144,8 +157,52 @@ def _prompt_set_problems(params: ExperimentParams) -> list[str]:
     return problems
 
 
+def _length_problems(params: ExperimentParams) -> list[str]:
+    """``num_speculative_tokens`` that cannot fit beside a request within ``max_model_len``:
+    vLLM reserves k + 1 lookahead slots past a sequence (and caps a step's drafts at the
+    room left), so a request of at least one prompt token and ``max_tokens`` output tokens
+    leaves room for at most ``max_model_len - max_tokens - 2`` drafts."""
+    problems = []
+    out = params.workload.max_tokens
+    for i, s in enumerate(params.series):
+        spec = s.speculative_config or {}
+        k = spec.get("num_speculative_tokens")
+        if not isinstance(k, int) or isinstance(k, bool):
+            continue
+        for where, limit in (
+            ("server.max_model_len", params.server.max_model_len),
+            (f"series[{i}].speculative_config.max_model_len", spec.get("max_model_len")),
+        ):
+            room = limit - out - 2 if isinstance(limit, int) else None
+            if room is not None and room >= 1 and k > room:  # room < 1: the prompts' check
+                problems.append(
+                    f"  - series[{i}] (name={s.name!r}).speculative_config."
+                    f"num_speculative_tokens: {k} drafts cannot fit in {where} = {limit} "
+                    f"beside a request of workload.max_tokens = {out} (at most "
+                    f"{room}: vLLM reserves k + 1 slots past the sequence); "
+                    f"lower k or raise max_model_len (value: {k})"
+                )
+    return problems
+
+
+def _output_dir_problems(params: ExperimentParams) -> list[str]:
+    """``output_dir`` can become the run folder: a folder (or none yet), writable."""
+    if not params.output_dir:
+        return []
+    path = params.resolve_path(params.output_dir)
+    shown = f"(value: {str(path)!r})"
+    if path.exists() and not path.is_dir():
+        return [f"  - output_dir: an existing file, not a folder; name a new folder {shown}"]
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return [f"  - output_dir: {existing} is a file, not a folder {shown}"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return [f"  - output_dir: {existing} is not writable by this user {shown}"]
+    return []
+
+
 def _file_problems(params: ExperimentParams) -> list[str]:
-    problems = _prompt_set_problems(params)
+    problems = _prompt_set_problems(params) + _output_dir_problems(params)
     kind, where = resolve_model_ref(params.server.model, params.base_dir)
     if kind == "local" and not Path(where).is_dir():
         problems.append(f"  - server.model: local model folder not found (value: {where!r})")
@@ -191,6 +248,14 @@ def _spec_problems(params: ExperimentParams) -> list[str]:
         spec = s.speculative_config or {}
         if lookup.schema is not None:
             found = spec_config_problems(spec, lookup.schema)
+            named = {p.key for p in found}
+            found += [
+                p
+                for p in ignored_field_problems(
+                    spec, fields=lookup.schema.fields, methods=lookup.schema.methods
+                )
+                if p.key not in named
+            ]
         else:
             found = _kit_method_problems(spec, lookup.note)
         for p in found:
@@ -218,10 +283,17 @@ def load_params(
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParamsError(
+            f"{source}: not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}): "
+            "save the params file as UTF-8"
+        ) from None
     except OSError as exc:
-        raise ParamsError(f"{source}: cannot read params file: {exc.strerror}") from exc
+        raise ParamsError(f"{source}: cannot read params file: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DuplicateKeyError as exc:
+        raise ParamsError(f"{source}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ParamsError(f"{source}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
@@ -238,6 +310,7 @@ def load_params(
     except ValidationError as exc:
         raise ParamsError(_describe(exc, data, source)) from None
     problems = _spec_problems(params) if check_vllm else []
+    problems += _length_problems(params)
     problems += _file_problems(params) if check_files else []
     if problems:
         raise ParamsError(f"{source}: invalid parameters\n" + "\n".join(problems))

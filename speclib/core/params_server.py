@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "DEMO_PREFIX",
+    "SECRET_NAME",
     "SPEC_METHODS",
     "SeriesParams",
     "ServerParams",
@@ -43,6 +45,9 @@ SPEC_METHODS = (
     "suffix",
 )
 _METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+"""Environment variable names whose values are secrets (never written in a params file)."""
+
 _DEPRECATED_FLAGS = (
     "--speculative-model",
     "--speculative_model",
@@ -175,6 +180,19 @@ class ServerParams(StrictModel):
     @classmethod
     def _gpu_indices(cls, value: list[int] | None) -> list[int] | None:
         return _check_gpus(value)
+
+    @field_validator("env")
+    @classmethod
+    def _no_literal_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = [k for k, v in value.items() if v and SECRET_NAME.search(k)]
+        if secret:
+            raise ValueError(
+                f"{', '.join(secret)}: a secret's value written in the params file (it would "
+                "be copied into the run folder, like an API key never is): remove it here and "
+                "export it in the shell that runs speclib (the servers inherit the "
+                "environment); an API key goes in api_key_env"
+            )
+        return value
 
     @model_validator(mode="after")
     def _gpus_match_tp(self) -> ServerParams:

@@ -14,6 +14,9 @@ Layout (the contract documented in docs/run-folder.md)::
       notebooks/              the executed notebooks (the record of what ran)
       summary.json            the decision, per experiment against the control
       report.html             the self-contained report
+      analyses/<UTC time>/    earlier analyses (summary.json, report.html, the notebook),
+                              kept when a later ``speclib analyze`` replaces them; a failed
+                              analysis leaves its notebook in ``analyses/failed-<UTC time>/``
       server.pid              present only while a kit-started server runs
 """
 
@@ -166,6 +169,40 @@ class RunDir:
     @property
     def notebooks(self) -> Path:
         return self.root / "notebooks"
+
+    @property
+    def analysis_notebook(self) -> Path:
+        """The executed analysis notebook of the current ``summary.json``."""
+        return self.notebooks / "20_analysis.ipynb"
+
+    @property
+    def analyses(self) -> Path:
+        """Earlier and failed analyses: one folder each, never written over."""
+        return self.root / "analyses"
+
+    def analysis_outputs(self) -> tuple[Path, ...]:
+        """The files one analysis writes (summary, report, executed notebook)."""
+        return (self.summary, self.report, self.analysis_notebook)
+
+    def analysis_staging(self, stamp: str) -> Path:
+        """Where a new analysis is written before it replaces the current one."""
+        return self.analyses / f".new-{stamp}"
+
+    def analysis_archive(self, stamp: str, *, failed: bool = False) -> Path:
+        """A kept analysis: ``analyses/<stamp>/`` (``failed-<stamp>`` for one that failed);
+        a suffix ``-2``, ``-3``… when that folder exists already."""
+        base = self.analyses / (f"failed-{stamp}" if failed else stamp)
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+        return path
+
+    def owns(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` is one of this run folder's own files (a record, a log, a
+        result: anything already inside the folder)."""
+        p = Path(path).expanduser().resolve()
+        return p.exists() and p != self.root and self.root in p.parents
 
     @property
     def pidfile(self) -> Path:

@@ -292,6 +292,13 @@ def _calibration_run(tmp: Path, params: ExperimentParams, effects: list[float]):
             for p in range(16):
                 for arm, f in (("control", 1.0), ("aa", float(np.exp(effects[rep])))):
                     append_record(fh, _record(arm, rep, p, float(base[p] * f), 1e9 + rep))
+        for arm in ("control", "aa"):  # a whole folder: each launch's status and counts
+            lid = f"{arm}-r{rep}"
+            (run / "launches" / lid).mkdir(parents=True)
+            status = {"launch_id": lid, "series": arm, "replicate": rep, "ok": True}
+            (run / "launches" / lid / "status.json").write_text(
+                json.dumps({**status, "n_ok": 16, "n_failed": 0})
+            )
 
     def execute(pfile, rd, block, design):
         executed.append(block["replicate"])

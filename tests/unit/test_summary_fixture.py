@@ -44,6 +44,13 @@ ADDED_SINCE = {
     "speed_log": {"control": [], "spec": [], "aa": []},  # the stand-in logs none of vLLM's
     "acceptance_truth": [],
     "acceptance_truth_line": None,
+    "integrity": {  # the records checked whole before deciding (analysis/health/integrity.py)
+        "whole": True,
+        "missing": [],
+        "records_only": False,
+        "decided_incomplete": False,
+    },
+    "redecision": None,  # decided under the run's own params
 }
 """Fields the summary gained after the fixture was stored (the stack's facts,
 speclib/analysis/health/stack.py), with the values this folder must give them; every other
