@@ -157,6 +157,7 @@ from speclib.report.evidence import (
     FigureNumbers,
 {IMPORT_LINES}
 )
+from speclib.report.answers_section import answers_html
 from speclib.report.load_section import load_html
 from speclib.report.record_notice import record_notice_html
 from speclib.report.method import method_html
@@ -187,7 +188,8 @@ display(HTML(record_notice_html(analysis)))  # records not whole, or the rule ch
 display(HTML(answer_html(analysis)), HTML(trust_html(analysis)))  # answer, bench trust
 display(*numbers([forest_figure(analysis)]))  # every arm's interval, the ±δ band, the A/A arm
 display(HTML(verdict_table_html(analysis)), HTML(conclusion_html(analysis, headline=False)))
-display(HTML(why_html(analysis)), HTML(load_html(analysis)))  # why; where it stops paying
+# why this speed-up; what the model answered per kind of prompt; where it stops paying
+display(HTML(why_html(analysis)), HTML(answers_html(analysis)), HTML(load_html(analysis)))
 display(Markdown("## Evidence"))  # the figures behind the verdicts
 """.strip()
         ),

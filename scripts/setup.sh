@@ -29,11 +29,13 @@ if [[ "$WITH_SERVER" == "1" ]]; then
   # torchaudio/torchcodec do not load; triton has no CPU backend (~1 GB).
   .venv/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
-echo "[setup] installing speclib (editable) with test and lab tools, Ray and datasets"
-.venv/bin/pip install --quiet -e ".[test,lab,ray,datasets]"  # ray, datasets: their tests run too
+echo "[setup] installing speclib (editable) with test and lab tools, Ray, datasets and the demo builders"
+# ray, datasets: their tests run too; demo: gguf and accelerate for the real demo model
+.venv/bin/pip install --quiet -e ".[test,lab,ray,datasets,demo]"
 .venv/bin/python - <<'PY'
 import importlib.util, sys
-missing = [m for m in ("speclib", "pandas", "scipy", "seaborn", "papermill", "rich", "aiohttp", "ray", "datasets")
+missing = [m for m in ("speclib", "pandas", "scipy", "seaborn", "papermill", "rich", "aiohttp", "ray", "datasets",
+                                  "gguf", "accelerate")
            if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"[setup] missing after install: {missing}")

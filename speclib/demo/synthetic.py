@@ -137,7 +137,8 @@ def parse_synthetic_ref(name: str) -> tuple[str, str, float | None]:
     role, _, rate = rest.partition("@")
     if not sep or preset not in PRESETS or role not in ("target", "draft"):
         raise ValueError(
-            f"demo:{name} is not a demo model: use demo:target / demo:draft (the CPU pair) or "
+            f"demo:{name} is not a demo model: use demo:target / demo:draft (the CPU pair), "
+            "demo:smollm2 / demo:smollm2/draft (the real model) or "
             f"demo:<preset>/target and demo:<preset>/draft[@agreement] (presets: "
             f"{', '.join(sorted(PRESETS))})"
         )

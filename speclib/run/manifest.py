@@ -22,6 +22,7 @@ from typing import Any
 
 from speclib.core.datasets import LoadedPrompts, workload_prompts
 from speclib.core.params import ExperimentParams, resolve_model_ref
+from speclib.demo.packaged import SOURCE_FILE
 from speclib.run.history import history_provenance
 from speclib.serve.memory import nvidia_smi_rows
 
@@ -137,6 +138,9 @@ def model_identity(ref: str, resolved: str, base_dir: Path) -> dict[str, Any]:
         info["content_sha256"] = folder_sha256(folder)
         info["tokenizer_sha256"] = _file_sha(folder / "tokenizer.json")
         info["chat_template_sha256"] = _chat_template_sha(folder)
+        source = folder / SOURCE_FILE  # a model the kit built from a package: which, which file
+        if source.is_file():
+            info["source"] = json.loads(source.read_text("utf-8"))
     elif kind == "hub":
         info["snapshot"] = _hub_snapshot(ref)
     return info
