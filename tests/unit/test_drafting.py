@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,32 @@ def test_the_stream_tells_which_requests_got_drafts_at_any_vllm(half_run: Path) 
         assert stream_only.drafted is truth and stream_only.source == "stream"
         assert with_metrics.drafted is truth
         assert with_metrics.source == ("per-request metrics" if r["spec"] else "stream")
+
+
+def test_streams_that_disagree_with_the_counters_are_flagged(half_run: Path, tmp_path) -> None:
+    """The same run with outside traffic on one launch (its counters moved by 50 accepted
+    drafts no recorded stream carried): summary.json, its warnings and the report's why say
+    so; the other launches still agree."""
+    from speclib.analysis.run_analysis import analyze_run
+    from speclib.report.why_section import why_html
+
+    run = tmp_path / "run"
+    shutil.copytree(half_run, run)
+    after = run / "launches" / "spec-noreq-r1" / "metrics_after.prom"
+    lines = after.read_text().splitlines()
+    name = "vllm:spec_decode_num_accepted_tokens_total"
+    bumped = [
+        f"{x.rsplit(' ', 1)[0]} {float(x.rsplit(' ', 1)[1]) + 50:g}" if x.startswith(name) else x
+        for x in lines
+    ]
+    assert bumped != lines
+    after.write_text("\n".join(bumped) + "\n")
+    an = analyze_run(run)
+    summary = json.loads((run / "summary.json").read_text())
+    by_arm = {c["experiment"]: c["acceptance"]["stream"] for c in summary["comparisons"]}
+    assert by_arm["spec"]["matches"] is True
+    flagged = by_arm["spec-noreq"]
+    assert flagged["matches"] is False and flagged["launches_agreeing"] == 1
+    assert "outside traffic" in flagged["notes"][0]
+    assert any("spec-noreq-r1" in w and "disagree with /metrics" in w for w in summary["warnings"])
+    assert "Stream against counters: MISMATCH" in why_html(an)

@@ -52,6 +52,7 @@ __all__ = [
     "RequestDrafting",
     "StreamCheck",
     "drafted_share",
+    "drafting_warnings",
     "launch_drafting",
     "request_drafting",
     "stream_check",
@@ -391,3 +392,13 @@ def stream_check(
         matches=None if not checked and not counted else not notes,
         notes=tuple(notes),
     )
+
+
+def drafting_warnings(launches: Iterable[LaunchDrafting]) -> list[str]:
+    """One run warning per launch whose streams disagree with its ``/metrics`` counters."""
+    return [
+        f"launch {x.launch_id}: the streams' decode steps disagree with /metrics, so the "
+        f"drafted share and acceptance read from the stream are off there: {x.note}"
+        for x in launches
+        if x.agrees is False and x.note
+    ]
