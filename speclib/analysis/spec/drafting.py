@@ -340,6 +340,7 @@ class StreamCheck:
     """An arm's acceptance read from its streams, checked against what the server counted.
 
     ``stream_accepted`` and ``decode_steps`` are summed over the requests' streams;
+    ``requests_drafted`` counts the requests that got drafts (:attr:`RequestDrafting.drafted`);
     ``tokens_per_step`` is what a decode step yielded on average (every step, drafted or
     not). ``requests_checked``/``requests_agreeing`` count the requests with per-request
     spec metrics and those whose stream agrees with them; ``launches_checked``/
@@ -348,6 +349,7 @@ class StreamCheck:
     """
 
     n_requests: int
+    requests_drafted: int
     decode_steps: int
     stream_accepted: int
     tokens_per_step: float | None
@@ -382,6 +384,7 @@ def stream_check(
         )
     return StreamCheck(
         n_requests=len(requests),
+        requests_drafted=sum(r.drafted for r in requests),
         decode_steps=steps,
         stream_accepted=accepted,
         tokens_per_step=(steps + accepted) / steps if steps else None,

@@ -238,8 +238,10 @@ def _measured_text(d: Decomposition) -> str:
             f"({d.decode_steps - (d.drafted_steps or 0):.0f} of {d.decode_steps}; "
             f"{d.drafted_share_source}"
         )
-        if d.n_requests:
+        if d.n_requests and d.drafted_share_source == "per-request metrics":
             text += f"; {d.requests_drafted} of {d.n_requests} requests got drafts"
+        elif d.n_requests:
+            text += f"; {d.requests_drafted} of {d.n_requests} requests streamed an accepted draft"
         text += ")"
     if d.verify_tokens is not None:
         text += "; on the drafted steps "
