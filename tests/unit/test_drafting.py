@@ -184,7 +184,7 @@ def _mix_params(tmp: Path) -> Path:
         "FAKE_VLLM_TOKENS": str(N_TOKENS),
     }
     data["workload"]["replicates"] = 2
-    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0}
+    data["protocol"] = {"design": "auto", "switch_pause_s": 0}  # sequential when memory is short
     path.write_text(yaml.safe_dump(data))
     return path
 
