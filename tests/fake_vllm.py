@@ -12,6 +12,12 @@ plain (speculative) server's token chunks and writes them at once, as a client t
 scheduled in time reads them, while ``--enable-per-request-metrics`` stamps stay on time.
 ``FAKE_VLLM_LOAD_STEP_S`` (``FAKE_VLLM_SPEC_LOAD_STEP_S`` for a speculative server) lengthens
 every step by that much per other request in flight: a server whose speed falls with load.
+``FAKE_VLLM_NO_DRAFT_MATCH=<text>`` makes a speculative server find no proposal for a request
+whose last message contains the text, as an n-gram lookup without a match: one token per
+chunk at a plain step's time (``FAKE_VLLM_NO_DRAFT_STEP_FACTOR`` times it, default 1.0) and
+no draft on ``/metrics`` or in its per-request metrics. Without
+``--per-request-spec-decode-metrics`` a speculative server still counts its drafts on
+``/metrics``, as vLLM does.
 ``FAKE_VLLM_REQUEST_LOG=<folder>`` appends every finished request's body to
 ``<folder>/<pid>.jsonl`` (with ``speculative``: whether this server speculates), so a test
 can check what each arm was sent after the servers are gone.
@@ -78,8 +84,25 @@ def _script(spec: dict | None, with_metrics: bool, model: str = "") -> Script:
         ttft_s=0.01,
         step_s=step * 1.3,
         tokens_per_chunk=(1, per_chunk),
-        spec=metrics if with_metrics else None,
+        spec=metrics,
+        send_spec=with_metrics,
     )
+
+
+def _no_draft_script(drafted: Script, k: int) -> Script:
+    """What a speculative server does for a request whose proposer finds nothing."""
+    plain = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
+    factor = float(os.environ.get("FAKE_VLLM_NO_DRAFT_STEP_FACTOR", "1.0"))
+    metrics = {
+        "num_spec_steps": 0,
+        "num_draft_tokens": 0,
+        "num_accepted_draft_tokens": 0,
+        "draft_acceptance_rate": 0.0,
+        "mean_acceptance_length": 1.0,
+        "acceptance_histogram": [0] * (k + 1),
+        "num_spec_tokens": k,
+    }
+    return replace(drafted, step_s=plain * factor, tokens_per_chunk=1, spec=metrics)
 
 
 def main(argv: list[str]) -> int:
@@ -106,6 +129,10 @@ def main(argv: list[str]) -> int:
         script, timing_metrics=args.enable_per_request_metrics, late_read=late, load_step_s=load
     )
     state = _State({}, script, None)
+    no_draft = os.environ.get("FAKE_VLLM_NO_DRAFT_MATCH")
+    if spec and no_draft:
+        k = int(spec.get("num_speculative_tokens", 3))
+        state.by_substring = ((no_draft, _no_draft_script(script, k)),)
     if os.environ.get("FAKE_VLLM_DIE_ONLY_SPEC") and spec is None:
         os.environ.pop("FAKE_VLLM_DIE_AFTER_REQUESTS", None)
     sock = socket.socket()

@@ -90,6 +90,7 @@ class Script:
     finish_in_last_chunk: bool = False  # vLLM may put finish_reason on the last token chunk
     send_token_ids: bool = True  # only if the request asked (return_token_ids)
     spec: Mapping[str, Any] | None = None  # metrics.speculative_decoding of the usage chunk
+    send_spec: bool = True  # False: count ``spec`` on /metrics only (no per-request metrics)
     reasoning_tokens: int = 0
     status: int = 200  # != 200: answer with this status and a JSON error body
     error_message: str = "scripted failure"
@@ -195,6 +196,7 @@ class _State:
     scripts: dict[str, Script]
     default: Script
     metrics_text: str | None = None
+    by_substring: tuple[tuple[str, Script], ...] = ()  # a key containing the text: its script
     log: list[Exchange] = field(default_factory=list)
     seq: int = 0
     in_flight: int = 0
@@ -203,7 +205,13 @@ class _State:
 
     def script_for(self, key: str) -> Script:
         with self.lock:
-            return self.scripts.get(key, self.default)
+            return self.lookup(key)
+
+    def lookup(self, key: str) -> Script:
+        """The script of ``key`` (call under the lock): by key, by substring, the default."""
+        if key in self.scripts:
+            return self.scripts[key]
+        return next((s for text, s in self.by_substring if text in key), self.default)
 
 
 # --------------------------------------------------------------------------- SSE encoding
@@ -324,7 +332,7 @@ class _Stream:
             "usage": _usage(self.script.prompt_tokens, self.done_tokens),
         }
         metrics: dict[str, Any] = self.timing() if self.script.timing_metrics else {}
-        if self.script.spec is not None:
+        if self.script.spec is not None and self.script.send_spec:
             metrics["speculative_decoding"] = dict(self.script.spec)
         if metrics:
             obj["metrics"] = metrics
@@ -528,7 +536,7 @@ def _metrics_text(state: _State) -> str:
     with state.lock:
         if state.metrics_text is not None:
             return state.metrics_text
-        specs = [state.scripts.get(e.key, state.default).spec for e in state.log]
+        specs = [state.lookup(e.key).spec for e in state.log]
         running = state.in_flight
     drafts = sum(int(s.get("num_spec_steps", 0)) for s in specs if s)
     draft_tokens = sum(int(s.get("num_draft_tokens", 0)) for s in specs if s)

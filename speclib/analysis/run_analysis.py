@@ -47,6 +47,7 @@ from speclib.analysis.health.ttft_lag import ttft_problems
 from speclib.analysis.health.workload_checks import workload_checks
 from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
 from speclib.analysis.load.recommend import Recommendation, sweep_recommendations
+from speclib.analysis.spec.drafting import drafting_warnings
 from speclib.analysis.spec.kv_capacity import kv_capacity
 from speclib.analysis.spec.launches import (
     LaunchMetrics,
@@ -357,6 +358,7 @@ def analyze_run(
         request_tokens=_request_tokens(df, params),
     )
     notes = run_warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
+    notes += drafting_warnings(m.drafting for m in lms if m.drafting is not None)
     notes += stack_warnings(stack, control=params.control_name, aa=aa_arm)
     aa = [c for c in comps if c.experiment == AA_ARM]
     recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))

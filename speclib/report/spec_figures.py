@@ -1,9 +1,11 @@
 """Figures of what speculation gains and costs: acceptance, load, memory, sampling.
 
 Acceptance from the ``/metrics`` counters (:class:`~speclib.core.prometheus.SpecCounters`),
-acceptance against speed-up per prompt, the paired ratio with its CI at each concurrency
-level, server memory over time, and the sampling check's per-output log-probabilities. Each
-function returns a captioned figure; statistics come in, they are drawn, not recomputed.
+tokens per decode step against speed-up per prompt (every step, drafted or not), the paired
+ratio with its CI at each concurrency level, server memory over time, and the sampling
+check's per-output log-probabilities. Each function returns a captioned figure; statistics
+come in, they are drawn, not recomputed (a prompt's steps are read by
+:mod:`speclib.analysis.spec.drafting`).
 The module is a little over 400 lines because the load figure carries its own log ratio axis
 and break-even marks; each figure is one piece of what speculation gains or costs, so taking
 one out would split by line count, not along a seam.
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from speclib.analysis.spec.drafting import request_drafting
 from speclib.core.prometheus import SpecCounters
 from speclib.report.figure_base import (
     METRIC_UNITS,
@@ -114,6 +117,25 @@ def plot_acceptance(
     return FigureWithCaption(fig, caption)
 
 
+def _prompt_steps(sub: pd.DataFrame) -> pd.DataFrame:
+    """Per prompt of one series: tokens per decode step from the streams (every step,
+    drafted or not) and whether any of its requests got drafts
+    (:func:`speclib.analysis.spec.drafting.request_drafting`)."""
+    specs = sub["spec"] if "spec" in sub else [None] * len(sub)
+    rows = []
+    for pid, chunks, spec in zip(sub["prompt_id"], sub["chunk_tokens"], specs, strict=True):
+        if not isinstance(chunks, list | tuple | np.ndarray):
+            continue
+        r = request_drafting(chunks, spec if isinstance(spec, dict) else None)
+        rows.append((pid, r.decode_steps, r.stream_accepted, r.drafted))
+    frame = pd.DataFrame(rows, columns=["prompt_id", "steps", "accepted", "drafted"])
+    out = frame.groupby("prompt_id").agg(
+        steps=("steps", "sum"), accepted=("accepted", "sum"), drafted=("drafted", "any")
+    )
+    out = out[out["steps"] > 0]
+    return out.assign(tokens_per_step=(out["steps"] + out["accepted"]) / out["steps"])
+
+
 def plot_acceptance_vs_speedup(
     df: pd.DataFrame,
     *,
@@ -122,49 +144,59 @@ def plot_acceptance_vs_speedup(
     metric: str = "tpot_s",
     palette: Mapping[str, str] | None = None,
 ) -> FigureWithCaption:
-    """Per prompt: mean draft acceptance rate (x) against speed-up control / experiment (y)."""
-    require_columns(df, ["series", "prompt_id", "spec_rate", metric], "plot_acceptance_vs_speedup")
+    """Per prompt: tokens per decode step from the stream (x; every step, drafted or not)
+    against speed-up control / experiment (y); prompts that got no draft marked ×."""
+    require_columns(
+        df, ["series", "prompt_id", "chunk_tokens", metric], "plot_acceptance_vs_speedup"
+    )
     names = [s for s in series_order(df["series"], control) if s != control]
     if experiments is not None:
         names = [s for s in names if s in set(experiments)]
     pal = resolve_palette(palette, [control, *names], control)
     label = METRIC_UNITS.get(metric, (metric, "", 1.0))[0]
     data = measured(df)
+    if "ok" in data:
+        data = data[data["ok"].astype(bool)]
     fig, axes = new_figure(width=6.4)
     ax = axes[0, 0]
     ax.axhline(1.0, color="0.2", lw=1, ls="--")
     n_points, n_nodraft = 0, 0
     for name in names:
+        steps = _prompt_steps(data[data["series"] == name])
+        if steps.empty or not steps["drafted"].any():
+            continue  # a plain server (the A/A arm) or nothing streamed: no point, no legend
         ratios = paired_prompt_ratios(df, experiment=name, control=control, metric=metric)
         if ratios.empty:
             continue
-        sub = data[data["series"] == name]
-        rate = (
-            sub.assign(_r=pd.to_numeric(sub["spec_rate"], errors="coerce").astype(float))
-            .groupby("prompt_id")["_r"]
-            .mean()
-        )
-        x = ratios["prompt_id"].map(rate)
-        keep = np.isfinite(x.astype(float))
-        n_nodraft += int((~keep).sum())
+        x = ratios["prompt_id"].map(steps["tokens_per_step"]).astype(float)
+        drafted = ratios["prompt_id"].map(steps["drafted"]).fillna(False).astype(bool)
+        keep = np.isfinite(x)
+        y = 1.0 / ratios["ratio"]
+        yes, no = keep & drafted, keep & ~drafted
         n_points += int(keep.sum())
-        if not keep.any():
-            continue  # no point, no legend entry
-        ax.scatter(x[keep], 1.0 / ratios["ratio"][keep], color=pal[name], s=26, label=name)
+        n_nodraft += int(no.sum())
+        ax.scatter(x[yes], y[yes], color=pal[name], s=26, label=name)
+        if no.any():
+            ax.scatter(x[no], y[no], color=pal[name], s=40, marker="x", label=f"{name}: no draft")
     if n_points == 0:
-        no_data(ax, "no prompt with both a speed-up and an acceptance rate")
+        no_data(ax, "no speculative prompt with both a speed-up and a stream")
     else:
         ax.legend(title="series", fontsize="small")
-        ax.set_xlim(-0.02, 1.02)
-    ax.set_xlabel("mean draft acceptance rate of the prompt (accepted / proposed)")
+    ax.set_xlabel("tokens per decode step of the prompt (stream; every step, drafted or not)")
     ax.set_ylabel(f"{label} speed-up ({control} / experiment, ×)")
-    ax.set_title("Acceptance vs speed-up per prompt")
+    ax.set_title("Tokens per step vs speed-up per prompt")
     caption = (
-        "Does a prompt's speed-up follow its acceptance rate? "
-        f"Each point is one prompt of one series (n={n_points}): its mean per-request "
-        f"acceptance rate against its "
-        f"{label} speed-up over {control}; above the dashed line speculation wins."
-        + (f" {n_nodraft} prompt(s) with no drafts proposed are not drawn." if n_nodraft else "")
+        "Does a prompt's speed-up follow what its steps yield? "
+        f"Each point is one prompt of one speculative series (n={n_points}): the tokens its "
+        "decode steps carried on average, read from the stream (1 where no draft was "
+        f"accepted), against its {label} speed-up over {control}; above the dashed line "
+        "speculation wins."
+        + (
+            f" × marks the {n_nodraft} prompt(s) that got no draft at all: vLLM's acceptance "
+            "counters do not see their steps."
+            if n_nodraft
+            else ""
+        )
     )
     return FigureWithCaption(fig, caption)
 

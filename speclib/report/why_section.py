@@ -1,15 +1,18 @@
 """The report's "Why this speed-up?" section, shown right after the first screen.
 
-:func:`why_html` gives, per comparison, the measured decomposition of its speed-up (tokens
-per verify step from the ``/metrics`` counters, a step's cost from the gaps between streamed
-chunks: :mod:`speclib.analysis.spec.why`), then the lines of vLLM's own log that bear on
-speed, per series, and the acceptance against a synthetic pair's known truth (both from
+:func:`why_html` gives, per comparison, the measured decomposition of its speed-up over every
+decode step (tokens per step and a step's cost from the streamed chunks, the share of steps
+that had no draft, acceptance on the drafted ones: :mod:`speclib.analysis.spec.why`,
+:mod:`speclib.analysis.spec.drafting`), flags an arm whose streams disagree with what its
+server counted, then the lines of vLLM's own log that bear on speed, per series, and the
+acceptance against a synthetic pair's known truth (both from
 :mod:`speclib.analysis.health.stack`).
 """
 
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.report.html_format import wrap
@@ -17,28 +20,55 @@ from speclib.report.html_format import wrap
 __all__ = ["why_html"]
 
 
+_METHOD = (
+    "<p>Measured, not fitted, over every decode step: a request's decode steps are its "
+    "streamed chunks after the first (one chunk per engine step at c=1), the tokens they "
+    "carried give tokens per step, the gaps between them a step's cost. vLLM's acceptance "
+    "counters (and its mean acceptance length) cover only the steps that had a draft; a "
+    "step whose proposer found nothing (an n-gram lookup without a match) yields one token "
+    "and is invisible to them. So the share of decode steps that had a draft is counted "
+    "apart: from each request's own spec metrics where the server gives them, else "
+    "<code>vllm:spec_decode_num_drafts</code> over the streams' decode steps of each "
+    "launch; the streams' accepted drafts are checked against both. The standard model of "
+    "speculative decoding (Leviathan et al. 2023), weighted by that share, is shown only "
+    "where the draft cost c is known independently of these timings (n-gram: c = 0; a draft "
+    "model: served alone with <code>analysis.measure_draft_cost: true</code>).</p>"
+    "<p>EAGLE-3 is read the same way, with two differences. Its head drafts from the "
+    "target's own hidden states (taps on a low, a middle and a high layer, fused into one "
+    "input), so it proposes on every decode step and its drafted share should read about "
+    "1. Its c is the head's cost per step: one decoder layer and its own "
+    "LM head against the target's full stack, far below a separate draft model's, but it "
+    "cannot be served alone to measure it, so an EAGLE-3 arm gets the measured "
+    "decomposition and no model prediction.</p>"
+)
+
+
 def why_html(an: RunAnalysis) -> str:
     """ "Why this speed-up?": the measured decomposition per comparison (shown right after
-    the first screen, before the evidence)."""
+    the first screen, before the evidence), with any disagreement between an arm's streams
+    and its server's counters."""
     items = [
         f"<li><b>{html.escape(c.experiment)}</b> ({html.escape(c.load)}): "
-        f"{html.escape(c.explanation.summary)}</li>"
+        f"{html.escape(c.explanation.summary)}{_stream_flag(c.acceptance)}</li>"
         for c in an.comparisons
         if c.explanation and c.explanation.summary
     ]
     stack = _stack_html(an)
     if not items and not stack:
         return ""
-    return wrap(
-        "<h2>Why this speed-up?</h2><p>Measured, not fitted: tokens per verify step come "
-        "from the /metrics counters, a step's cost from the gaps between streamed chunks "
-        "(one chunk per engine step at c=1). The standard model of speculative decoding "
-        "(Leviathan et al. 2023) is shown only where the draft cost c is known "
-        "independently of these timings (n-gram: c = 0; a draft model: served alone with "
-        "<code>analysis.measure_draft_cost: true</code>).</p><ul>"
-        + "".join(items)
-        + "</ul>"
-        + stack
+    return wrap("<h2>Why this speed-up?</h2>" + _METHOD + "<ul>" + "".join(items) + "</ul>" + stack)
+
+
+def _stream_flag(acceptance: dict[str, Any]) -> str:
+    """A warning after an arm whose streams disagree with its server's counts ("" if none)."""
+    stream = acceptance.get("stream") or {}
+    if stream.get("matches") is not False:
+        return ""
+    notes = "; ".join(stream.get("notes") or [])
+    return (
+        " <b>Stream against counters: MISMATCH</b> "
+        f"({html.escape(notes)}): the drafted share and acceptance read from the stream are "
+        "not one engine step per chunk here."
     )
 
 

@@ -145,7 +145,15 @@ def test_acceptance_panels() -> None:
 def test_acceptance_vs_speedup(records: pd.DataFrame) -> None:
     result = plot_acceptance_vs_speedup(records)
     _check(result)
-    assert "no drafts proposed are not drawn" in result.caption
+    assert "tokens its decode steps carried" in result.caption and "×" not in result.caption
+    # a prompt whose every step carried one token got no draft: drawn, and marked
+    nodraft = records.copy()
+    undrafted = (nodraft["series"] == "ngram") & (nodraft["prompt_id"] == "p2")
+    nodraft.loc[undrafted, "chunk_tokens"] = pd.Series([[1] * 32] * int(undrafted.sum())).values
+    marked = plot_acceptance_vs_speedup(nodraft)
+    assert "× marks the 1 prompt(s) that got no draft" in marked.caption
+    labels = [t.get_text() for t in marked.figure.axes[0].get_legend().get_texts()]
+    assert "ngram: no draft" in labels and "control" not in labels
 
 
 def test_tokens_per_chunk(records: pd.DataFrame) -> None:

@@ -9,6 +9,7 @@ import math
 import pytest
 import yaml
 
+from speclib.analysis.spec.drafting import DraftedShare
 from speclib.analysis.spec.speedup import (
     alpha_from_mean_length,
     expected_tokens_per_step,
@@ -46,6 +47,28 @@ def test_paired_factors_multiply_back_to_the_geometric_mean_tpot_ratio() -> None
     assert paired_stream_factors([None], [(0.1, 2.0)]) is None
 
 
+def _every_step_drafted() -> DraftedShare:
+    return DraftedShare(
+        decode_steps=100,
+        drafted_steps=100.0,
+        drafted_share=1.0,
+        tokens_per_drafted_step=None,
+        n_requests=10,
+        requests_drafted=10,
+        source="per-request metrics",
+    )
+
+
+def test_without_the_drafted_share_there_is_no_prediction() -> None:
+    """An n-gram arm whose counters say 5 tokens per drafted step: the old model assumed
+    every step was drafted and predicted 5x; without the share it must not predict."""
+    why = explain(
+        method="ngram", k=4, stream_factors=(1.6, 1.0, 40), measured_speedup=1.57, verify_tokens=5.0
+    )
+    assert why.prediction is None
+    assert "share of decode steps that had a draft is unknown" in why.no_prediction
+
+
 def test_ngram_gets_a_prediction_with_c_zero_and_the_gap_is_named() -> None:
     why = explain(
         method="ngram",
@@ -53,7 +76,15 @@ def test_ngram_gets_a_prediction_with_c_zero_and_the_gap_is_named() -> None:
         stream_factors=(1.6, 1.3, 40),
         measured_speedup=1.25,
         verify_tokens=2.9,
-        drafted_share=0.25,
+        drafting=DraftedShare(
+            decode_steps=400,
+            drafted_steps=100.0,
+            drafted_share=0.25,
+            tokens_per_drafted_step=None,
+            n_requests=40,
+            requests_drafted=10,
+            source="per-request metrics",
+        ),
     )
     d, p = why.decomposition, why.prediction
     assert d.decomposed_speedup == pytest.approx(1.6 / 1.3)
@@ -65,7 +96,8 @@ def test_ngram_gets_a_prediction_with_c_zero_and_the_gap_is_named() -> None:
     assert p.model_step_cost == pytest.approx(1.0)
     assert p.verify_overhead == pytest.approx(1.3)
     assert "verifying k + 1 = 5 positions" in why.summary
-    assert "25% of steps had drafts" in why.summary
+    assert "75% of decode steps had no draft (300 of 400" in why.summary
+    assert "10 of 40 requests got drafts" in why.summary
 
 
 def test_a_draft_model_without_a_measured_cost_gets_no_prediction() -> None:
@@ -91,6 +123,7 @@ def test_a_measured_draft_cost_gives_the_standard_model_and_its_range() -> None:
         stream_factors=(3.1, 2.0, 48),
         measured_speedup=1.55,
         verify_tokens=3.0,
+        drafting=_every_step_drafted(),
         draft_cost=cost,
         k_range=range(1, 9),
     )

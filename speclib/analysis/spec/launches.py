@@ -11,6 +11,7 @@ data ("no /metrics snapshots"), never an exception.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from speclib.analysis.spec.acceptance import Reconciliation, reconcile
+from speclib.analysis.spec.drafting import LaunchDrafting, launch_drafting, request_drafting
 from speclib.core.prometheus import (
     CounterResetError,
     PrefixCacheDelta,
@@ -49,6 +51,7 @@ class LaunchMetrics:
     prefix_cache: PrefixCacheDelta | None
     reconciliation: Reconciliation | None
     note: str | None = None
+    drafting: LaunchDrafting | None = None  # decode steps from the streams against /metrics
 
     def to_dict(self) -> dict[str, Any]:
         """The mapping written to ``summary.json``."""
@@ -74,6 +77,7 @@ class LaunchMetrics:
                 "explanation": rec.explanation,
             },
             "note": self.note,
+            "drafting": self.drafting.to_dict() if self.drafting else None,
         }
 
 
@@ -100,7 +104,22 @@ def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame) ->
     specs = [s if isinstance(s, dict) else None for s in mine.get("spec", [])]
     asked = _asked_per_request(status)
     rec = reconcile(specs, spec) if asked and (spec.present or any(specs)) else None
-    return LaunchMetrics(lid, series, spec, cache, rec)
+    drafting = None
+    if "--speculative-config" in str(status.get("command") or ""):
+        k = _num_speculative_tokens(status) or len(spec.accepted_per_pos) or None
+        chunks = list(mine.get("chunk_tokens", []))
+        reqs = [request_drafting(c, s, k=k) for c, s in zip(chunks, specs, strict=True)]
+        drafting = launch_drafting(lid, series, reqs, spec, k=k)
+    return LaunchMetrics(lid, series, spec, cache, rec, drafting=drafting)
+
+
+_K = re.compile(r"[\"']num_speculative_tokens[\"']\s*:\s*(\d+)")
+
+
+def _num_speculative_tokens(status: dict[str, Any]) -> int | None:
+    """The ``num_speculative_tokens`` in a launch's recorded command (None: not there)."""
+    found = _K.search(str(status.get("command") or ""))
+    return int(found.group(1)) if found else None
 
 
 def _asked_per_request(status: dict[str, Any]) -> bool:

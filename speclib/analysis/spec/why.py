@@ -13,7 +13,17 @@ acceptance ``α`` and the draft cost ``c``. ``c`` must not come from the same ti
 definition, and for a draft model it is measured by serving the draft alone
 (``analysis.measure_draft_cost``). The gap between the model's step cost ``1 + k·c`` and the
 measured one is named: verifying ``k + 1`` positions, and the scheduling around it, is what
-the model leaves out. Pure functions over numbers; no I/O.
+the model leaves out.
+
+Every decode step counts, drafted or not. vLLM's acceptance counters (and the mean acceptance
+length read from them) cover only the steps that had a draft; a step whose proposer found
+nothing (an n-gram lookup without a match) yields one token at a plain step's cost and is
+invisible to them. The share of decode steps that had a draft
+(:mod:`speclib.analysis.spec.drafting`: per-request metrics, else ``num_drafts`` over the
+streams' decode steps) weighs the model: tokens per step ``s·E[accepted + 1 | drafted] +
+(1 − s)``, cost per step ``s·(1 + k·c) + (1 − s)·1`` (an undrafted step costs a plain step
+plus the proposer's lookup, 0 for n-gram). Without that share there is no prediction, never
+one that silently assumes every step was drafted. Pure functions over numbers; no I/O.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from speclib.analysis.spec.drafting import DraftedShare
 from speclib.analysis.spec.speedup import alpha_from_mean_length, expected_tokens_per_step
 from speclib.core.wording import ratio_words
 
@@ -82,9 +93,12 @@ class Decomposition:
     """Measured: speed-up = tokens per step ÷ step cost (a step's time over a plain one's).
 
     ``tokens_per_step`` and ``step_cost`` are geometric means over paired prompts from the
-    streams; ``verify_tokens`` is the counters' tokens per step *that carried drafts* (the
-    mean acceptance length) and ``drafted_share`` the share of decode steps that did (below
-    1 when, e.g., an n-gram lookup finds no match).
+    streams, over every decode step. ``verify_tokens`` is the tokens per step *that carried
+    a draft* (the mean acceptance length, bonus token included) and ``acceptance_rate`` its
+    accepted over proposed drafts; ``drafted_share`` is the share of decode steps that had a
+    draft (below 1 when, e.g., an n-gram lookup finds no match), out of ``decode_steps``
+    (``drafted_steps`` of them), from ``drafted_share_source``; ``requests_drafted`` of
+    ``n_requests`` requests got drafts. None where nothing says it.
     """
 
     tokens_per_step: float
@@ -95,6 +109,13 @@ class Decomposition:
     verify_tokens: float | None
     verify_tokens_source: str
     drafted_share: float | None
+    acceptance_rate: float | None = None
+    decode_steps: int | None = None
+    drafted_steps: float | None = None
+    undrafted_share: float | None = None
+    drafted_share_source: str | None = None
+    requests_drafted: int | None = None
+    n_requests: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,12 +157,14 @@ def _decompose(
     factors: tuple[float, float, int] | None,
     verify_tokens: float | None,
     verify_tokens_source: str,
-    drafted_share: float | None,
+    drafting: DraftedShare | None,
     measured_speedup: float,
+    acceptance_rate: float | None,
 ) -> Decomposition | None:
     if factors is None:
         return None
     tokens, cost, n = factors
+    d = drafting
     return Decomposition(
         tokens_per_step=tokens,
         step_cost=cost,
@@ -150,7 +173,14 @@ def _decompose(
         measured_speedup=measured_speedup,
         verify_tokens=verify_tokens,
         verify_tokens_source=verify_tokens_source,
-        drafted_share=drafted_share,
+        drafted_share=d.drafted_share if d else None,
+        acceptance_rate=acceptance_rate,
+        decode_steps=d.decode_steps if d else None,
+        drafted_steps=d.drafted_steps if d else None,
+        undrafted_share=d.undrafted_share if d else None,
+        drafted_share_source=d.source if d else None,
+        requests_drafted=d.requests_drafted if d else None,
+        n_requests=d.n_requests if d else None,
     )
 
 
@@ -169,10 +199,10 @@ def _predict(
     decomposition: Decomposition | None,
     k_range: Sequence[int],
 ) -> Prediction | None:
-    if cost is None or not k or not verify_tokens:
+    if cost is None or not k or not verify_tokens or drafted_share is None:
         return None
     alpha = alpha_from_mean_length(min(max(verify_tokens, 1.0), k + 1.0), k)
-    share = 1.0 if drafted_share is None else min(max(drafted_share, 0.0), 1.0)
+    share = min(max(drafted_share, 0.0), 1.0)
     c = max(cost.c, 0.0)
     predicted, model_cost = _model(alpha, k, c, share)
     spread = None
@@ -202,10 +232,22 @@ def _measured_text(d: Decomposition) -> str:
         f"{d.decomposed_speedup:.2f}× the speed (the measured TPOT ratio: "
         f"{ratio_words(1 / d.measured_speedup)})"
     )
+    if d.undrafted_share is not None and d.decode_steps:
+        text += (
+            f". {d.undrafted_share:.0%} of decode steps had no draft "
+            f"({d.decode_steps - (d.drafted_steps or 0):.0f} of {d.decode_steps}; "
+            f"{d.drafted_share_source}"
+        )
+        if d.n_requests and d.drafted_share_source == "per-request metrics":
+            text += f"; {d.requests_drafted} of {d.n_requests} requests got drafts"
+        elif d.n_requests:
+            text += f"; {d.requests_drafted} of {d.n_requests} requests streamed an accepted draft"
+        text += ")"
     if d.verify_tokens is not None:
-        text += f"; steps with drafts yield {d.verify_tokens:.2f} ({d.verify_tokens_source})"
-        if d.drafted_share is not None and d.drafted_share < 0.995:
-            text += f", and {d.drafted_share:.0%} of steps had drafts"
+        text += "; on the drafted steps "
+        if d.acceptance_rate is not None:
+            text += f"acceptance was {d.acceptance_rate:.2f} and "
+        text += f"a step yielded {d.verify_tokens:.2f} tokens ({d.verify_tokens_source})"
     return text
 
 
@@ -241,35 +283,64 @@ def explain(
     measured_speedup: float,
     verify_tokens: float | None = None,
     verify_tokens_source: str = "/metrics counters",
-    drafted_share: float | None = None,
+    drafting: DraftedShare | None = None,
+    acceptance_rate: float | None = None,
     draft_cost: DraftCost | None = None,
     no_cost_reason: str | None = None,
     k_range: Sequence[int] = tuple(range(1, 9)),
 ) -> WhySpeedup:
-    """The measured decomposition and, when ``c`` is known independently, the prediction.
+    """The measured decomposition and, when ``c`` and the drafted share are known, the
+    prediction.
 
     ``stream_factors`` comes from :func:`paired_stream_factors`; ``measured_speedup`` is the
     control's TPOT over the experiment's (above 1 is a win); ``verify_tokens`` is the mean
-    acceptance length and ``drafted_share`` the share of decode steps that carried drafts.
-    For ``method == "ngram"`` the draft cost is 0 by definition; otherwise ``draft_cost``
-    must be measured elsewhere (the draft served alone), and ``no_cost_reason`` says why it
-    is not.
+    acceptance length on drafted steps (the drafting's own where it has one) and
+    ``drafting`` the share of decode steps that had a draft
+    (:func:`speclib.analysis.spec.drafting.drafted_share`). For ``method == "ngram"`` the
+    draft cost is 0 by definition; otherwise ``draft_cost`` must be measured elsewhere (the
+    draft served alone), and ``no_cost_reason`` says why it is not.
     """
     if not (math.isfinite(measured_speedup) and measured_speedup > 0):
         raise ValueError(f"`measured_speedup` must be a positive number (got {measured_speedup!r})")
     ks = sorted({int(x) for x in k_range if int(x) >= 1})
     if not ks:
         raise ValueError("`k_range` must hold at least one positive integer")
+    if drafting is not None and drafting.tokens_per_drafted_step is not None:
+        verify_tokens = drafting.tokens_per_drafted_step
+        verify_tokens_source = drafting.source
     d = _decompose(
-        stream_factors, verify_tokens, verify_tokens_source, drafted_share, measured_speedup
+        stream_factors,
+        verify_tokens,
+        verify_tokens_source,
+        drafting,
+        measured_speedup,
+        acceptance_rate,
     )
     if method == "ngram" and draft_cost is None:
         draft_cost = DraftCost(0.0, "n-gram lookup: no model, c = 0 by definition")
-    p = _predict(verify_tokens, drafted_share, k, draft_cost, d, ks)
+    share = drafting.drafted_share if drafting is not None else None
+    p = _predict(verify_tokens, share, k, draft_cost, d, ks)
     reason = None
     if p is None:
-        reason = no_cost_reason or (
-            "no acceptance counters" if not verify_tokens else "the draft cost c is unknown"
-        )
+        reason = _no_prediction(verify_tokens, share, draft_cost, no_cost_reason)
     summary = _summary(d, p, reason)
     return WhySpeedup(decomposition=d, prediction=p, no_prediction=reason, summary=summary)
+
+
+def _no_prediction(
+    verify_tokens: float | None,
+    share: float | None,
+    cost: DraftCost | None,
+    no_cost_reason: str | None,
+) -> str:
+    if cost is None:
+        return no_cost_reason or "the draft cost c is unknown"
+    if not verify_tokens:
+        return "no acceptance counters"
+    if share is None:
+        return (
+            "the share of decode steps that had a draft is unknown (no /metrics counters and "
+            "no per-request spec metrics): the model cannot tell drafted steps from steps "
+            "where the proposer found nothing"
+        )
+    return "k is unknown"

@@ -17,6 +17,12 @@ import pandas as pd
 
 from speclib.analysis.frames import pair_frame
 from speclib.analysis.spec.acceptance import request_acceptance, sum_counters
+from speclib.analysis.spec.drafting import (
+    DraftedShare,
+    drafted_share,
+    request_drafting,
+    stream_check,
+)
 from speclib.analysis.spec.launches import LaunchMetrics
 from speclib.analysis.spec.why import (
     DraftCost,
@@ -31,8 +37,8 @@ from speclib.core.params import ExperimentParams
 
 __all__ = [
     "acceptance_summary",
+    "arm_drafting",
     "draft_cost",
-    "drafted_share",
     "explain_speedup",
     "implausible_count",
     "plausibility_dict",
@@ -88,7 +94,19 @@ def acceptance_summary(exp_df: pd.DataFrame, lms: list[LaunchMetrics]) -> dict[s
         "metrics_counters": total.to_dict() if total else None,
         "reconciled": all(r.matches for r in recs) if recs else None,
         "reconciliation_notes": sorted({r.explanation for r in recs if r.explanation}),
+        "stream": stream_check(
+            [request_drafting(c, s if isinstance(s, dict) else None) for c, s in _streams(ok)],
+            [m.drafting for m in lms if m.drafting is not None],
+        ).to_dict(),
     }
+
+
+def _streams(rows: pd.DataFrame) -> list[tuple[Any, Any]]:
+    """``(chunk_tokens, spec)`` of each row (an empty stream where the frame has none)."""
+    if not len(rows) or "chunk_tokens" not in rows:
+        return []
+    specs = rows["spec"] if "spec" in rows else [None] * len(rows)
+    return list(zip(rows["chunk_tokens"], specs, strict=True))
 
 
 def draft_cost(
@@ -117,16 +135,15 @@ def draft_cost(
     return DraftCost(ci.estimate, source, (ci.ci_low, ci.ci_high)), None
 
 
-def drafted_share(pairs: pd.DataFrame) -> float | None:
-    """Share of the experiment's decode steps that carried drafts (per-request metrics)."""
-    if "spec_steps_e" not in pairs or "n_chunks_e" not in pairs:
-        return None
-    steps = pd.to_numeric(pairs["spec_steps_e"], errors="coerce")
-    decode = pd.to_numeric(pairs["n_chunks_e"], errors="coerce") - 1
-    keep = steps.notna() & (decode > 0)
-    if not keep.any():
-        return None
-    return float(min(steps[keep].sum() / decode[keep].sum(), 1.0))
+def arm_drafting(
+    df: pd.DataFrame, name: str, pairs: pd.DataFrame, lms: list[LaunchMetrics]
+) -> DraftedShare | None:
+    """The share of the experiment's decode steps that had a draft, over its requests of the
+    pairs' load level(s) (:func:`speclib.analysis.spec.drafting.drafted_share`)."""
+    levels = set(pairs["level"]) if "level" in pairs else set()
+    rows = df[(df["series"] == name) & df["level"].isin(levels) & df["ok"].astype(bool)]
+    reqs = [request_drafting(c, s if isinstance(s, dict) else None) for c, s in _streams(rows)]
+    return drafted_share(reqs, [m.drafting for m in lms if m.drafting is not None])
 
 
 def explain_speedup(
@@ -137,6 +154,7 @@ def explain_speedup(
     acc: dict[str, Any],
     tpot: RatioCI | None,
     salt: int,
+    launches: list[LaunchMetrics] | None = None,
 ) -> WhySpeedup | None:
     """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
     known independently (:mod:`speclib.analysis.spec.why`)."""
@@ -163,7 +181,8 @@ def explain_speedup(
         measured_speedup=1 / tpot.estimate,
         verify_tokens=tokens,
         verify_tokens_source="/metrics counters" if from_counters else "per-request metrics",
-        drafted_share=drafted_share(pairs),
+        drafting=arm_drafting(df, name, pairs, launches or []),
+        acceptance_rate=acc.get("metrics_acceptance_rate"),
         draft_cost=cost,
         no_cost_reason=reason,
     )

@@ -1,0 +1,277 @@
+"""Every decode step counted: drafted and undrafted steps, from the stream and the counters.
+
+Hand-computed cases of :mod:`speclib.analysis.spec.drafting`, then a run through the CLI on
+stand-in servers with a known truth: half the prompts get every draft accepted, half get no
+proposal at all (an n-gram lookup without a match), on an arm with per-request spec metrics
+and on one without them (as vLLM 0.26 serves).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from speclib.analysis.spec.drafting import (
+    drafted_share,
+    launch_drafting,
+    request_drafting,
+    stream_check,
+)
+from speclib.analysis.spec.speedup import alpha_from_mean_length, expected_tokens_per_step
+from speclib.core.prometheus import SpecCounters
+from tests.helpers import fake_servers_left
+from tests.unit.test_interleaved import _run
+from tests.unit.test_robustness import _params
+
+pytestmark = pytest.mark.unit
+
+K = 3
+
+
+def _spec(steps: int, accepted: int, k: int = K) -> dict:
+    return {
+        "num_spec_steps": steps,
+        "num_draft_tokens": steps * k,
+        "num_accepted_draft_tokens": accepted,
+        "num_spec_tokens": k,
+    }
+
+
+# ------------------------------------------------------------------ one request
+
+
+def test_a_request_s_steps_and_accepted_drafts_come_from_its_chunks() -> None:
+    r = request_drafting([1, 4, 1, 3, 1], _spec(4, 5))
+    assert (r.decode_steps, r.tokens, r.stream_accepted, r.accepted_steps) == (4, 10, 5, 2)
+    assert r.drafted and r.source == "per-request metrics" and r.agrees
+    assert r.undrafted_steps == 0
+    # the stream alone: an accepted draft seen
+    s = request_drafting([1, 4, 1, 3, 1])
+    assert s.drafted and s.source == "stream" and s.agrees is None
+    assert s.drafted_steps is None and s.undrafted_steps is None
+
+
+def test_no_proposal_reads_undrafted_from_either_source() -> None:
+    none = request_drafting([1] * 16, _spec(0, 0))
+    assert not none.drafted and none.undrafted_steps == 15 and none.agrees
+    stream = request_drafting([1] * 16)
+    assert not stream.drafted and stream.stream_accepted == 0
+    # drafts proposed and all rejected: the metrics know, the stream cannot
+    rejected = request_drafting([1] * 16, _spec(15, 0))
+    assert rejected.drafted and rejected.undrafted_steps == 0
+
+
+def test_a_last_step_cut_by_max_tokens_is_within_k_and_merged_chunks_are_not() -> None:
+    # 3 accepted counted on the last step, only 1 streamed before max_tokens: 2 short
+    cut = request_drafting([1, 4, 2], _spec(2, 6 - 2 + 2))
+    assert cut.stream_accepted == 7 - 3 and cut.accepted == 6 and cut.agrees
+    # two steps of 4 merged into one chunk of 8: the stream shows 7 accepted, metrics 6
+    merged = request_drafting([1, 8], _spec(2, 6))
+    assert merged.stream_accepted == 7 and not merged.agrees
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        request_drafting([1, -2])
+    with pytest.raises(ValueError, match="num_spec_steps"):
+        request_drafting([1, 2], {"num_spec_steps": -1})
+
+
+# ------------------------------------------------------------------ one launch, one arm
+
+
+def _half_mix() -> list:
+    """Two requests of 16 tokens: one with every draft accepted (k = 3: chunks 1, 4, 4, 4,
+    3), one with no proposal (16 chunks of 1)."""
+    return [request_drafting([1, 4, 4, 4, 3]), request_drafting([1] * 16)]
+
+
+def test_a_launch_s_drafted_share_is_num_drafts_over_the_streams_decode_steps() -> None:
+    counters = SpecCounters(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=11)
+    x = launch_drafting("spec-r0", "spec", _half_mix(), counters, k=K)
+    assert x.decode_steps == 4 + 15 and x.stream_accepted == 11 and x.stream_accepted_steps == 4
+    assert x.drafted_share == pytest.approx(4 / 19) and x.undrafted_share == pytest.approx(15 / 19)
+    assert x.agrees and x.note is None
+    # the counters' view alone: acceptance 11/12, 3.75 tokens per drafted step, no hint of
+    # the 15 undrafted steps
+    assert counters.mean_acceptance_length == pytest.approx(3.75)
+
+
+def test_a_launch_whose_streams_merged_steps_is_flagged() -> None:
+    # at c>1 the API process fell behind: 4 steps of 4 tokens arrived as 2 chunks of 8
+    merged = [request_drafting([1, 8, 7])]
+    counters = SpecCounters(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=11)
+    x = launch_drafting("spec-r0", "spec", merged, counters, k=K)
+    assert not x.agrees and "merged" in x.note
+    outside = launch_drafting(
+        "spec-r0",
+        "spec",
+        _half_mix(),
+        SpecCounters(num_drafts=40, num_draft_tokens=120, num_accepted_tokens=110),
+        k=K,
+    )
+    assert not outside.agrees and "outside traffic" in outside.note
+    check = stream_check(merged, [x])
+    assert check.matches is False and "launch spec-r0" in check.notes[0]
+    plain = launch_drafting("c-r0", "control", _half_mix(), None, k=None)
+    assert plain.drafted_share is None and plain.agrees is None
+
+
+def test_the_arm_s_share_is_exact_from_per_request_metrics_else_from_the_launches() -> None:
+    exact = drafted_share(
+        [request_drafting([1, 4, 4, 4, 3], _spec(4, 11)), request_drafting([1] * 16, _spec(0, 0))]
+    )
+    assert exact.source == "per-request metrics"
+    assert exact.drafted_share == pytest.approx(4 / 19)
+    assert exact.tokens_per_drafted_step == pytest.approx(1 + 11 / 4)
+    assert (exact.requests_drafted, exact.n_requests) == (1, 2)
+    counters = SpecCounters(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=11)
+    launch = launch_drafting("spec-r0", "spec", _half_mix(), counters, k=K)
+    from_counters = drafted_share(_half_mix(), [launch])
+    assert from_counters.source.startswith("/metrics num_drafts")
+    assert from_counters.drafted_share == pytest.approx(4 / 19)
+    assert from_counters.tokens_per_drafted_step == pytest.approx(3.75)
+    assert drafted_share(_half_mix()) is None  # neither source: nothing said
+    assert drafted_share([request_drafting([1])]) is None  # no decode step
+
+
+# ------------------------------------------------------------------ known truth, end to end
+
+N_TOKENS = 16
+STEP_S = 0.025  # long enough that a stalled stand-in delays a few chunks, not a stream
+SPEC_STEP = 1.3  # the stand-in's verify step over a plain step
+
+
+def _mix_params(tmp: Path) -> Path:
+    path = _params(tmp, n_prompts=12)
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"p{i}",
+                    "category": "echo" if i % 2 else "fresh",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": f"{'repeat this' if i % 2 else 'fresh'} prompt {i}",
+                        }
+                    ],
+                }
+            )
+            + "\n"
+            for i in range(12)
+        )
+    )
+    data = yaml.safe_load(path.read_text())
+    ngram = {
+        "method": "ngram",
+        "num_speculative_tokens": K,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+    }
+    data["series"] = [
+        {"name": "control"},
+        {"name": "spec", "speculative_config": ngram},
+        {"name": "spec-noreq", "speculative_config": ngram, "per_request_metrics": False},
+    ]
+    data["server"]["env"] = {
+        "FAKE_VLLM_ACCEPTED": str(K),
+        "FAKE_VLLM_NO_DRAFT_MATCH": "fresh",
+        "FAKE_VLLM_STEP_S": str(STEP_S),
+        "FAKE_VLLM_TOKENS": str(N_TOKENS),
+    }
+    data["workload"]["replicates"] = 2
+    data["protocol"] = {"design": "auto", "switch_pause_s": 0}  # sequential when memory is short
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def half_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("halfmix")
+    out = tmp / "run"
+    proc = _run(_mix_params(tmp), out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not fake_servers_left()
+    return out
+
+
+def test_half_undrafted_the_share_and_the_prediction_recover_the_truth(half_run: Path) -> None:
+    """Truth: a drafted request streams 1 + 4 decode steps (4, 4, 4, 3 tokens), an undrafted
+    one 15 single-token steps; so 4 of 19 decode steps are drafted, half the requests get
+    drafts, and a drafted step yields 3.75 tokens. The model with that share predicts
+    (4·3.75 + 15) / 19 = 1.58× against a measured ≈ 1/√(4·1.3/15) ≈ 1.70× (geometric mean of
+    the two halves' TPOT ratios); the old model (every step drafted) said 3.75×."""
+    summary = json.loads((half_run / "summary.json").read_text())
+    by_arm = {c["experiment"]: c for c in summary["comparisons"]}
+    truth_share = 4 / 19
+    for arm, source in (("spec", "per-request metrics"), ("spec-noreq", "/metrics num_drafts")):
+        why = by_arm[arm]["explanation"]
+        d, p = why["decomposition"], why["prediction"]
+        assert d["drafted_share_source"].startswith(source), d
+        assert d["drafted_share"] == pytest.approx(truth_share, abs=1e-9)
+        assert d["requests_drafted"] / d["n_requests"] == pytest.approx(0.5)
+        assert d["verify_tokens"] == pytest.approx(3.75)
+        alpha = alpha_from_mean_length(3.75, K)
+        model = truth_share * expected_tokens_per_step(alpha, K) + (1 - truth_share)
+        assert p["predicted_speedup"] == pytest.approx(model) == pytest.approx(30 / 19)
+        measured = d["measured_speedup"]
+        assert abs(p["predicted_speedup"] / measured - 1) < 0.35, (p, measured)
+        assert measured == pytest.approx(1 / math.sqrt(4 * SPEC_STEP / 15), rel=0.2)
+        assert "79% of decode steps had no draft (180 of 228" in why["summary"]
+        got = "got drafts" if arm == "spec" else "streamed an accepted draft"
+        assert f"12 of 24 requests {got}" in why["summary"]
+        stream = by_arm[arm]["acceptance"]["stream"]
+        assert stream["matches"] is True and stream["launches_agreeing"] == 2, stream
+        assert stream["requests_drafted"] == 12
+        assert stream["requests_checked"] == (24 if arm == "spec" else 0)
+    rows = [m["drafting"] for m in summary["launch_metrics"] if m["series"] == "spec-noreq"]
+    assert [r["drafted_share"] for r in rows] == pytest.approx([truth_share] * 2)
+    assert all(r["agrees"] and r["accepted"] == r["stream_accepted"] == 6 * 11 for r in rows)
+    report = (half_run / "report.html").read_text()
+    assert "79% of decode steps had no draft" in report
+
+
+def test_the_stream_tells_which_requests_got_drafts_at_any_vllm(half_run: Path) -> None:
+    rows = [json.loads(x) for x in (half_run / "requests.jsonl").read_text().splitlines()]
+    measured = [r for r in rows if r["phase"] == "measure" and r["series"] != "control"]
+    assert measured
+    for r in measured:
+        with_metrics = request_drafting(r["chunk_tokens"], r["spec"])
+        stream_only = request_drafting(r["chunk_tokens"])
+        truth = r["category"] == "echo"
+        assert stream_only.drafted is truth and stream_only.source == "stream"
+        assert with_metrics.drafted is truth
+        assert with_metrics.source == ("per-request metrics" if r["spec"] else "stream")
+
+
+def test_streams_that_disagree_with_the_counters_are_flagged(half_run: Path, tmp_path) -> None:
+    """The same run with outside traffic on one launch (its counters moved by 50 accepted
+    drafts no recorded stream carried): summary.json, its warnings and the report's why say
+    so; the other launches still agree."""
+    from speclib.analysis.run_analysis import analyze_run
+    from speclib.report.why_section import why_html
+
+    run = tmp_path / "run"
+    shutil.copytree(half_run, run)
+    after = run / "launches" / "spec-noreq-r1" / "metrics_after.prom"
+    lines = after.read_text().splitlines()
+    name = "vllm:spec_decode_num_accepted_tokens_total"
+    bumped = [
+        f"{x.rsplit(' ', 1)[0]} {float(x.rsplit(' ', 1)[1]) + 50:g}" if x.startswith(name) else x
+        for x in lines
+    ]
+    assert bumped != lines
+    after.write_text("\n".join(bumped) + "\n")
+    an = analyze_run(run)
+    summary = json.loads((run / "summary.json").read_text())
+    by_arm = {c["experiment"]: c["acceptance"]["stream"] for c in summary["comparisons"]}
+    assert by_arm["spec"]["matches"] is True
+    flagged = by_arm["spec-noreq"]
+    assert flagged["matches"] is False and flagged["launches_agreeing"] == 1
+    assert "outside traffic" in flagged["notes"][0]
+    assert any("spec-noreq-r1" in w and "disagree with /metrics" in w for w in summary["warnings"])
+    assert "Stream against counters: MISMATCH" in why_html(an)
