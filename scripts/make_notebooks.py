@@ -144,6 +144,7 @@ alone. `records` holds one row per request for your own pandas.
         params_cell("""
 run_dir: str = "../runs/cpu-demo"  # run folder holding requests.jsonl (any speclib run)
 params_file: str = ""  # optional params file whose analysis settings override the run's
+mix: str = ""  # the user traffic mix, comma separated category shares; empty: workload.mix or as sent
 """),
         new_code_cell(
             f"""
@@ -167,7 +168,7 @@ from speclib.report.sections import (
 )
 
 ensure_scored(run_dir)  # sampled runs: score outputs under the target (once)
-analysis = analyze_run(run_dir, params_file=params_file)  # writes summary.json
+analysis = analyze_run(run_dir, params_file=params_file, mix=mix)  # writes summary.json
 records = analysis.records  # one row per measured request: explore it with pandas
 """.strip()
         ),

@@ -50,9 +50,11 @@ from speclib.analysis.spec.launches import (
     read_crosschecks,
     with_cache_hits,
 )
+from speclib.analysis.verdict.answer import Answer
 from speclib.analysis.verdict.comparisons import Comparison, compare_level
 from speclib.analysis.verdict.pairs import level_pairs
 from speclib.analysis.verdict.resolution import calibration
+from speclib.analysis.verdict.run_answer import run_answer, traffic_mix
 from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks, with_failed_arms
 from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.tpot_verdict import decide_family, summary_of
@@ -100,6 +102,7 @@ class RunAnalysis:
     calibration: dict[str, Any] | None = None  # protocol.target_resolution: reached or not
     load: LoadAnalysis = field(default_factory=LoadAnalysis)  # break-even, schedule, goodput
     stack: dict[str, Any] = field(default_factory=dict)  # health.stack: flags, GPUs, log, truth
+    answer: Answer = field(default_factory=Answer)  # the final words, pooled and per segment
 
     @property
     def design(self) -> dict[str, Any]:
@@ -181,7 +184,11 @@ class RunAnalysis:
                 "exclusions": self.exclusions.to_dict(orient="records"),
                 "request_instruments": _request_instruments(self.records),
                 "series": self.series.to_dict(orient="records"),
-                "comparisons": [c.to_dict() for c in self.comparisons],
+                "comparisons": [
+                    {**c.to_dict(), **self.answer.fields_of(c.experiment, c.level)}
+                    for c in self.comparisons
+                ],
+                "answer": self.answer.to_dict(),
                 "recommendations": [r.to_dict() for r in self.recommendations],
                 "launches": [
                     {k: v for k, v in s.items() if k not in ("extra",)} for s in self.launches
@@ -263,12 +270,16 @@ def _request_instruments(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def analyze_run(
-    run_dir: str | os.PathLike[str], *, params_file: str | None = None, write: bool = True
-) -> RunAnalysis:
-    """Analyse a run folder; write ``summary.json`` when ``write`` (the default)."""
+    run_dir: str | os.PathLike[str], *, params_file: str | None = None, write: bool = True,
+    mix: str | dict[str, float] | None = None,
+) -> RunAnalysis:  # fmt: skip
+    """Analyse a run folder; write ``summary.json`` when ``write`` (the default). ``mix``
+    (``"a=0.8,b=0.2"``, a mapping, "" or None) overrides ``workload.mix`` (a bad category:
+    :class:`ValueError` naming it)."""
     rd = RunDir.at(run_dir)
     params = _load_params(rd, params_file)
     df = load_records(rd.root)
+    traffic = traffic_mix(params, df, mix)
     statuses = rd.statuses()
     df, mode_problems = _without_wrong_mode(df, statuses)
     instrument = choose_instrument(df, [params.control_name, *params.experiments])
@@ -298,6 +309,7 @@ def analyze_run(
         confidence=level_conf,
         margin=params.analysis.margin,
         looks=decision_looks(params, n_blocks),
+        mix=traffic,
     )
     lag = ttft_problems(agreement, {i: lv.label for i, lv in enumerate(params.workload.levels)})
     for lvl in levels:
@@ -320,6 +332,7 @@ def analyze_run(
     comps = with_failed_arms(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
+    answer, comps = run_answer(df, params, comps, levels, level_conf, traffic)
     crosschecks = read_crosschecks(rd, statuses)
     stack = stack_facts(
         rd,
@@ -363,6 +376,7 @@ def analyze_run(
         calibration=_calibration(params, aa),
         load=analyze_load(params, df, comps, recs),
         stack=stack,
+        answer=answer,
     )
     if write:
         write_json_atomic(rd.summary, analysis.summary())

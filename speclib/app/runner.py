@@ -175,9 +175,14 @@ def _record_launches(rd: RunDir) -> None:
 
 
 def run_analysis(
-    run_dir: str | Path, *, params_file: str | None = None, log: Callable[[str], None] = _log
+    run_dir: str | Path,
+    *,
+    params_file: str | None = None,
+    log: Callable[[str], None] = _log,
+    mix: str | None = None,
 ) -> RunResult:
-    """Execute ``20_analysis`` on the records on disk and export ``report.html``."""
+    """Execute ``20_analysis`` on the records on disk and export ``report.html``; ``mix``
+    (``"fresh=0.8,echo=0.2"``) re-decides for that traffic mix."""
     from papermill.exceptions import PapermillExecutionError
 
     from speclib.report.export import export_report
@@ -194,7 +199,9 @@ def run_analysis(
     error = None
     try:
         execute_notebook(
-            "20_analysis", nb, {"run_dir": str(rd.root), "params_file": params_file or ""}
+            "20_analysis",
+            nb,
+            {"run_dir": str(rd.root), "params_file": params_file or "", "mix": mix or ""},
         )
     except PapermillExecutionError as exc:
         error = f"analysis notebook failed at cell {exc.exec_count}: {exc.ename}: {exc.evalue}"

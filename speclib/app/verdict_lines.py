@@ -35,6 +35,7 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
     comps = summary.get("comparisons") or []
     margin = (summary.get("analysis") or {}).get("margin")
     lines = [gate_legend([c.get("gates") for c in comps if c.get("role") != "aa"])]
+    lines += list((summary.get("answer") or {}).get("headline") or [])
     lines += [bench_check_line(c, margin=margin) for c in comps if c.get("role") == "aa"]
     lines += turn_lines(summary)
     lines += trust_lines(summary)

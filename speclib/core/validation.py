@@ -77,6 +77,12 @@ def validate_params(
     except PromptSetError as exc:
         raise ParamsError(f"{source}: invalid prompt file\n  - workload.prompts: {exc}") from None
     prompts = loaded.prompts
+    unknown = sorted(set(params.workload.mix or {}) - {p.category for p in prompts})
+    if unknown:
+        raise ParamsError(
+            f"{source}: invalid params\n  - workload.mix: category {unknown[0]!r} is not in "
+            f"the prompt set (its categories: {', '.join(sorted({p.category for p in prompts}))})"
+        )
     notes += _prompt_set_notes(loaded.provenance)
     if params.workload.multi_turn:
         notes.append(_turn_note(params, prompts))

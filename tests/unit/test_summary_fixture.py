@@ -54,6 +54,10 @@ ADDED_TO_ROWS = {"instrument_agreement": "client_lag_max_ms"}
 probe tick per launch window (ms), read from the stored ``status.json``; the stand-in run's
 client ran its probe in every window."""
 
+ADDED_TO_COMPARISONS = ("pooled_decision", "short_reason", "segment_sentence")
+"""Fields each experiment's comparison gained with the answer (issue 44): the stored run has
+no segment, so its pooled word is its answer."""
+
 REL_TOL = 1e-9
 """Floats may differ in the last bits between BLAS builds; nothing else may differ."""
 
@@ -107,6 +111,14 @@ def test_the_stored_run_gives_the_stored_summary(tmp_path: Path) -> None:
         lags = [row.pop(field) for row in new[key]]
         assert all(field not in row for row in stored[key])
         assert all(isinstance(lag, float) and 0 <= lag < 1000 for lag in lags), lags
+    answer = new.pop("answer")
+    experiments = [c for c in stored["comparisons"] if c["role"] != "aa"]
+    assert [a["word"] for a in answer["arms"]] == [c["decision"] for c in experiments]
+    assert answer["headline"] == [] and answer["mix"] is None
+    for c in new["comparisons"]:
+        if c["role"] != "aa":
+            assert c.pop("pooled_decision") == c["decision"]
+            assert c.pop("short_reason") is None and c.pop("segment_sentence") is None
     assert differences(stored, new) == []
 
 
