@@ -144,7 +144,7 @@ alone. `records` holds one row per request for your own pandas.
         params_cell("""
 run_dir: str = "../runs/cpu-demo"  # run folder holding requests.jsonl (any speclib run)
 params_file: str = ""  # optional params file whose analysis settings override the run's
-mix: str = ""  # the user traffic mix, comma separated category shares; empty: workload.mix or as sent
+mix: str = ""  # the user traffic mix, comma separated category shares; empty: workload.mix
 """),
         new_code_cell(
             f"""
