@@ -165,9 +165,12 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
 
 def test_a_bad_mix_on_the_command_line_exits_2_naming_the_category(tmp_path) -> None:
     run = _write_run(tmp_path)
-    for mix, words in (("fresh=0.8,chat=0.2", "category 'chat' is not in the run's prompts"),
-                       ("fresh=0.5,echo=0.2", "the shares must sum to 1"),
-                       ("fresh=lots", "the share of category 'fresh' is not a number")):  # fmt: skip
+    bad = (
+        ("fresh=0.8,chat=0.2", "category 'chat' is not in the run's prompts"),
+        ("fresh=0.5,echo=0.2", "the shares must sum to 1"),
+        ("fresh=lots", "the share of category 'fresh' is not a number"),
+    )
+    for mix, words in bad:
         argv = [sys.executable, "-m", "speclib", "analyze", str(run), "--mix", mix]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, proc.stderr
