@@ -31,7 +31,7 @@ EFFECT = {"echo": 0.5, "fresh": 1.4}
 
 def _write_run(
     tmp: Path, *, effect: dict[str, float] = EFFECT, blocks: int = 4, n: dict | None = None,
-    aa: bool = True, seed: int = 3,
+    aa: bool = True, seed: int = 3, instance: float = 0.02,
 ) -> Path:  # fmt: skip
     """An interleaved run of control (and aa) and an n-gram arm whose TPOT ratio is
     ``effect[category]``; the arm's chunks carry 3 tokens where it is faster, else 1."""
@@ -60,11 +60,11 @@ def _write_run(
     t = 1.0e9
     with (run / "requests.jsonl").open("w") as fh:
         for b in range(blocks):
-            instance = {a: float(np.exp(rng.normal(0, 0.02))) for a in arms}
+            shift = {a: float(np.exp(rng.normal(0, instance))) for a in arms}
             for p, cat in enumerate(cats):
                 for arm in arms:
                     spec_arm = arm == "ngram-k4"
-                    tpot = 0.02 * (effect[cat] if spec_arm else 1.0) * instance[arm]
+                    tpot = 0.02 * (effect[cat] if spec_arm else 1.0) * shift[arm]
                     tpot *= float(np.exp(rng.normal(0, 0.03)))
                     per = 3 if spec_arm and effect[cat] < 1 else 1
                     chunks = (1,) + (per,) * (16 // per) + ((1,) * (16 % per))
@@ -131,6 +131,24 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(tm
     table = compare_runs([run])
     row = table[table["experiment"] == "ngram-k4"].iloc[0]
     assert row["decision"] == MIXED and row["segments"] == sentence
+
+
+def test_segments_that_differ_beyond_delta_make_mixed_though_neither_alone_decides(
+    tmp_path,
+) -> None:
+    """As on the H200 evidence: servers whose instance effects swamp each segment's own
+    interval over 3 blocks, while the per-block difference between segments is sharp."""
+    from speclib.analysis.run_analysis import analyze_run
+
+    run = _write_run(tmp_path, blocks=3, aa=False, instance=0.6, seed=11)
+    analyze_run(run)
+    arm = _arm(json.loads((run / "summary.json").read_text()))
+    cats = {s["segment"]: s for s in arm["segments"] if s["cut"] == "category"}
+    assert {s["decision"] for s in cats.values()} == {"inconclusive"}
+    het = next(h for h in arm["heterogeneity"] if h["cut"] == "category")
+    assert het["differs"] is True
+    assert arm["word"] == MIXED and arm["pooled_word"] == "inconclusive"
+    assert "fresh takes ×2." in arm["sentence"] and "neither alone is decided" in arm["sentence"]
 
 
 def test_the_same_effect_everywhere_is_not_mixed(tmp_path) -> None:

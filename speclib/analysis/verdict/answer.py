@@ -12,9 +12,12 @@ sentence that names a segment, and the run's headline when a segment changes it.
 **The word "mixed".** A segment *helps* when its verdict is "adopt", *hurts* when it is
 "worse", and *gains nothing* when its interval's lower bound is above ``1 − δ`` (it is shown
 not to gain δ) without being worse. An arm whose pooled verdict passed its gates (not
-"reject", "untrustworthy" or "failed") is **mixed** when, in one cut of the traffic, a
-segment helps while another hurts or gains nothing, or when its pooled verdict is "adopt"
-and a segment hurts or gains nothing: the pooled word would hide who gets slower. Its
+"reject", "untrustworthy" or "failed") is **mixed** when (a), in one cut of the traffic, a
+segment helps while another hurts or gains nothing, or its pooled verdict is "adopt" and a
+segment hurts or gains nothing; or (b) the heterogeneity check shows two segments of one
+cut to differ beyond δ (their per-block difference, in which the arm's instance effect
+cancels, so it decides where each segment alone cannot) while the faster one's ratio is
+below ``1 − δ`` and the slower one's is not: the pooled word would hide who gets slower. Its
 sentence names the segments with their ratios, intervals and shares, e.g. "mixed:
 ngram-k4 is ×0.28 [0.24, 0.33] on echo (50 % of requests) and ×1.43 [1.23, 1.68] on fresh
 (50 %)". The cut named is the first of :data:`~speclib.analysis.verdict.segments.CUTS`
@@ -109,7 +112,8 @@ class ArmAnswer:
 class Answer:
     """The run's answer: one :class:`ArmAnswer` per experiment arm and load level, the
     segments' multiplicity family in words, the user's mix (None: as sent) and the
-    headline sentences a segment adds (empty when none does)."""
+    headline sentences a segment adds, one per arm (its first mixed load's sentence, naming
+    the other loads where it is mixed too; empty when no arm is mixed)."""
 
     arms: tuple[ArmAnswer, ...] = ()
     segment_family: str = ""
@@ -146,12 +150,11 @@ class Answer:
         })  # fmt: skip
 
 
-def _mixed(
+def _by_roles(
     pooled: str, segs: Sequence[SegmentResult], margin: float
 ) -> tuple[tuple[tuple[str, str, str], ...], str | None]:
-    """The segments named and the cut, when the arm is mixed; ``((), None)`` otherwise."""
-    if pooled in GATED_WORDS:
-        return (), None
+    """Rule (a): in one cut a segment helps and another hurts or gains nothing, or the
+    pooled word is "adopt" and a segment hurts or gains nothing."""
     for cut in CUTS:
         mine = [s for s in segs if s.cut == cut]
         roles = {s.segment: segment_role(s, margin) for s in mine}
@@ -163,20 +166,59 @@ def _mixed(
     return (), None
 
 
+def _by_interaction(
+    segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity], margin: float
+) -> tuple[tuple[tuple[str, str, str], ...], str | None, tuple[float, float, float] | None]:
+    """Rule (b): two segments of one cut shown to differ beyond δ (the heterogeneity
+    check, where the arm's instance effect cancels) with the faster one's estimate below
+    ``1 − δ`` and the slower one's at or above it: one gains, the other does not."""
+    for cut in CUTS:
+        het = next((h for h in hets if h.cut == cut and h.differs), None)
+        if het is None:
+            continue
+        est = {s.segment: s.estimate for s in segs if s.cut == cut}
+        for a, b, r, lo, hi in sorted(het.pairs, key=lambda p: -abs(p[2] - 1)):
+            if not (lo > 1 + margin or hi < 1 / (1 + margin)):
+                continue
+            fast, slow, ratio = (a, b, (1 / r, 1 / hi, 1 / lo)) if r < 1 else (b, a, (r, lo, hi))
+            if est.get(fast, 1.0) < 1 - margin <= est.get(slow, 0.0):
+                role = "hurts" if est[slow] > 1 + margin else "no gain"
+                return ((cut, fast, "helps"), (cut, slow, role)), cut, ratio
+    return (), None, None
+
+
+def _mixed(
+    pooled: str, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity], margin: float
+) -> tuple[tuple[tuple[str, str, str], ...], str | None, tuple[float, float, float] | None]:
+    """The segments named, their cut and (rule b) how far apart they are, when the arm is
+    mixed; ``((), None, None)`` otherwise (see the module docstring)."""
+    if pooled in GATED_WORDS:
+        return (), None, None
+    named, cut = _by_roles(pooled, segs, margin)
+    if named:
+        return named, cut, None
+    return _by_interaction(segs, hets, margin)
+
+
 def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity],
          margin: float) -> ArmAnswer:  # fmt: skip
     c = comparison
     pooled = c.word
     ci = c.cis.get("tpot_s")
-    named, cut = _mixed(pooled, segs, margin)
+    named, cut, apart = _mixed(pooled, segs, hets, margin)
     reasons = tuple(c.verdict.reasons) if c.verdict else ("no valid pairs",)
     word, sentence = pooled, None
     if named:
         by_name = {s.segment: s for s in segs if s.cut == cut}
         parts = [_seg_words(by_name[seg], first=i == 0) for i, (_, seg, _) in enumerate(named)]
         pooled_ratio = f"×{ci.estimate:.2f}" if ci is not None else "–"
-        sentence = (f"mixed: {c.experiment} at {c.load} is " + " and ".join(parts)
-                    + f" (pooled {pooled_ratio}, {pooled}; segments by {cut})")  # fmt: skip
+        sentence = f"mixed: {c.experiment} at {c.load} is " + " and ".join(parts)
+        if apart is not None:
+            slow = named[-1][1]
+            sentence += (f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the "
+                         f"time per token of {named[0][1]}, beyond δ, though neither alone is "
+                         "decided")  # fmt: skip
+        sentence += f" (pooled {pooled_ratio}, {pooled}; segments by {cut})"
         word = MIXED
         reasons = (*reasons, sentence)
     return ArmAnswer(
@@ -212,5 +254,9 @@ def build_answer(
             c = replace(c, verdict=Verdict(a.word, a.reasons, c.verdict.tpot_decision,
                                            c.verdict.gates))  # fmt: skip
         out.append(c)
-    headline = tuple(a.sentence for a in arms if a.sentence)
-    return Answer(tuple(arms), segment_family, mix, headline), out
+    headline = []
+    for name in dict.fromkeys(a.arm for a in arms if a.sentence):
+        mine = [a for a in arms if a.arm == name and a.sentence]
+        also = ", ".join(a.load for a in mine[1:])
+        headline.append(mine[0].sentence + (f"; mixed too at {also}" if also else ""))
+    return Answer(tuple(arms), segment_family, mix, tuple(headline)), out

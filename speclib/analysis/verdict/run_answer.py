@@ -17,7 +17,13 @@ from speclib.analysis.verdict.answer import Answer, build_answer
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.analysis.verdict.mix import check_mix, parse_mix
 from speclib.analysis.verdict.pairs import level_pairs
-from speclib.analysis.verdict.segments import CUTS, decide_segments, heterogeneity, label_pairs
+from speclib.analysis.verdict.segments import (
+    CUTS,
+    count_pairs,
+    decide_segments,
+    heterogeneity,
+    label_pairs,
+)
 from speclib.core.params import AA_ARM, ExperimentParams
 
 __all__ = ["run_answer", "traffic_mix"]
@@ -67,15 +73,12 @@ def run_answer(
     m = params.analysis.margin
     segs, family = decide_segments(labelled, aa=aa, aa_arm=aa_arm, confidence=confidence,
                                    margin=m, shares=shares)  # fmt: skip
+    tests = sum(count_pairs(lab, cut) for lab in labelled.values() for cut in CUTS)
+    opts = {"margin": m, "confidence": confidence, "n_tests": tests}
     hets = [
         h
         for (lvl, arm), lab in labelled.items()
         for cut in CUTS
-        if (
-            h := heterogeneity(
-                lab, level=lvl, arm=arm, cut=cut, margin=m, confidence=confidence, aa=aa.get(lvl)
-            )
-        )
-        is not None
+        if (h := heterogeneity(lab, level=lvl, arm=arm, cut=cut, aa=aa.get(lvl), **opts))
     ]
     return build_answer(comps, segs, hets, margin=m, segment_family=family, mix=mix)

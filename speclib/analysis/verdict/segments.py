@@ -24,8 +24,8 @@ an interval is "inconclusive" with the reason, outside the family.
 **Heterogeneity** (:func:`heterogeneity`): within one cut, for every two segments, the
 per-block difference of their contrasts (the arm's instance effect of a block cancels in
 it) gets a paired t-interval over the blocks holding both, at ``1 - α / pairs`` (Bonferroni
-within the cut); the segments **differ beyond δ** when some such ratio of ratios lies wholly
-outside ``[1 / (1 + δ), 1 + δ]``.
+over every such pair of every cut, arm and load level of the run); the segments **differ
+beyond δ** when some such ratio of ratios lies wholly outside ``[1 / (1 + δ), 1 + δ]``.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ __all__ = [
     "CUTS",
     "Heterogeneity",
     "SegmentResult",
+    "count_pairs",
     "decide_segments",
     "heterogeneity",
     "label_pairs",
@@ -338,6 +339,13 @@ def _block_contrasts(pairs: pd.DataFrame, aa: pd.DataFrame | None) -> pd.Series:
     return d
 
 
+def count_pairs(labelled: pd.DataFrame, cut: str) -> int:
+    """How many two-segment pairs :func:`heterogeneity` tests in ``cut`` (0: no cut)."""
+    col = f"seg_{cut}"
+    k = labelled[col].dropna().nunique() if col in labelled else 0
+    return k * (k - 1) // 2
+
+
 def heterogeneity(
     labelled: pd.DataFrame,
     *,
@@ -347,9 +355,12 @@ def heterogeneity(
     margin: float,
     confidence: float,
     aa: pd.DataFrame | None = None,
+    n_tests: int | None = None,
 ) -> Heterogeneity | None:
     """Whether the segments of ``cut`` differ beyond δ for one arm (None: fewer than two
-    segments with two shared blocks). See the module docstring for the test."""
+    segments with two shared blocks). See the module docstring for the test; ``n_tests``
+    widens the Bonferroni correction to a whole family of such pairs (default: this cut's
+    pairs)."""
     pairs = _usable(labelled)
     col = f"seg_{cut}"
     if col not in pairs:
@@ -362,7 +373,8 @@ def heterogeneity(
     combos = list(combinations(per, 2))
     if not combos:
         return None
-    level_conf = 1 - (1 - confidence) / len(combos)
+    tests = max(n_tests or 0, len(combos))
+    level_conf = 1 - (1 - confidence) / tests
     found, bound = [], math.log1p(margin)
     for a, b in combos:
         diff = (per[a] - per[b]).dropna()
@@ -377,11 +389,11 @@ def heterogeneity(
     if beyond:
         a, b, r, lo, hi = max(beyond, key=lambda f: abs(math.log(f[2])))
         detail = (f"{cut}: {a} against {b} ×{r:.2f} [{lo:.2f}, {hi:.2f}] "
-                  f"({100 * level_conf:.3g} % Bonferroni over {len(combos)} pair(s)): the "
+                  f"({100 * level_conf:.4g} % Bonferroni over {tests} pair(s)): the "
                   f"segments differ beyond δ = ±{margin:.3g}")  # fmt: skip
     else:
         detail = (
             f"{cut}: no two segments shown to differ beyond δ = ±{margin:.3g} "
-            f"({100 * level_conf:.3g} % Bonferroni over {len(combos)} pair(s))"
+            f"({100 * level_conf:.4g} % Bonferroni over {tests} pair(s))"
         )
     return Heterogeneity(level, arm, cut, bool(beyond), level_conf, tuple(found), detail)
