@@ -227,7 +227,11 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
             f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
             "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
         )
-    return headline, [_sentence(c, an) for c in an.experiments], note, _warning_pointer(an)
+    sentences = [_sentence(c, an) for c in an.experiments]
+    deploy = getattr(getattr(an, "answer", None), "deploy", None)
+    sentences += [f"What to deploy {t}." if t.startswith("at ") else f"What to deploy: {t}."
+                  for _, t in (deploy.advice if deploy else ())]  # fmt: skip
+    return headline, sentences, note, _warning_pointer(an)
 
 
 def _warning_pointer(an: RunAnalysis) -> str | None:

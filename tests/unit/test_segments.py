@@ -126,6 +126,14 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(tm
     print_verdicts(run / "summary.json", stream=out)
     text = out.getvalue()
     assert " mixed " in text and "mixed: echo ×0.5" in text and sentence[:60] in text
+    deploy = summary["answer"]["deploy"]
+    got = {c["category"]: (c["choice"], c["arm"]) for c in deploy["choices"]}
+    assert got == {"echo": ("on", "ngram-k4"), "fresh": ("off", None)}
+    advice = deploy["advice"][0]["text"]
+    routed = 0.5 * echo["estimate"] + 0.5
+    assert advice.startswith("at c=1: route echo on ngram-k4 to a deployment with speculation")
+    assert f"expected TPOT ×{routed:.2f} for the traffic" in advice
+    assert f"deploy: {advice}"[:150] in text and f"What to deploy {advice}" in conclusion(an)
     from speclib.report.multirun import compare_runs
 
     table = compare_runs([run])

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from speclib.analysis.verdict.deploy import Deployment, deployment
 from speclib.analysis.verdict.gates import Verdict
 from speclib.analysis.verdict.segments import CUTS, Heterogeneity, SegmentResult
 from speclib.core.jsonutil import jsonable
@@ -119,6 +120,7 @@ class Answer:
     segment_family: str = ""
     mix: dict[str, float] | None = None
     headline: tuple[str, ...] = field(default_factory=tuple)
+    deploy: Deployment = field(default_factory=Deployment)
 
     def of(self, arm: str, level: int) -> ArmAnswer | None:
         """The answer of ``arm`` at load level ``level`` (None when it has none)."""
@@ -142,6 +144,7 @@ class Answer:
             "segment_family": self.segment_family,
             "mix": self.mix,
             "headline": list(self.headline),
+            "deploy": self.deploy.to_dict(),
             "rule": (
                 "mixed: in one cut of the traffic a segment is adopt while another is worse "
                 "or gains nothing (interval above 1 − δ), or the pooled verdict is adopt and "
@@ -259,4 +262,7 @@ def build_answer(
         mine = [a for a in arms if a.arm == name and a.sentence]
         also = ", ".join(a.load for a in mine[1:])
         headline.append(mine[0].sentence + (f"; mixed too at {also}" if also else ""))
-    return Answer(tuple(arms), segment_family, mix, tuple(headline)), out
+    pooled = {(a.level, a.arm): a.ratio for a in arms
+              if a.ratio is not None and a.pooled_word in ("adopt", MIXED)}  # fmt: skip
+    plan = deployment(segments, pooled, {a.level: a.load for a in arms}, margin=margin)
+    return Answer(tuple(arms), segment_family, mix, tuple(headline), plan), out
