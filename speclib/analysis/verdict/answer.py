@@ -18,9 +18,10 @@ segment hurts or gains nothing; or (b) the heterogeneity check shows two segment
 cut to differ beyond δ (their per-block difference, in which the arm's instance effect
 cancels, so it decides where each segment alone cannot) while the faster one's ratio is
 below ``1 − δ`` and the slower one's is not: the pooled word would hide who gets slower. Its
-sentence names the segments with their ratios, intervals and shares, e.g. "mixed:
-ngram-k4 is ×0.28 [0.24, 0.33] on echo (50 % of requests) and ×1.43 [1.23, 1.68] on fresh
-(50 %)". The cut named is the first of :data:`~speclib.analysis.verdict.segments.CUTS`
+sentence names the segments with their ratios, intervals (at the level their Holm family
+settled them) and shares, e.g. (tests/unit/test_segments.py's run) "mixed: ngram-k4 at c=1 is
+×0.50 [0.47, 0.54] on echo (50 % of requests) and ×1.41 [1.29, 1.54] on fresh (50 %)
+(pooled ×0.84, adopt; segments by category)". The cut named is the first of :data:`~speclib.analysis.verdict.segments.CUTS`
 that shows it (the prompt category first).
 """
 
