@@ -21,8 +21,8 @@ below ``1 − δ`` and the slower one's is not: the pooled word would hide who g
 sentence names the segments with their ratios, intervals (at the level their Holm family
 settled them) and shares, e.g. (tests/unit/test_segments.py's run) "mixed: ngram-k4 at c=1 is
 ×0.50 [0.47, 0.54] on echo (50 % of requests) and ×1.41 [1.29, 1.54] on fresh (50 %)
-(pooled ×0.84, adopt; segments by category)". The cut named is the first of :data:`~speclib.analysis.verdict.segments.CUTS`
-that shows it (the prompt category first).
+(pooled ×0.84, adopt; segments by category)". The cut named is the first of
+:data:`~speclib.analysis.verdict.segments.CUTS` that shows it (the prompt category first).
 """
 
 from __future__ import annotations
