@@ -278,3 +278,20 @@ def test_segments_that_differ_by_nothing_are_not_called_different_too_often() ->
                             confidence=0.95)  # fmt: skip
         found += het.differs
     assert found / runs <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs)
+
+
+def test_a_mix_naming_a_category_the_prompts_lack_is_refused_before_any_server(tmp_path) -> None:
+    from speclib.core.datasets import workload_prompts
+    from speclib.core.params import ExperimentParams
+    from speclib.core.validation import mix_problem
+
+    run = _write_run(tmp_path)
+    data = json.loads((run / "params.resolved.json").read_text())
+    data["workload"]["mix"] = {"echo": 0.5, "chat": 0.5}
+    params = ExperimentParams.model_validate(data)
+    prompts = workload_prompts(params).prompts
+    assert mix_problem(params, prompts) == (
+        "workload.mix: category 'chat' is not in the prompt set (its categories: echo, fresh)"
+    )
+    data["workload"]["mix"] = {"echo": 0.5, "fresh": 0.5}
+    assert mix_problem(ExperimentParams.model_validate(data), prompts) is None
