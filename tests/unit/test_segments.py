@@ -186,7 +186,9 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
     assert echo.experiments[0].cis["tpot_s"].ci_high < 1
     assert echo.experiments[0].verdict.tpot_decision.word == "adopt"
     seg = next(s for s in fresh.answer.arms[0].segments if s.segment == "fresh")
-    assert seg.share == 0.8
+    assert seg.share == 0.8 and fresh.answer.arms[0].word == MIXED
+    # a category the user does not send cannot make the answer mixed
+    assert echo.answer.arms[0].word == "adopt" and echo.answer.arms[0].sentence is None
 
 
 def test_a_bad_mix_on_the_command_line_exits_2_naming_the_category(tmp_path) -> None:

@@ -182,7 +182,7 @@ def _by_interaction(
             continue
         est = {s.segment: s.estimate for s in segs if s.cut == cut}
         for a, b, r, lo, hi in sorted(het.pairs, key=lambda p: -abs(p[2] - 1)):
-            if not (lo > 1 + margin or hi < 1 / (1 + margin)):
+            if a not in est or b not in est or not (lo > 1 + margin or hi < 1 / (1 + margin)):
                 continue
             fast, slow, ratio = (a, b, (1 / r, 1 / hi, 1 / lo)) if r < 1 else (b, a, (r, lo, hi))
             if est.get(fast, 1.0) < 1 - margin <= est.get(slow, 0.0):
@@ -198,6 +198,7 @@ def _mixed(
     mixed; ``((), None, None)`` otherwise (see the module docstring)."""
     if pooled in GATED_WORDS:
         return (), None, None
+    segs = [s for s in segs if s.share > 0]  # a category the user's mix does not send
     named, cut = _by_roles(pooled, segs, margin)
     if named:
         return named, cut, None

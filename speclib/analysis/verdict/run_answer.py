@@ -51,13 +51,17 @@ def run_answer(
     mix: dict[str, float] | None,
 ) -> tuple[Answer, list[Comparison]]:
     """Every segment decided (one Holm family), each cut's heterogeneity, then the answer
-    (:func:`speclib.analysis.verdict.answer.build_answer`) and the comparisons it words."""
+    (:func:`speclib.analysis.verdict.answer.build_answer`) and the comparisons it words.
+    With a ``mix``, the pairs of categories it gives no share are left out of every cut."""
     aa_arm = AA_ARM if params.protocol.aa else None
     edges = params.analysis.segment_edges
     labelled: dict[tuple[int, str], pd.DataFrame] = {}
     aa: dict[int, pd.DataFrame] = {}
     for lvl in levels:
         found = level_pairs(df, params, lvl)
+        if mix:  # the categories the user's traffic does not hold are no part of its segments
+            sent = {c for c, w in mix.items() if w > 0}
+            found = {a: p[p["category"].astype(str).isin(sent)] for a, p in found.items()}
         ref = found.get(aa_arm) if aa_arm in found else next(iter(found.values()), None)
         for arm, pairs in found.items():
             lab = label_pairs(pairs, edges=edges, reference=ref, accepted=arm != aa_arm)
