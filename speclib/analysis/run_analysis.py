@@ -332,7 +332,7 @@ def analyze_run(
     comps = with_failed_arms(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
-    answer, comps = run_answer(df, params, comps, levels, level_conf, traffic)
+    answer, worded = run_answer(df, params, comps, levels, level_conf, traffic)
     crosschecks = read_crosschecks(rd, statuses)
     stack = stack_facts(
         rd,
@@ -353,7 +353,7 @@ def analyze_run(
         params=params,
         records=df,
         series=rows,
-        comparisons=tuple(comps),
+        comparisons=tuple(worded),  # the answer's words; sweeps and load read the pooled ones
         launches=tuple(statuses),
         launch_metrics=tuple(lms),
         manifest=manifest,
