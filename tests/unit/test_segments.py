@@ -87,7 +87,9 @@ def _arm(summary: dict) -> dict:
     return next(a for a in summary["answer"]["arms"] if a["arm"] == "ngram-k4")
 
 
-def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(tmp_path) -> None:
+def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(
+    tmp_path, monkeypatch
+) -> None:
     from speclib.analysis.run_analysis import analyze_run
     from speclib.report.conclusion import conclusion
 
@@ -122,6 +124,7 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(tm
     assert hets["category"]["differs"] is True
     from speclib.app.verdicts import print_verdicts
 
+    monkeypatch.setenv("COLUMNS", "160")  # the table's width as in a log
     out = io.StringIO()
     print_verdicts(run / "summary.json", stream=out)
     text = out.getvalue()
