@@ -12,6 +12,10 @@ plain (speculative) server's token chunks and writes them at once, as a client t
 scheduled in time reads them, while ``--enable-per-request-metrics`` stamps stay on time.
 ``FAKE_VLLM_LOAD_STEP_S`` (``FAKE_VLLM_SPEC_LOAD_STEP_S`` for a speculative server) lengthens
 every step by that much per other request in flight: a server whose speed falls with load.
+``FAKE_VLLM_SPEC_BY_PROMPT`` (JSON ``{prompt text: {"accepted": a, "step_factor": f}}``) gives a
+speculative server another script for the requests whose last message is that text: chunks
+of ``1 + a`` tokens, each step ``f`` × ``FAKE_VLLM_STEP_S`` long, no per-request spec metrics,
+so an arm's effect can differ by prompt category in a known way.
 ``FAKE_VLLM_REQUEST_LOG=<folder>`` appends every finished request's body to
 ``<folder>/<pid>.jsonl`` (with ``speculative``: whether this server speculates), so a test
 can check what each arm was sent after the servers are gone.
@@ -105,7 +109,15 @@ def main(argv: list[str]) -> int:
     script = replace(
         script, timing_metrics=args.enable_per_request_metrics, late_read=late, load_step_s=load
     )
-    state = _State({}, script, None)
+    keyed = {}
+    if spec:
+        step = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
+        for text, knob in json.loads(os.environ.get("FAKE_VLLM_SPEC_BY_PROMPT", "{}")).items():
+            per = int(knob.get("accepted", 0)) + 1
+            factor = float(knob.get("step_factor", 1.0))
+            chunks = (1, per) if per > 1 else 1
+            keyed[text] = replace(script, step_s=step * factor, tokens_per_chunk=chunks, spec=None)
+    state = _State(keyed, script, None)
     if os.environ.get("FAKE_VLLM_DIE_ONLY_SPEC") and spec is None:
         os.environ.pop("FAKE_VLLM_DIE_AFTER_REQUESTS", None)
     sock = socket.socket()

@@ -300,3 +300,65 @@ def test_a_mix_naming_a_category_the_prompts_lack_is_refused_before_any_server(t
     )
     data["workload"]["mix"] = {"echo": 0.5, "fresh": 0.5}
     assert mix_problem(ExperimentParams.model_validate(data), prompts) is None
+
+
+# ----------------------------------------------------------------- stand-in servers
+
+STEP_S = 0.010  # the plain server: 10 ms per token
+# the n-gram arm on "echo" prompts: the stand-in's default, steps of 1.3 x STEP_S carrying
+# 3 tokens (×0.43); on "fresh" prompts: nothing accepted, steps of 1.4 x STEP_S (×1.4)
+TRUTH = {"echo": 1.3 / 3, "fresh": 1.4}
+
+
+def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_path) -> None:
+    import yaml
+
+    from speclib.analysis.run_analysis import analyze_run
+    from tests.helpers import fake_servers_left
+    from tests.unit.test_robustness import REPO, _params
+
+    path = _params(tmp_path, n_prompts=12)
+    data = yaml.safe_load(path.read_text())
+    prompts = Path(data["workload"]["prompts"])
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    by_prompt = {}
+    for i, row in enumerate(rows):
+        row["category"] = "echo" if i % 2 else "fresh"
+        if row["category"] == "fresh":
+            by_prompt[row["messages"][-1]["content"]] = {"accepted": 0, "step_factor": 1.4}
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data["server"]["env"] = {"FAKE_VLLM_STEP_S": str(STEP_S),
+                             "FAKE_VLLM_SPEC_BY_PROMPT": json.dumps(by_prompt)}  # fmt: skip
+    data["workload"].update(replicates=3)
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0}
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "speclib", "run", str(path), "--out", str(out), "--quiet"],
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not fake_servers_left(timeout_s=60)  # a busy shared machine exits them slowly
+    summary = json.loads((out / "summary.json").read_text())
+    arm = next(a for a in summary["answer"]["arms"] if a["arm"] == "spec")
+    cats = {s["segment"]: s for s in arm["segments"] if s["cut"] == "category"}
+    for cat, truth in TRUTH.items():
+        assert cats[cat]["estimate"] == pytest.approx(truth, rel=0.1), cat
+    assert cats["echo"]["decision"] == "adopt" and cats["fresh"]["decision"] == "worse"
+    drafted = {s["segment"]: s for s in arm["segments"] if s["cut"] == "accepted"}
+    assert (
+        drafted["nothing accepted"]["n_pairs"] == 18 and drafted["drafts accepted"]["n_pairs"] == 18
+    )
+    assert arm["word"] == MIXED and "on echo (50 % of requests)" in arm["sentence"]
+    report = (out / "report.html").read_text()
+    assert html_text(arm["sentence"])[:40] in report
+    # the user's mix re-decides from the records, without servers
+    fresh = analyze_run(out, write=False, mix="fresh=1,echo=0")
+    assert fresh.experiments[0].cis["tpot_s"].estimate == pytest.approx(1.4, rel=0.1)
+    assert fresh.experiments[0].word == "worse"
+
+
+def html_text(text: str) -> str:
+    import html
+
+    return html.escape(text[0].upper() + text[1:])
