@@ -162,6 +162,24 @@ def test_segments_that_differ_beyond_delta_make_mixed_though_neither_alone_decid
     assert "fresh takes ×2." in arm["sentence"] and "neither alone is decided" in arm["sentence"]
 
 
+def test_an_adopted_arm_whose_segments_differ_beyond_delta_is_uneven(tmp_path) -> None:
+    """As in the CPU demo: both categories gain, one far less; the word stays "adopt" and the
+    headline says how far apart they are."""
+    from speclib.analysis.run_analysis import analyze_run
+
+    run = _write_run(tmp_path, effect={"echo": 0.4, "fresh": 0.8})
+    analyze_run(run)
+    summary = json.loads((run / "summary.json").read_text())
+    arm = _arm(summary)
+    assert arm["word"] == arm["pooled_word"] == "adopt"
+    assert arm["sentence"].startswith("uneven: ngram-k4 at c=1 is ×0.4")
+    assert "fresh takes ×2." in arm["sentence"] and "(still adopt; segments by category)" in arm[
+        "sentence"]  # fmt: skip
+    assert summary["answer"]["headline"] == [arm["sentence"]]
+    comp = next(c for c in summary["comparisons"] if c["experiment"] == "ngram-k4")
+    assert comp["decision"] == "adopt" and comp["segment_sentence"] == arm["sentence"]
+
+
 def test_the_same_effect_everywhere_is_not_mixed(tmp_path) -> None:
     from speclib.analysis.run_analysis import analyze_run
 

@@ -17,7 +17,9 @@ segment helps while another hurts or gains nothing, or its pooled verdict is "ad
 segment hurts or gains nothing; or (b) the heterogeneity check shows two segments of one
 cut to differ beyond δ (their per-block difference, in which the arm's instance effect
 cancels, so it decides where each segment alone cannot) while the faster one's ratio is
-below ``1 − δ`` and the slower one's is not: the pooled word would hide who gets slower. Its
+below ``1 − δ`` and the slower one's is not: the pooled word would hide who gets slower.
+An "adopt" arm whose segments differ beyond δ but none is shown not to gain keeps its word
+and gets an **uneven** sentence in the headline naming the two furthest apart. Its
 sentence names the segments with their ratios, intervals (at the level their Holm family
 settled them) and shares, e.g. (tests/unit/test_segments.py's run) "mixed: ngram-k4 at c=1 is
 ×0.50 [0.47, 0.54] on echo (50 % of requests) and ×1.41 [1.29, 1.54] on fresh (50 %)
@@ -27,6 +29,7 @@ settled them) and shares, e.g. (tests/unit/test_segments.py's run) "mixed: ngram
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -191,6 +194,26 @@ def _by_interaction(
     return (), None, None
 
 
+def _uneven(
+    segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity], margin: float
+) -> tuple[tuple[tuple[str, str, str], ...], str, tuple[float, float, float]] | None:
+    """An adopted arm whose segments of one cut differ beyond δ though none is shown not to
+    gain: the two furthest apart (faster first), their cut and the ratio between them."""
+    segs = [s for s in segs if s.share > 0]
+    for cut in CUTS:
+        het = next((h for h in hets if h.cut == cut and h.differs), None)
+        names = {s.segment for s in segs if s.cut == cut}
+        if het is None:
+            continue
+        beyond = [p for p in het.pairs if p[0] in names and p[1] in names
+                  and (p[3] > 1 + margin or p[4] < 1 / (1 + margin))]  # fmt: skip
+        if beyond:
+            a, b, r, lo, hi = max(beyond, key=lambda p: abs(math.log(p[2])))
+            fast, slow, apart = (a, b, (1 / r, 1 / hi, 1 / lo)) if r < 1 else (b, a, (r, lo, hi))
+            return ((cut, fast, "faster"), (cut, slow, "slower")), cut, apart
+    return None
+
+
 def _mixed(
     pooled: str, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity], margin: float
 ) -> tuple[tuple[tuple[str, str, str], ...], str | None, tuple[float, float, float] | None]:
@@ -225,6 +248,17 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
                          "decided")  # fmt: skip
         sentence += f" (pooled {pooled_ratio}, {pooled}; segments by {cut})"
         word = MIXED
+        reasons = (*reasons, sentence)
+    elif pooled == "adopt" and (uneven := _uneven(segs, hets, margin)) is not None:
+        named, cut, apart = uneven
+        by_name = {s.segment: s for s in segs if s.cut == cut}
+        fast, slow = named[0][1], named[1][1]
+        sentence = (
+            f"uneven: {c.experiment} at {c.load} is "
+            f"{_seg_words(by_name[fast], first=True)} and {_seg_words(by_name[slow], first=False)}"
+            f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the time per "
+            f"token of {fast}, beyond δ (still {pooled}; segments by {cut})"
+        )
         reasons = (*reasons, sentence)
     return ArmAnswer(
         c.experiment, c.level, c.load, word, pooled,
@@ -261,9 +295,11 @@ def build_answer(
         out.append(c)
     headline = []
     for name in dict.fromkeys(a.arm for a in arms if a.sentence):
-        mine = [a for a in arms if a.arm == name and a.sentence]
-        also = ", ".join(a.load for a in mine[1:])
-        headline.append(mine[0].sentence + (f"; mixed too at {also}" if also else ""))
+        for kind in (MIXED, "uneven"):
+            mine = [a for a in arms if a.arm == name and (a.sentence or "").startswith(kind)]
+            also = ", ".join(a.load for a in mine[1:])
+            if mine:
+                headline.append(mine[0].sentence + (f"; {kind} too at {also}" if also else ""))
     pooled = {(a.level, a.arm): a.ratio for a in arms
               if a.ratio is not None and a.pooled_word in ("adopt", MIXED)}  # fmt: skip
     plan = deployment(segments, pooled, {a.level: a.load for a in arms}, margin=margin)
