@@ -146,6 +146,7 @@ run_dir: str = "../runs/cpu-demo"  # run folder holding requests.jsonl (any spec
 params_file: str = ""  # optional params file whose analysis settings override the run's
 allow_incomplete: bool = False  # decide although records are missing (outputs say what)
 summary_file: str = ""  # where to write summary.json (default: run_dir/summary.json)
+mix: str = ""  # the user traffic mix, comma separated category shares; empty: workload.mix
 """),
         new_code_cell(
             f"""
@@ -175,7 +176,8 @@ analysis = analyze_run(  # writes summary.json; refuses records that are not who
     run_dir,
     params_file=params_file,
     allow_incomplete=allow_incomplete,
-    summary_file=summary_file or None,
+    summary_file=summary_file,
+    mix=mix,
 )
 records = analysis.records  # one row per measured request: explore it with pandas
 """.strip()
@@ -184,8 +186,8 @@ records = analysis.records  # one row per measured request: explore it with pand
         new_code_cell(
             """
 numbers = FigureNumbers()  # one figure count for the page
-display(HTML(record_notice_html(analysis)))  # records not whole, or the rule changed
-display(HTML(answer_html(analysis)), HTML(trust_html(analysis)))  # answer, bench trust
+# records not whole or the rule changed (if so), the answer, bench trust
+display(HTML(record_notice_html(analysis)), HTML(answer_html(analysis)), HTML(trust_html(analysis)))
 display(*numbers([forest_figure(analysis)]))  # every arm's interval, the ±δ band, the A/A arm
 display(HTML(verdict_table_html(analysis)), HTML(conclusion_html(analysis, headline=False)))
 # why this speed-up; what the model answered per kind of prompt; where it stops paying

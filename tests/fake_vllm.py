@@ -18,6 +18,10 @@ chunk at a plain step's time (``FAKE_VLLM_NO_DRAFT_STEP_FACTOR`` times it, defau
 no draft on ``/metrics`` or in its per-request metrics. Without
 ``--per-request-spec-decode-metrics`` a speculative server still counts its drafts on
 ``/metrics``, as vLLM does.
+``FAKE_VLLM_SPEC_BY_PROMPT`` (JSON ``{prompt text: {"accepted": a, "step_factor": f}}``) gives a
+speculative server another script for the requests whose last message is that text: chunks
+of ``1 + a`` tokens, each step ``f`` × ``FAKE_VLLM_STEP_S`` long, no per-request spec metrics,
+so an arm's effect can differ by prompt category in a known way.
 ``FAKE_VLLM_REQUEST_LOG=<folder>`` appends every finished request's body to
 ``<folder>/<pid>.jsonl`` (with ``speculative``: whether this server speculates), so a test
 can check what each arm was sent after the servers are gone.
@@ -128,7 +132,15 @@ def main(argv: list[str]) -> int:
     script = replace(
         script, timing_metrics=args.enable_per_request_metrics, late_read=late, load_step_s=load
     )
-    state = _State({}, script, None)
+    keyed = {}
+    if spec:
+        step = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
+        for text, knob in json.loads(os.environ.get("FAKE_VLLM_SPEC_BY_PROMPT", "{}")).items():
+            per = int(knob.get("accepted", 0)) + 1
+            factor = float(knob.get("step_factor", 1.0))
+            chunks = (1, per) if per > 1 else 1
+            keyed[text] = replace(script, step_s=step * factor, tokens_per_chunk=chunks, spec=None)
+    state = _State(keyed, script, None)
     no_draft = os.environ.get("FAKE_VLLM_NO_DRAFT_MATCH")
     if spec and no_draft:
         k = int(spec.get("num_speculative_tokens", 3))

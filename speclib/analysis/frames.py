@@ -50,6 +50,7 @@ _CARRIED = (
     "tpot_excluded",
     "read_late",
     "output_tokens",
+    "prompt_tokens",
     "text",
     "token_ids",
     "category",

@@ -58,9 +58,11 @@ from speclib.analysis.spec.launches import (
     read_crosschecks,
     with_cache_hits,
 )
+from speclib.analysis.verdict.answer import Answer
 from speclib.analysis.verdict.comparisons import Comparison, compare_level
 from speclib.analysis.verdict.pairs import level_pairs
 from speclib.analysis.verdict.resolution import calibration
+from speclib.analysis.verdict.run_answer import run_answer, traffic_mix
 from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks, with_failed_arms
 from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.tpot_verdict import decide_family, summary_of
@@ -111,6 +113,7 @@ class RunAnalysis:
     stack: dict[str, Any] = field(default_factory=dict)  # health.stack: flags, GPUs, log, truth
     integrity: Integrity = field(default_factory=Integrity)  # what the records miss, if any
     redecision: Redecision | None = None  # --params: the analysis fields changed after the run
+    answer: Answer = field(default_factory=Answer)  # the final words, pooled and per segment
 
     @property
     def design(self) -> dict[str, Any]:
@@ -192,7 +195,11 @@ class RunAnalysis:
                 "exclusions": self.exclusions.to_dict(orient="records"),
                 "request_instruments": _request_instruments(self.records),
                 "series": self.series.to_dict(orient="records"),
-                "comparisons": [c.to_dict() for c in self.comparisons],
+                "comparisons": [
+                    {**c.to_dict(), **self.answer.fields_of(c.experiment, c.level)}
+                    for c in self.comparisons
+                ],
+                "answer": self.answer.to_dict(),
                 "recommendations": [r.to_dict() for r in self.recommendations],
                 "launches": [
                     {k: v for k, v in s.items() if k not in ("extra",)} for s in self.launches
@@ -285,6 +292,7 @@ def analyze_run(
     write: bool = True,
     allow_incomplete: bool = False,
     summary_file: str | os.PathLike[str] | None = None,
+    mix: str | dict[str, float] | None = None,
 ) -> RunAnalysis:
     """Analyse a run folder; write ``summary.json`` when ``write`` (the default).
 
@@ -292,11 +300,14 @@ def analyze_run(
     when the records are not whole, unless ``allow_incomplete`` (then the result and
     ``summary.json`` say what is missing). ``summary_file``: where to write the summary
     (default ``RUN_DIR/summary.json``; ``speclib analyze`` writes a new one aside first).
+    ``mix`` (``"a=0.8,b=0.2"``, a mapping, "" or None) overrides ``workload.mix`` (a bad
+    category: :class:`ValueError` naming it).
     """
     rd = RunDir.at(run_dir)
     integrity = require_whole(rd.root, allow_incomplete=allow_incomplete)
     params, change = _load_params(rd, params_file)
     df = load_records(rd.root)
+    traffic = traffic_mix(params, df, mix)
     statuses = rd.statuses()
     df, mode_problems = _without_wrong_mode(df, statuses)
     instrument = choose_instrument(df, [params.control_name, *params.experiments])
@@ -326,6 +337,7 @@ def analyze_run(
         confidence=level_conf,
         margin=params.analysis.margin,
         looks=decision_looks(params, n_blocks),
+        mix=traffic,
     )
     lag = ttft_problems(agreement, {i: lv.label for i, lv in enumerate(params.workload.levels)})
     for lvl in levels:
@@ -348,6 +360,7 @@ def analyze_run(
     comps = with_failed_arms(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
+    answer, worded = run_answer(df, params, comps, levels, level_conf, traffic)
     crosschecks = read_crosschecks(rd, statuses)
     stack = stack_facts(
         rd,
@@ -369,7 +382,7 @@ def analyze_run(
         params=params,
         records=df,
         series=rows,
-        comparisons=tuple(comps),
+        comparisons=tuple(worded),  # the answer's words; sweeps and load read the pooled ones
         launches=tuple(statuses),
         launch_metrics=tuple(lms),
         manifest=manifest,
@@ -394,6 +407,7 @@ def analyze_run(
         stack=stack,
         integrity=integrity,
         redecision=change,
+        answer=answer,
     )
     if write:
         write_json_atomic(Path(summary_file) if summary_file else rd.summary, analysis.summary())

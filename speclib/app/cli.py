@@ -125,12 +125,34 @@ def _detached(args: argparse.Namespace, params: str, out: str) -> int:
     return 0
 
 
+def _check_mix(run_dir: str, mix: str) -> str | None:
+    """Why ``--mix`` cannot apply to the run's records (its category named), else None."""
+    from speclib.analysis.frames import load_records
+    from speclib.analysis.verdict.mix import check_mix, parse_mix
+
+    try:
+        df = load_records(run_dir)
+        cats = set(df["category"].dropna().astype(str)) if "category" in df else set()
+        check_mix(parse_mix(mix), cats)
+    except (ValueError, FileNotFoundError) as exc:
+        return str(exc)
+    return None
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from speclib.app.runner import run_analysis
 
+    if args.mix is not None and (problem := _check_mix(args.run_dir, args.mix)):
+        print(f"error: --mix: {problem}", file=sys.stderr)
+        return 2
+
     def analyze(log: Callable[[str], None]) -> Any:
         return run_analysis(
-            args.run_dir, params_file=args.params, allow_incomplete=args.allow_incomplete, log=log
+            args.run_dir,
+            params_file=args.params,
+            allow_incomplete=args.allow_incomplete,
+            log=log,
+            mix=args.mix,
         )
 
     return _shown(args, args.run_dir, analyze, analysis=True)
@@ -302,6 +324,11 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-incomplete",
         action="store_true",
         help="decide although records are missing or damaged; every output says what is missing",
+    )
+    a.add_argument(
+        "--mix",
+        help="the user's traffic mix, CATEGORY=SHARE,... summing to 1 (e.g. "
+        "fresh=0.8,echo=0.2): the pooled ratio and verdict are re-decided for it",
     )
     _output_options(a)
     a.set_defaults(func=_cmd_analyze)

@@ -240,8 +240,10 @@ def run_analysis(
     params_file: str | None = None,
     allow_incomplete: bool = False,
     log: Callable[[str], None] = _log,
+    mix: str | None = None,
 ) -> RunResult:
-    """Execute ``20_analysis`` on the records on disk and export ``report.html``.
+    """Execute ``20_analysis`` on the records on disk and export ``report.html``; ``mix``
+    (``"fresh=0.8,echo=0.2"``) re-decides for that traffic mix.
 
     Append-only for results: the inputs are checked first (:class:`AnalysisRefused`, or
     :class:`~speclib.core.params.ParamsError`, before anything is written); the notebook,
@@ -275,6 +277,7 @@ def run_analysis(
                 "params_file": params_file or "",
                 "allow_incomplete": allow_incomplete,
                 "summary_file": str(summary),
+                "mix": mix or "",
             },
         )
     except PapermillExecutionError as exc:

@@ -35,6 +35,9 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
     comps = summary.get("comparisons") or []
     margin = (summary.get("analysis") or {}).get("margin")
     lines = [gate_legend([c.get("gates") for c in comps if c.get("role") != "aa"])]
+    answer = summary.get("answer") or {}
+    lines += list(answer.get("headline") or [])
+    lines += [f"deploy: {a['text']}" for a in (answer.get("deploy") or {}).get("advice") or []]
     lines += [bench_check_line(c, margin=margin) for c in comps if c.get("role") == "aa"]
     lines += turn_lines(summary)
     lines += trust_lines(summary)

@@ -93,7 +93,7 @@ def _row(c: dict[str, Any], **cells: Any) -> dict[str, str]:
         "ms": ms_cell(c.get("median_tpot_control_s"), c.get("median_tpot_experiment_s")),
         "ratio": ratio_cell(v["ratio"], v["ci"], c.get("confidence_level")),
         "verdict": str(v["verdict"]),
-        "reason": v.get("reason") or short_reason(c),
+        "reason": v.get("reason") or c.get("short_reason") or short_reason(c),
         "gates": gate_marks(c.get("gates")) if c else "–",
     }
 
@@ -141,7 +141,13 @@ _COLUMNS = (
     ("reason", "reason"),
     ("gates", "gates"),
 )
-_COLOUR = {"adopt": "green", "reject": "red", "failed": "red", "untrustworthy": "red"}
+_COLOUR = {
+    "mixed": "magenta",
+    "adopt": "green",
+    "reject": "red",
+    "failed": "red",
+    "untrustworthy": "red",
+}
 _MARK_COLOUR = {"✔": "green", "✘": "red", "–": "yellow", "?": "yellow"}
 
 

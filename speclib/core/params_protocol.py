@@ -14,6 +14,7 @@ Import these names from :mod:`speclib.core.params`, the public face of the param
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -304,6 +305,22 @@ class AnalysisParams(StrictModel):
         "target than the control's by more than this (nats/token, CI entirely below −δ) "
         "is implausible.",
     )
+
+    segment_edges: dict[Literal["prompt_length", "output_length"], list[float]] | None = Field(
+        None,
+        description="The token counts that cut the traffic into length segments, per cut "
+        "(prompt_length, output_length; e.g. {prompt_length: [128, 1024]}); default: the "
+        "tertiles of the control's prompts.",
+    )
+
+    @field_validator("segment_edges")
+    @classmethod
+    def _edges_rise(cls, value: dict[str, list[float]] | None) -> dict[str, list[float]] | None:
+        for cut, edges in (value or {}).items():
+            if not edges or any(b <= a for a, b in itertools.pairwise(edges)):
+                raise ValueError(f"analysis.segment_edges.{cut} must be a non-empty rising "
+                                 f"list of token counts (got {edges!r})")  # fmt: skip
+        return value
 
     @field_validator("score_outputs", mode="before")
     @classmethod

@@ -43,6 +43,13 @@ class WorkloadParams(StrictModel):
         description="The prompt set: a file (a folder for format hf-disk), read as "
         "workload.format says."
     )
+    mix: dict[str, float] | None = Field(
+        None,
+        description="Each prompt category's share of the user's real traffic, e.g. {fresh: "
+        "0.8, echo: 0.2} (shares in [0, 1] summing to 1, every category one of the prompt "
+        "set's). The pooled TPOT ratio, its interval and the verdict are for this mix (the "
+        "per-category block contrasts reweighted); default: the prompts as sent.",
+    )
     format: PromptFormat = Field(
         "speclib",
         description="How workload.prompts is read (speclib.core.datasets): speclib (the kit's "
@@ -164,6 +171,22 @@ class WorkloadParams(StrictModel):
                 "(multi_turn is false)"
             )
         return self
+
+    @field_validator("mix")
+    @classmethod
+    def _mix_shares(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("workload.mix must name at least one category")
+        for name, share in value.items():
+            if not 0 <= share <= 1:
+                raise ValueError(f"workload.mix: the share of category {name!r} must be in "
+                                 f"[0, 1] (got {share!r})")  # fmt: skip
+        total = sum(value.values())
+        if abs(total - 1) > 1e-6:
+            raise ValueError(f"workload.mix: the shares must sum to 1 (got {total:g})")
+        return value
 
     @property
     def history_tokens(self) -> int:

@@ -36,7 +36,14 @@ from speclib.core.prompts import Prompt, PromptSetError
 from speclib.core.turns import expand_turns, sent_prompt_count
 from speclib.core.vllm_schema import installed_spec_schema
 
-__all__ = ["DemoResolver", "PromptLength", "Validation", "prompt_lengths", "validate_params"]
+__all__ = [
+    "DemoResolver",
+    "PromptLength",
+    "Validation",
+    "mix_problem",
+    "prompt_lengths",
+    "validate_params",
+]
 
 DemoResolver = Callable[[str], "Path | None"]
 """Maps a demo model name ("target", "draft") to its folder if already built, else None."""
@@ -77,6 +84,8 @@ def validate_params(
     except PromptSetError as exc:
         raise ParamsError(f"{source}: invalid prompt file\n  - workload.prompts: {exc}") from None
     prompts = loaded.prompts
+    if problem := mix_problem(params, prompts):
+        raise ParamsError(f"{source}: invalid params\n  - {problem}")
     notes += _prompt_set_notes(loaded.provenance)
     if params.workload.multi_turn:
         notes.append(_turn_note(params, prompts))
@@ -90,6 +99,17 @@ def validate_params(
         if note:
             notes.append(note)
     return Validation(params=params, prompts=prompts, notes=tuple(notes))
+
+
+def mix_problem(params: ExperimentParams, prompts: Sequence[Prompt]) -> str | None:
+    """Why ``workload.mix`` does not fit the prompt set (a category it names that no prompt
+    has), else None."""
+    have = {p.category for p in prompts}
+    unknown = sorted(set(params.workload.mix or {}) - have)
+    if not unknown:
+        return None
+    return (f"workload.mix: category {unknown[0]!r} is not in the prompt set (its "
+            f"categories: {', '.join(sorted(have))})")  # fmt: skip
 
 
 def _prompt_set_notes(provenance: dict[str, Any]) -> list[str]:

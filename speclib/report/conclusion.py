@@ -109,6 +109,7 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         "untrustworthy": "not decided: the bench cannot be trusted (see the bench-trust "
         "panel above)",
         "failed": "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
+        "mixed": _mixed_words(c, an),
     }[word]
     extra = ""
     note = ci.note or ""
@@ -128,6 +129,13 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         f"**{c.experiment}** ({c.method}, k={c.k}){at_load(c, an)} {effect} over "
         f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_by_category(c)}"
     )
+
+
+def _mixed_words(c: Comparison, an: RunAnalysis) -> str:
+    """The answer's sentence for a "mixed" arm (:mod:`speclib.analysis.verdict.answer`)."""
+    answer = getattr(an, "answer", None)
+    mine = answer.of(c.experiment, c.level) if answer is not None else None
+    return (mine.sentence if mine and mine.sentence else "mixed").removeprefix("mixed: ")
 
 
 def _group_words(groups: dict[Any, Any]) -> str:
@@ -210,12 +218,20 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
         "replicate blocks, each on its own arm's block-to-block variance (Holm-adjusted over "
         "every experiment arm and load level); the method is at the end of this page."
     )
+    said = getattr(getattr(an, "answer", None), "headline", ())
+    if said:
+        mixed = " ".join(s[0].upper() + s[1:] + "." for s in said)
+        headline = f"{mixed} {headline}"
     if any(c.word == "untrustworthy" for c in an.experiments):
         headline = (
             f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
             "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
         )
-    return headline, [_sentence(c, an) for c in an.experiments], note, _warning_pointer(an)
+    sentences = [_sentence(c, an) for c in an.experiments]
+    deploy = getattr(getattr(an, "answer", None), "deploy", None)
+    sentences += [f"What to deploy {t}." if t.startswith("at ") else f"What to deploy: {t}."
+                  for _, t in (deploy.advice if deploy else ())]  # fmt: skip
+    return headline, sentences, note, _warning_pointer(an)
 
 
 def _warning_pointer(an: RunAnalysis) -> str | None:

@@ -26,6 +26,7 @@ CSS = """
 .speclib .speclib-word { display: inline-block; font-weight: bold; padding: 1px 6px;
   border: 1px solid #666; border-radius: 3px; color: #000; }
 .speclib .speclib-adopt { background: #c4eadd; }
+.speclib .speclib-mixed { background: #f5c9a8; }
 .speclib .speclib-equivalent { background: #e4e4e4; }
 .speclib .speclib-worse, .speclib .speclib-reject, .speclib .speclib-failed { background: #f6cfb5; }
 .speclib .speclib-untrustworthy { background: #d9c2e9; }

@@ -37,10 +37,15 @@ COMPARE_COLUMNS = (
     "decision",
     "acceptance_rate",
     "n_pairs",
+    "pooled_decision",
+    "segments",
 )
 """Columns of :func:`compare_runs`, in order. ``tpot_ratio`` is experiment / control (below
 1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``acceptance_rate``
-is accepted / proposed draft tokens (``/metrics`` deltas, else the per-request median)."""
+is accepted / proposed draft tokens (``/metrics`` deltas, else the per-request median).
+``decision`` is the run's answer (:mod:`speclib.analysis.verdict.answer`; "mixed" included),
+``pooled_decision`` the pooled word it came from and ``segments`` the answer's sentence
+naming the segments behind "mixed" (empty otherwise)."""
 
 
 def machine_label(hardware: dict[str, Any] | None) -> str:
@@ -127,6 +132,8 @@ def _rows(label: str, summary: dict[str, Any], manifest: dict[str, Any]) -> list
             "decision": c.get("decision", "inconclusive"),
             "acceptance_rate": _acceptance(c),
             "n_pairs": c.get("n_pairs"),
+            "pooled_decision": c.get("pooled_decision", c.get("decision", "inconclusive")),
+            "segments": c.get("segment_sentence") or "",
         })  # fmt: skip
     return rows
 

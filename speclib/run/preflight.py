@@ -23,6 +23,7 @@ from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.validation import mix_problem
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.manifest import build_manifest, hardware
@@ -253,6 +254,8 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
                 checks.append({"series": s.name, **check_vocab(target, draft)})
     loaded = workload_prompts(params)
     prompts = list(loaded.prompts)
+    if problem := mix_problem(params, prompts):  # before any server starts
+        raise ParamsError(f"invalid params\n  - {problem}")
     sensitive = scan_sensitive(prompts)
     for kind, ids in sensitive.items():
         warnings.warn(

@@ -193,5 +193,5 @@ def test_summary_and_report_carry_the_category_intervals(tmp_path: Path) -> None
     repeat_words = re.escape(ratio_words(repeat["ratio"]))
     assert re.search(rf"repeat {repeat_words} \(95 % CI ×0\.\d\d–×0\.\d\d, df 2, 24 pairs "
                      r"in 3 blocks\)", text)  # fmt: skip
-    assert "not adjusted for multiplicity; the verdict is the pooled one" in text
+    assert CATEGORY_NOTE.split(": ", 1)[1] in text
     assert "faster" not in text

@@ -31,7 +31,7 @@ DEFAULTS = {
     "00_setup": {"params_file": "../params/cpu-demo.yaml", "run_dir": "../runs/interactive"},
     "10_series": {"params_file": "../params/cpu-demo.yaml", "run_dir": "../runs/interactive",
                   "replicate": 0, "arms": "", "design": "interleaved", "block": ""},
-    "20_analysis": {"run_dir": "../runs/cpu-demo", "params_file": ""},
+    "20_analysis": {"run_dir": "../runs/cpu-demo", "params_file": "", "mix": ""},
 }  # fmt: skip
 MAX_STATEMENTS = 20  # non-import statements outside the parameters cell (one call per figure cell)
 FORBIDDEN = (

@@ -17,6 +17,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.absolute import absolute_summary
+from speclib.analysis.verdict.categories import CATEGORY_NOTE
 from speclib.analysis.verdict.decision import Decision
 from speclib.analysis.verdict.gates import Verdict
 from speclib.core.params import LoadLevel
@@ -213,7 +214,7 @@ def test_conclusion_says_where_the_effect_comes_from_by_category() -> None:
         "speed (95 % CI ×0.31–×0.77, df 2, 12 pairs in 3 blocks); unseen ×1.14: 14 % more time "
         "per token, 0.88× the speed (95 % CI ×0.92–×1.41, df 2, 12 pairs in 3 blocks)"
     ) in text
-    assert "not adjusted for multiplicity; the verdict is the pooled one" in text
+    assert CATEGORY_NOTE.split(": ", 1)[1] in text
     assert "49 % faster" not in text and "faster" not in text
     split.tpot_ratio_by_category = {"known": _category("known", 1.24, 8, 2)}  # one: nothing
     assert "by prompt category" not in conclusion(_analysis([split]))

@@ -15,7 +15,9 @@ A category gets **no interval** when its pairs sit in fewer than ``min_blocks`` 
 ("too few blocks", "too few pairs"), never with a number for an interval.
 
 These intervals are **descriptive**: one per category and arm, not adjusted for
-multiplicity (:data:`CATEGORY_NOTE`). The verdict is the pooled one, over all categories.
+multiplicity (:data:`CATEGORY_NOTE`). Each category's *verdict*, Holm over every segment of
+the run, is decided in :mod:`speclib.analysis.verdict.segments` and said by the answer
+(:mod:`speclib.analysis.verdict.answer`).
 
 A multi-turn run (``workload.multi_turn``) gets the same per turn of its questions
 (:func:`turn_ratios`, :data:`TURN_NOTE`): whether speculation pays as differently on turn 2,
@@ -52,7 +54,7 @@ MIN_CATEGORY_BLOCKS = 2
 """Fewest blocks with pairs of a category that get an interval (one block: no df)."""
 CATEGORY_NOTE = (
     "per-category intervals are descriptive: not adjusted for multiplicity; "
-    "the verdict is the pooled one"
+    "each segment's verdict (Holm over every segment) is in the answer"
 )
 TURN_NOTE = (
     "per-turn intervals are descriptive: not adjusted for multiplicity; "

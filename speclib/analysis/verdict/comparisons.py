@@ -109,6 +109,11 @@ class Comparison:
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
 
     @property
+    def role_aa(self) -> bool:
+        """True for the A/A arm's comparison (the bench's noise floor)."""
+        return self.experiment == AA_ARM
+
+    @property
     def word(self) -> str:
         """The verdict word (``"inconclusive"`` without valid pairs)."""
         return self.verdict.word if self.verdict else "inconclusive"

@@ -49,7 +49,8 @@ __all__ = [
 GATE_STATUSES = ("pass", "fail", "not assessed")
 
 
-VERDICT_WORDS = (*DECISION_WORDS, "reject", "untrustworthy", "failed")
+VERDICT_WORDS = (*DECISION_WORDS, "reject", "untrustworthy", "failed", "mixed")
+"""Every final word; "mixed" is decided by :mod:`speclib.analysis.verdict.answer`."""
 
 
 BENCH_WORD = "untrustworthy"  # the verdict when the bench itself shows an effect (A/A gate)

@@ -47,6 +47,7 @@ from speclib.analysis.stats.block_summary import summarize_blocks
 from speclib.analysis.stats.blocks import BlockAnalysis, BlockArmCI, block_ratio_cis
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, holm_decide
+from speclib.analysis.verdict.mix import mix_ratio_ci
 from speclib.analysis.verdict.resolution import bench_check
 
 __all__ = [
@@ -199,6 +200,7 @@ def decide_family(
     confidence: float,
     margin: float,
     looks: Sequence[tuple[int, float]] | None = None,
+    mix: Mapping[str, float] | None = None,
 ) -> dict[Hashable, LevelDecision]:
     """Decide every experiment at every load level, Holm over the whole family.
 
@@ -207,8 +209,10 @@ def decide_family(
     confidence ``confidence``. With ``looks``, a sequence of ``(replicates, confidence)``
     (the replicates ``< replicates`` are seen at that look), the looks are replayed in
     order and a comparison settled at a look keeps that look's interval and decision; the
-    last look's confidence is also the A/A arm's. Returns one :class:`LevelDecision` per
-    level that has pairs.
+    last look's confidence is also the A/A arm's. With ``mix`` (category → share of the
+    user's traffic) each experiment's interval is the mix-weighted one
+    (:func:`speclib.analysis.verdict.mix.mix_ratio_ci`). Returns one :class:`LevelDecision`
+    per level that has pairs.
     """
     plan = [(None, confidence)] if not looks else [(int(r), float(c)) for r, c in looks]
     cache: dict[tuple[Any, Any, float], BlockAnalysis | None] = {}
@@ -236,6 +240,11 @@ def decide_family(
             continue
 
         def compute_ci(key: tuple[Hashable, str], level: float, reps=reps) -> RatioCI:
+            if mix:
+                arms = pairs_by_level[key[0]]
+                aa = _before(arms[aa_arm], reps) if aa_arm in arms else None
+                return mix_ratio_ci(_before(arms[key[1]], reps), mix, confidence_level=level,
+                                    aa_pairs=aa)  # fmt: skip
             found = analysis_at(key[0], reps, level)
             assert found is not None and key[1] in found.arms
             return as_ratio_ci(found.arms[key[1]], _before(pairs_by_level[key[0]][key[1]], reps))

@@ -1,0 +1,125 @@
+"""What to deploy: per prompt category and load level, speculation on (which arm), or off.
+
+From the decided segments (:mod:`speclib.analysis.verdict.segments`, the ``category``
+cut), :func:`deployment` picks for every category at every load level the arm to serve it
+with: the fastest arm whose segment verdict is "adopt" (**on**), else **off** when every
+arm was decided not to pay on it (worse, or shown to gain nothing), else **undecided**.
+vLLM cannot choose a speculative config per request, so where the categories' choices
+differ at a level the advice is to **route** those requests to a separate
+deployment, with the expected traffic-weighted TPOT ratio of doing so (each category at its
+share of the traffic, at its chosen arm's ratio, 1 where off) beside that of one deployment
+for all (the best pooled arm's ratio). Where the choice differs between load levels, vLLM
+can act on it itself: ``speculative_config.num_speculative_tokens_per_batch_size`` (the k
+schedule of :mod:`speclib.analysis.load.schedule`, written by ``speclib schedule``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from speclib.analysis.verdict.segments import SegmentResult
+from speclib.core.jsonutil import jsonable
+
+__all__ = ["Choice", "Deployment", "deployment"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One category at one load level: ``choice`` is "on", "off" or "undecided"; ``arm``
+    the arm to serve it with when on, ``ratio`` that arm's ratio on it, ``share`` the
+    category's share of the traffic."""
+
+    level: int
+    load: str
+    category: str
+    choice: str
+    arm: str | None
+    ratio: float | None
+    share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping."""
+        return jsonable({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The choices and, per load level, the advice in words (``advice``: ``(level, text)``)."""
+
+    choices: tuple[Choice, ...] = ()
+    advice: tuple[tuple[int, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping."""
+        advice = [{"level": lv, "text": t} for lv, t in self.advice]
+        return jsonable({"choices": [c.to_dict() for c in self.choices], "advice": advice})
+
+
+def _choose(segs: Sequence[SegmentResult], margin: float) -> tuple[str, SegmentResult | None]:
+    adopt = [s for s in segs if s.decision.word == "adopt"]
+    if adopt:
+        return "on", min(adopt, key=lambda s: s.estimate)
+    bad = [s.decision.word == "worse" or (s.ci is not None and s.ci.ci_low > 1 - margin)
+           for s in segs]  # fmt: skip
+    return ("off", None) if bad and all(bad) else ("undecided", None)
+
+
+def deployment(
+    segments: Sequence[SegmentResult],
+    pooled: Mapping[tuple[int, str], float],
+    loads: Mapping[int, str],
+    *,
+    margin: float,
+) -> Deployment:
+    """The choice per category and level, and the advice (see the module docstring).
+    ``pooled[(level, arm)]`` is each arm's pooled TPOT ratio at that level (for "one
+    deployment for all"), ``loads[level]`` the level's label."""
+    cats = [s for s in segments if s.cut == "category"]
+    choices, advice = [], []
+    for level in sorted({s.level for s in cats}):
+        mine = [s for s in cats if s.level == level]
+        names = sorted({s.segment for s in mine})
+        row = []
+        for cat in names:
+            found = [s for s in mine if s.segment == cat]
+            word, best = _choose(found, margin)
+            share = found[0].share
+            row.append(Choice(level, loads.get(level, str(level)), cat, word,
+                              best.arm if best else None, best.estimate if best else None,
+                              share))  # fmt: skip
+        choices += row
+        text = _advice(row, {a: r for (lv, a), r in pooled.items() if lv == level})
+        if text:
+            advice.append((level, text))
+    by_level: dict[str, set[tuple[str, str | None]]] = {}
+    for c in choices:
+        if c.choice != "undecided":
+            by_level.setdefault(c.category, set()).add((c.choice, c.arm))
+    if any(len(v) > 1 for v in by_level.values()) and len({c.level for c in choices}) > 1:
+        advice.append((-1, "the choice changes with load: vLLM can switch k by batch size "
+                           "itself (speculative_config.num_speculative_tokens_per_batch_size; "
+                           "`speclib schedule RUN_DIR --out FILE` writes the params that "
+                           "confirm the k schedule)"))  # fmt: skip
+    return Deployment(tuple(choices), tuple(advice))
+
+
+def _advice(row: Sequence[Choice], pooled: Mapping[str, float]) -> str | None:
+    """The level's advice when its categories' choices differ (None otherwise)."""
+    if len({(c.choice, c.arm) for c in row}) < 2 or any(c.choice == "undecided" for c in row):
+        return None
+    routed = sum(c.share * (c.ratio if c.choice == "on" and c.ratio else 1.0) for c in row)
+    total = sum(c.share for c in row)
+    routed = routed / total if total else math.nan
+    best = min(pooled.items(), key=lambda kv: kv[1], default=(None, math.nan))
+    on = [f"{c.category} on {c.arm}" for c in row if c.choice == "on"]
+    off = [c.category for c in row if c.choice == "off"]
+    one = min(best[1], 1.0) if math.isfinite(best[1]) else 1.0
+    return (
+        f"at {row[0].load}: route {', '.join(on)} to a deployment with speculation and "
+        f"{', '.join(off)} to one without: expected TPOT ×{routed:.2f} for the traffic "
+        f"(traffic-weighted), against ×{one:.2f} for one deployment for all"
+        + (f" ({best[0]} on, ×{best[1]:.2f})" if best[0] and best[1] < 1 else " (speculation off)")
+    )

@@ -1,0 +1,399 @@
+"""Segments of the traffic: which part of the requests an arm helps or hurts, decided.
+
+A **segment** is a part of the traffic, cut one of four ways (:data:`CUTS`):
+
+* ``category`` – the prompt file's ``category`` field;
+* ``accepted`` – whether the arm got any draft token accepted for the request, read from
+  the stream: a chunk that carries more than one token is a step that accepted a draft (at
+  concurrency 1 one chunk is one engine step; the arm's per-request spec metrics count too
+  where the records hold them). A request whose every chunk carries one token got nothing
+  accepted; the A/A arm is not cut this way;
+* ``prompt_length`` and ``output_length`` – tertiles of the control's prompt and output
+  tokens over the level's prompts, or the edges ``analysis.segment_edges`` declares; a cut
+  whose values do not split (every output ``max_tokens`` long) is left out.
+
+Every segment with pairs in at least :data:`~speclib.analysis.verdict.categories.
+MIN_CATEGORY_BLOCKS` blocks and :data:`~speclib.analysis.verdict.categories.
+MIN_CATEGORY_PAIRS` pairs gets **the pooled comparison's rule**: the block-level paired
+t-interval of :func:`speclib.analysis.verdict.tpot_verdict.block_analysis` on the segment's
+pairs (against both controls with an A/A arm) and :func:`speclib.analysis.verdict.decision.
+decide`. All segments of all cuts, arms and load levels form **one Holm family** at the
+run's family confidence (:func:`decide_segments`), stated in words. A segment too small for
+an interval is "inconclusive" with the reason, outside the family.
+
+**Heterogeneity** (:func:`heterogeneity`): within one cut, for every two segments, the
+per-block difference of their contrasts (the arm's instance effect of a block cancels in
+it) gets a paired t-interval over the blocks holding both, at ``1 - α / pairs`` (Bonferroni
+over every such pair of every cut, arm and load level of the run); the segments **differ
+beyond δ** when some such ratio of ratios lies wholly outside ``[1 / (1 + δ), 1 + δ]``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from itertools import combinations, pairwise
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.verdict.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
+from speclib.analysis.verdict.decision import Decision, check_fraction, holm_decide
+from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis
+from speclib.core.jsonutil import jsonable
+
+__all__ = [
+    "CUTS",
+    "Heterogeneity",
+    "SegmentResult",
+    "count_pairs",
+    "decide_segments",
+    "heterogeneity",
+    "label_pairs",
+    "segment_family_text",
+]
+
+CUTS = ("category", "accepted", "prompt_length", "output_length")
+"""The ways the traffic is cut into segments, in the order the answer names them."""
+
+ACCEPTED, NONE_ACCEPTED = "drafts accepted", "nothing accepted"
+_KEY = ["replicate", "prompt_id", "repeat"]
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    """One segment's TPOT comparison of one arm at one load level.
+
+    ``share`` is the segment's share of the arm's pairs at that level (or the user's mix,
+    :mod:`speclib.analysis.verdict.mix`, for a category); ``ci`` and ``decision`` are at the
+    level the Holm family settled it (None and "inconclusive" without an interval; ``note``
+    says why)."""
+
+    level: int
+    arm: str
+    cut: str
+    segment: str
+    share: float
+    n_pairs: int
+    n_blocks: int
+    estimate: float
+    ci: RatioCI | None
+    decision: Decision
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping (the interval flat: ``ci_low``, ``ci_high``, ``confidence_level``)."""
+        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self) if f.name != "ci"}
+        out["decision"] = self.decision.word
+        out["reason"] = self.decision.reason
+        ci = self.ci
+        out.update(ci_low=ci.ci_low if ci else None, ci_high=ci.ci_high if ci else None,
+                   confidence_level=ci.confidence_level if ci else None,
+                   df=ci.df if ci else None)  # fmt: skip
+        return jsonable(out)
+
+
+@dataclass(frozen=True)
+class Heterogeneity:
+    """Whether one cut's segments of one arm and level differ beyond δ.
+
+    ``pairs`` holds, per two segments, ``(a, b, ratio, low, high)``: the ratio of a's TPOT
+    ratio to b's with its Bonferroni interval at ``confidence_level``; ``differs`` is True
+    when some interval lies wholly outside ``[1/(1+δ), 1+δ]``."""
+
+    level: int
+    arm: str
+    cut: str
+    differs: bool
+    confidence_level: float
+    pairs: tuple[tuple[str, str, float, float, float], ...]
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping."""
+        return jsonable({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+# ------------------------------------------------------------------------ the cuts
+
+
+def _tertile_labels(values: pd.Series, edges: Sequence[float] | None, unit: str) -> pd.Series:
+    """Labels "≤ a", "a–b", "> b" of ``values`` by ``edges`` (default: the tertiles of the
+    distinct prompts' values); an empty Series when fewer than two segments result."""
+    v = pd.to_numeric(values, errors="coerce")
+    if v.notna().sum() == 0:
+        return pd.Series(dtype=object)
+    cuts = (
+        sorted(set(float(e) for e in edges))
+        if edges
+        else sorted(set(np.quantile(v.dropna().to_numpy(float), [1 / 3, 2 / 3]).round().tolist()))
+    )
+    bins = [-math.inf, *cuts, math.inf]
+    names = [f"≤ {cuts[0]:g} {unit}"]
+    names += [f"{a:g}–{b:g} {unit}" for a, b in pairwise(cuts)]
+    names += [f"> {cuts[-1]:g} {unit}"]
+    labels = pd.cut(v, bins=bins, labels=names, right=True).astype(object)
+    return labels if labels.dropna().nunique() >= 2 else pd.Series(dtype=object)
+
+
+def _accepted(pairs: pd.DataFrame) -> pd.Series:
+    """``ACCEPTED`` when the arm's stream had a chunk of more than one token (or its spec
+    metrics count an accepted token), else ``NONE_ACCEPTED``."""
+
+    def one(row: pd.Series) -> str:
+        chunks = row.get("chunk_tokens_e")
+        many = isinstance(chunks, (list, tuple)) and any(int(t) > 1 for t in chunks)
+        mean_len = pd.to_numeric(row.get("spec_mean_len_e"), errors="coerce")
+        return ACCEPTED if many or (pd.notna(mean_len) and mean_len > 1) else NONE_ACCEPTED
+
+    return pairs.apply(one, axis=1) if len(pairs) else pd.Series(dtype=object)
+
+
+def label_pairs(
+    pairs: pd.DataFrame,
+    *,
+    edges: Mapping[str, Sequence[float]] | None = None,
+    reference: pd.DataFrame | None = None,
+    accepted: bool = True,
+) -> pd.DataFrame:
+    """``pairs`` with one label column per cut that splits them (``seg_<cut>``).
+
+    ``reference`` is the frame whose control values set the tertile edges (default:
+    ``pairs``), so every arm of a level is cut at the same lengths; ``edges`` overrides them
+    per cut (``prompt_length``, ``output_length``); ``accepted=False`` leaves the
+    ``accepted`` cut out (the A/A arm)."""
+    out = pairs.copy()
+    ref = pairs if reference is None else reference
+    edges = edges or {}
+    if "category" in out and out["category"].notna().any():
+        out["seg_category"] = out["category"].fillna("uncategorised").astype(str)
+    if accepted and len(out):
+        out["seg_accepted"] = _accepted(out)
+    for cut, col, unit in (("prompt_length", "prompt_tokens_c", "prompt tokens"),
+                           ("output_length", "output_tokens_c", "output tokens")):  # fmt: skip
+        if col not in out or col not in ref:
+            continue
+        own = edges.get(cut)
+        if own is None:
+            per_prompt = ref.drop_duplicates("prompt_id")[col]
+            found = _tertile_labels(per_prompt, None, unit)
+            if found.empty:
+                continue
+            v = pd.to_numeric(per_prompt, errors="coerce").dropna().to_numpy(float)
+            own = sorted(set(np.quantile(v, [1 / 3, 2 / 3]).round().tolist()))
+        labels = _tertile_labels(out[col], own, unit)
+        if not labels.empty:
+            out[f"seg_{cut}"] = labels
+    return out
+
+
+# ------------------------------------------------------------------ the decisions
+
+
+def segment_family_text(n: int, *, confidence: float, margin: float) -> str:
+    """The segments' Holm family in words."""
+    return (
+        f"Holm step-down over {n} segment comparison{'s' * (n != 1)} (every segment of every "
+        f"cut — {', '.join(CUTS)} — of every experiment arm at every load level), family "
+        f"confidence {100 * confidence:.4g} %, margin δ = ±{margin:.3g}; a separate family from "
+        "the pooled verdicts"
+    )
+
+
+def _subset(pairs: pd.DataFrame, col: str, seg: str) -> pd.DataFrame:
+    return pairs[pairs[col] == seg]
+
+
+def _aa_subset(aa: pd.DataFrame | None, mine: pd.DataFrame, col: str, seg: str, cut: str):
+    """The A/A arm's pairs of a segment: by the same label, or, for the ``accepted`` cut,
+    by the arm's own requests (same block, prompt and repeat)."""
+    if aa is None or not len(aa):
+        return None
+    if cut != "accepted":
+        return aa[aa[col] == seg] if col in aa else None
+    keys = _subset(mine, col, seg)[_KEY].drop_duplicates()
+    return aa.merge(keys, on=_KEY, how="inner")
+
+
+def _seg_ci(mine, aa, arm, aa_arm, level) -> RatioCI | None:
+    by_arm = {arm: mine} if aa is None or not len(aa) else {arm: mine, aa_arm: aa}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        found = block_analysis(by_arm, aa_arm=aa_arm, confidence_level=level)
+    if found is None or arm not in found.arms:
+        return None
+    return as_ratio_ci(found.arms[arm], mine)
+
+
+def _usable(p: pd.DataFrame) -> pd.DataFrame:
+    c = pd.to_numeric(p.get("tpot_s_c"), errors="coerce")
+    e = pd.to_numeric(p.get("tpot_s_e"), errors="coerce")
+    keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
+    out = p[keep].copy()
+    if "block" not in out:
+        out["block"] = out["replicate"]
+    return out
+
+
+def decide_segments(
+    labelled: Mapping[tuple[int, str], pd.DataFrame],
+    *,
+    aa: Mapping[int, pd.DataFrame] | None = None,
+    aa_arm: str | None = None,
+    confidence: float,
+    margin: float,
+    shares: Mapping[tuple[int, str, str, str], float] | None = None,
+    min_pairs: int = MIN_CATEGORY_PAIRS,
+    min_blocks: int = MIN_CATEGORY_BLOCKS,
+) -> tuple[list[SegmentResult], str]:
+    """Decide every segment of every arm and level, Holm over all of them as one family.
+
+    ``labelled[(level, arm)]`` are the arm's pairs with the control, labelled by
+    :func:`label_pairs`; ``aa[level]`` the A/A arm's labelled pairs (with ``aa_arm``) when
+    the run has one. ``shares`` overrides a segment's share (the user's mix). Returns the
+    results (in level, arm, cut, segment order) and the family in words ("" when empty).
+    """
+    confidence = check_fraction(confidence, "confidence", low_open=True)
+    margin = check_fraction(margin, "margin", low_open=True)
+    cells: dict[tuple[int, str, str, str], tuple[pd.DataFrame, pd.DataFrame | None]] = {}
+    small: dict[tuple[int, str, str, str], str] = {}
+    totals: dict[tuple[int, str], int] = {}
+    for (level, arm), raw in labelled.items():
+        pairs = _usable(raw)
+        totals[(level, arm)] = len(pairs)
+        aa_pairs = None if aa is None or aa.get(level) is None else _usable(aa[level])
+        for cut in CUTS:
+            col = f"seg_{cut}"
+            if col not in pairs or pairs[col].dropna().nunique() < 2:
+                continue
+            for seg in sorted(set(pairs[col].dropna())):
+                mine = _subset(pairs, col, seg)
+                key = (level, arm, cut, str(seg))
+                cells[key] = (mine, _aa_subset(aa_pairs, mine, col, seg, cut))
+                blocks = mine["block"].nunique()
+                if blocks < min_blocks:
+                    small[key] = f"too few blocks for an interval, need {min_blocks}"
+                elif len(mine) < min_pairs:
+                    small[key] = f"too few pairs for an interval, need {min_pairs}"
+    family = [k for k in cells if k not in small]
+
+    def compute_ci(key: Hashable, level: float) -> RatioCI:
+        mine, aa_seg = cells[key]  # type: ignore[index]
+        ci = _seg_ci(mine, aa_seg, key[1], aa_arm, level)  # type: ignore[index]
+        assert ci is not None
+        return ci
+
+    decided = holm_decide(compute_ci, family, family_confidence=confidence,
+                          margin=margin) if family else {}  # fmt: skip
+    out = []
+    for key, (mine, aa_seg) in cells.items():
+        level, arm, cut, seg = key
+        share = (shares or {}).get(key, len(mine) / max(totals[(level, arm)], 1))
+        if key in decided:
+            ci, dec = decided[key]
+            est, note = ci.estimate, ci.note
+        else:
+            ci, note = None, small[key]
+            rough = _seg_ci(mine, aa_seg, arm, aa_arm, confidence)
+            est = rough.estimate if rough is not None else math.nan
+            dec = Decision("inconclusive", f"{cut} {seg}: {note}", margin, confidence)
+        out.append(
+            SegmentResult(
+                level,
+                arm,
+                cut,
+                seg,
+                float(share),
+                len(mine),
+                int(mine["block"].nunique()),
+                float(est),
+                ci,
+                dec,
+                note,
+            )
+        )
+    text = segment_family_text(len(family), confidence=confidence, margin=margin) if family else ""
+    return out, text
+
+
+# ------------------------------------------------------------------ heterogeneity
+
+
+def _block_contrasts(pairs: pd.DataFrame, aa: pd.DataFrame | None) -> pd.Series:
+    """Per block: the mean log-ratio of the pairs, less half the A/A arm's where it has
+    pairs in every one of these blocks (the contrast of the verdict's block model)."""
+    lr = np.log(pairs["tpot_s_e"].astype(float) / pairs["tpot_s_c"].astype(float))
+    d = lr.groupby(pairs["block"]).mean()
+    if aa is not None and len(aa):
+        a = _usable(aa)
+        d_aa = np.log(a["tpot_s_e"].astype(float) / a["tpot_s_c"].astype(float)).groupby(
+            a["block"]).mean()  # fmt: skip
+        if set(d.index) <= set(d_aa.index):
+            d = d - d_aa.reindex(d.index) / 2
+    return d
+
+
+def count_pairs(labelled: pd.DataFrame, cut: str) -> int:
+    """How many two-segment pairs :func:`heterogeneity` tests in ``cut`` (0: no cut)."""
+    col = f"seg_{cut}"
+    k = labelled[col].dropna().nunique() if col in labelled else 0
+    return k * (k - 1) // 2
+
+
+def heterogeneity(
+    labelled: pd.DataFrame,
+    *,
+    level: int,
+    arm: str,
+    cut: str,
+    margin: float,
+    confidence: float,
+    aa: pd.DataFrame | None = None,
+    n_tests: int | None = None,
+) -> Heterogeneity | None:
+    """Whether the segments of ``cut`` differ beyond δ for one arm (None: fewer than two
+    segments with two shared blocks). See the module docstring for the test; ``n_tests``
+    widens the Bonferroni correction to a whole family of such pairs (default: this cut's
+    pairs)."""
+    pairs = _usable(labelled)
+    col = f"seg_{cut}"
+    if col not in pairs:
+        return None
+    aa_pairs = None if aa is None else _usable(aa)
+    per = {}
+    for seg in sorted(set(pairs[col].dropna())):
+        mine = _subset(pairs, col, seg)
+        per[str(seg)] = _block_contrasts(mine, _aa_subset(aa_pairs, mine, col, seg, cut))
+    combos = list(combinations(per, 2))
+    if not combos:
+        return None
+    tests = max(n_tests or 0, len(combos))
+    level_conf = 1 - (1 - confidence) / tests
+    found, bound = [], math.log1p(margin)
+    for a, b in combos:
+        diff = (per[a] - per[b]).dropna()
+        if diff.size < 2:
+            continue
+        mean, se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size))
+        half = float(special.stdtrit(diff.size - 1, 0.5 + level_conf / 2)) * se
+        found.append((a, b, math.exp(mean), math.exp(mean - half), math.exp(mean + half)))
+    if not found:
+        return None
+    beyond = [f for f in found if f[3] > math.exp(bound) or f[4] < math.exp(-bound)]
+    if beyond:
+        a, b, r, lo, hi = max(beyond, key=lambda f: abs(math.log(f[2])))
+        detail = (f"{cut}: {a} against {b} ×{r:.2f} [{lo:.2f}, {hi:.2f}] "
+                  f"({100 * level_conf:.4g} % Bonferroni over {tests} pair(s)): the "
+                  f"segments differ beyond δ = ±{margin:.3g}")  # fmt: skip
+    else:
+        detail = (
+            f"{cut}: no two segments shown to differ beyond δ = ±{margin:.3g} "
+            f"({100 * level_conf:.4g} % Bonferroni over {tests} pair(s))"
+        )
+    return Heterogeneity(level, arm, cut, bool(beyond), level_conf, tuple(found), detail)
