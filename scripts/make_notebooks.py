@@ -174,7 +174,7 @@ analysis = analyze_run(  # writes summary.json; refuses records that are not who
     run_dir,
     params_file=params_file,
     allow_incomplete=allow_incomplete,
-    summary_file=summary_file or None,
+    summary_file=summary_file,
 )
 records = analysis.records  # one row per measured request: explore it with pandas
 """.strip()
@@ -183,8 +183,9 @@ records = analysis.records  # one row per measured request: explore it with pand
         new_code_cell(
             """
 numbers = FigureNumbers()  # one figure count for the page
-display(HTML(record_notice_html(analysis)))  # records not whole, or the rule changed
-display(HTML(answer_html(analysis)), HTML(trust_html(analysis)))  # answer, bench trust
+display(  # records not whole or the rule changed (else nothing), the answer, bench trust
+    HTML(record_notice_html(analysis)), HTML(answer_html(analysis)), HTML(trust_html(analysis))
+)
 display(*numbers([forest_figure(analysis)]))  # every arm's interval, the ±δ band, the A/A arm
 display(HTML(verdict_table_html(analysis)), HTML(conclusion_html(analysis, headline=False)))
 display(HTML(why_html(analysis)), HTML(load_html(analysis)))  # why; where it stops paying

@@ -174,6 +174,8 @@ def _count_problems(
         if want_ok is None or want_failed is None:
             continue  # a status from before the counts were recorded
         got_ok, got_failed = counts.get((lid, True), 0), counts.get((lid, False), 0)
+        if not status.get("ok", True):  # a launch that failed mid-way: the requests cut
+            want_failed = got_failed  # off by its crash are recorded after its status
         if (got_ok, got_failed) != (int(want_ok), int(want_failed)):
             problems.append(
                 f"launch {lid}: status.json counts {want_ok} ok + {want_failed} failed "
