@@ -78,7 +78,7 @@ class Integrity:
         if more:
             lines.append(f"  … and {more} more")
         lines.append(
-            "nothing was written: the earlier summary.json and report.html are kept. "
+            "nothing was written (an earlier summary.json and report.html are kept as they are). "
             "Restore the named files from a copy of the run folder, or decide on what is "
             "there with --allow-incomplete (every output then says what is missing)."
         )
