@@ -186,8 +186,9 @@ records = analysis.records  # one row per measured request: explore it with pand
         new_code_cell(
             """
 numbers = FigureNumbers()  # one figure count for the page
-# records not whole or the rule changed (if so), the answer, bench trust
-display(HTML(record_notice_html(analysis)), HTML(answer_html(analysis)), HTML(trust_html(analysis)))
+display(  # records not whole or the rule changed (else nothing), the answer, bench trust
+    HTML(record_notice_html(analysis)), HTML(answer_html(analysis)), HTML(trust_html(analysis))
+)
 display(*numbers([forest_figure(analysis)]))  # every arm's interval, the ±δ band, the A/A arm
 display(HTML(verdict_table_html(analysis)), HTML(conclusion_html(analysis, headline=False)))
 # why this speed-up; what the model answered per kind of prompt; where it stops paying

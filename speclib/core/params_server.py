@@ -151,7 +151,12 @@ class ServerParams(StrictModel):
         description="Command that replaces `<this python> -m vllm.entrypoints.openai.api_server`"
         " (e.g. another venv's python, or a numactl/taskset wrapper); --model etc. follow.",
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment variables of the servers. No secrets: a name with KEY, "
+        "TOKEN, SECRET, PASSWORD or CREDENTIAL and a value is refused (export it in the shell "
+        "that runs speclib instead; the servers inherit the environment).",
+    )
     start_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for readiness.")
 
     @field_validator("extra_args")

@@ -259,3 +259,11 @@ def test_a_failed_analysis_leaves_the_current_result_and_keeps_its_notebook(
     assert {p.name for p in failed.iterdir()} >= {"20_analysis.ipynb", "report.html"}
     after = digest(run)
     assert {k: v for k, v in after.items() if not k.startswith("analyses/")} == before
+
+
+def test_a_damaged_launch_sample_line_is_named_as_file_and_line(run: Path) -> None:
+    path = run / "launches" / "control-r1" / "memory.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(1, "{not json\n")
+    path.write_text("".join(lines))
+    refused(run, says=["launches/control-r1/memory.jsonl:2: not a JSON record"])

@@ -4,7 +4,9 @@ A verdict is only as good as the records under it. Before the analysis decides, 
 checks what a run wrote against what the run itself says it wrote:
 
 - every line of ``requests.jsonl`` parses (a damaged line is named as ``file:line``) and the
-  file holds measured requests;
+  file holds measured requests; so does every line of the other JSON-lines files the
+  analysis reads (each launch's ``cpu.jsonl`` and ``memory.jsonl``, ``blocks.jsonl``, a
+  multi-turn history, output scores);
 - ``manifest.json`` is readable, and ``launches/`` is present when the folder is a kit run;
 - every replicate block of the design (the manifest's ``blocks``) has a ``status.json`` for
   each of its launches;
@@ -76,7 +78,7 @@ class Integrity:
         if more:
             lines.append(f"  … and {more} more")
         lines.append(
-            "nothing was written: the earlier summary.json and report.html are kept. "
+            "nothing was written (an earlier summary.json and report.html are kept as they are). "
             "Restore the named files from a copy of the run folder, or decide on what is "
             "there with --allow-incomplete (every output then says what is missing)."
         )
@@ -129,6 +131,31 @@ def _records(rd: RunDir) -> tuple[Counter[tuple[str, bool]], list[str]]:
     return counts, problems
 
 
+def _jsonl_problems(rd: RunDir) -> list[str]:
+    """Every damaged line of the other JSON-lines files the analysis reads (each launch's
+    CPU and memory samples, the blocks, a multi-turn history, output scores)."""
+    paths = [rd.blocks, rd.turn_history, rd.output_scores]
+    for folder in sorted((rd.root / "launches").glob("*/")):
+        files = rd.launch_files(folder.name)
+        paths += [files.cpu, files.memory]
+    problems = []
+    for path in paths:
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            continue  # absent: optional files
+        rel = path.relative_to(rd.root)
+        for i, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                problems.append(f"{rel}:{i}: not a JSON record")
+                break  # one per file is enough to name it
+    return problems
+
+
 def _statuses(rd: RunDir) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Every launch's ``status.json`` by launch id, and the unreadable ones."""
     found: dict[str, dict[str, Any]] = {}
@@ -174,6 +201,8 @@ def _count_problems(
         if want_ok is None or want_failed is None:
             continue  # a status from before the counts were recorded
         got_ok, got_failed = counts.get((lid, True), 0), counts.get((lid, False), 0)
+        if not status.get("ok", True):  # a launch that failed mid-way: the requests cut
+            want_failed = got_failed  # off by its crash are recorded after its status
         if (got_ok, got_failed) != (int(want_ok), int(want_failed)):
             problems.append(
                 f"launch {lid}: status.json counts {want_ok} ok + {want_failed} failed "
@@ -198,6 +227,7 @@ def check_integrity(
     """
     rd = RunDir.at(run_dir)
     counts, problems = _records(rd) if records else (Counter(), [])
+    problems += _jsonl_problems(rd) if records else []
     has_manifest = rd.manifest.exists()
     has_launches = (rd.root / "launches").is_dir()
     if not has_manifest and not has_launches:
