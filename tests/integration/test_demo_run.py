@@ -169,6 +169,9 @@ def test_modes_verified_and_metrics_reconcile(demo_run):
         drafting = recs[lid]["drafting"]
         assert drafting["agrees"], drafting
         assert 0 < drafting["drafted_share"] < 1, drafting
+    for lid in ("draft-k4-r0", "draft-k4-r1"):  # a draft model proposes on every step
+        drafting = recs[lid]["drafting"]
+        assert drafting["agrees"] and drafting["drafted_share"] == 1.0, drafting
 
 
 def test_summary_traces_back_to_records(demo_run):
