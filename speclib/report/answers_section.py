@@ -66,7 +66,8 @@ def _prompt_texts(an: RunAnalysis) -> dict[str, str]:
 
 def answer_samples(an: RunAnalysis, *, per_category: int = 2) -> tuple[AnswerSample, ...]:
     """Up to ``per_category`` prompts per category (diverged ones first), each with the
-    control's and every experiment's answer from the earliest block that has them all."""
+    control's and every experiment's answer from the earliest block that has them all, in the
+    prompt set's order."""
     if per_category < 1:
         raise ValueError("`per_category` must be a positive integer")
     df = _measured(an)
@@ -78,7 +79,8 @@ def answer_samples(an: RunAnalysis, *, per_category: int = 2) -> tuple[AnswerSam
     diverged = {pid for c in experiments for pid, a in c.agreements.items() if not a.exact_match}
     texts = _prompt_texts(an)
     rows = df[df["series"].isin([control, *names])]
-    order = list(dict.fromkeys(rows["prompt_id"]))
+    seen = list(dict.fromkeys(rows["prompt_id"]))
+    order = [pid for pid in texts if pid in set(seen)] + [p for p in seen if p not in texts]
     category = rows.groupby("prompt_id")["category"].first() if "category" in rows else None
     by_cat: dict[str, list[str]] = {}
     for pid in order:
