@@ -24,7 +24,9 @@ This module is the cached folder: the cache key, the lock, the atomic publish an
 ``speclib build-demo`` command. What is built is said by :mod:`speclib.demo.recipe`; the
 chat format and tokenizer are :mod:`speclib.demo.tokenizer`; the training is
 :mod:`speclib.demo.training`. torch, transformers and tokenizers are imported only when a
-build is needed.
+build is needed. It is a little over 400 lines because the demo references it resolves
+(the CPU pair and the synthetic ones, built or only declared) share that one cache, lock
+and publish; splitting them would put one cache contract in two places.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ from speclib.demo.synthetic import (
     SYNTHETIC_VERSION,
     SyntheticRecipe,
     parse_synthetic_ref,
+    weight_bytes,
 )
-from speclib.demo.synthetic_build import build_synthetic_draft, build_synthetic_target
+from speclib.demo.synthetic_build import build_in_child
 from speclib.demo.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
@@ -77,6 +80,7 @@ __all__ = [
     "build_demo_pair",
     "build_into",
     "built_demo_dir",
+    "declared_demo_gib",
     "default_cache_dir",
     "demo_model_dir",
     "main",
@@ -236,6 +240,17 @@ def built_demo_dir(name: str) -> Path | None:
     return _synthetic_dir(name, cache_dir=None, log=_stderr, build=False)
 
 
+def declared_demo_gib(name: str) -> float | None:
+    """The weights of synthetic demo model ``name`` in GiB from its declared shapes, built or
+    not (:func:`speclib.demo.synthetic.weight_bytes`); None for the CPU pair, whose size is
+    known only once it is trained; a ValueError names a reference that is no demo model."""
+    if name in ("target", "draft"):
+        return None
+    preset, role, agreement = parse_synthetic_ref(name)
+    recipe = SyntheticRecipe(preset=preset, agreement=agreement if agreement is not None else 0.7)
+    return weight_bytes(recipe, role) / 2**30
+
+
 def _synthetic_dir(
     name: str, *, cache_dir: Path | None, log: Callable[[str], Any], build: bool
 ) -> Path | None:
@@ -253,8 +268,7 @@ def _synthetic_dir(
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=pair_root))
         try:
             tmp.chmod(0o755)
-            builder = build_synthetic_target if role == "target" else build_synthetic_draft
-            builder(recipe, tmp, log=log)
+            build_in_child(recipe, "target" if role == "target" else "draft", tmp, log=log)
             _publish(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -57,6 +57,7 @@ __all__ = [
     "parse_synthetic_ref",
     "read_declaration",
     "synthetic_prompts",
+    "weight_bytes",
 ]
 
 DECLARATION_FILE = "speclib-synthetic.json"
@@ -128,6 +129,22 @@ class SyntheticRecipe:
     @property
     def dtype(self) -> str:
         return self.shape.dtype
+
+
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def weight_bytes(recipe: SyntheticRecipe, role: str) -> int:
+    """The size of the weights of ``role`` (``target`` or ``draft``) of ``recipe``'s pair as
+    :mod:`speclib.demo.synthetic_build` writes them, from the declared shapes alone (so the
+    memory plan weighs a pair before it is built): embeddings and an untied head of the
+    vocabulary, and per layer the attention and MLP projections and the norms."""
+    shape = recipe.shape.target if role == "target" else recipe.shape.draft
+    h, q = shape.hidden, shape.heads * shape.head_dim
+    kv = shape.kv_heads * shape.head_dim
+    per_layer = 2 * h * q + 2 * kv * h + 3 * h * shape.intermediate + 2 * shape.head_dim + 2 * h
+    params = 2 * recipe.shape.vocab_size * h + h + shape.layers * per_layer
+    return params * _DTYPE_BYTES[recipe.dtype]
 
 
 def parse_synthetic_ref(name: str) -> tuple[str, str, float | None]:

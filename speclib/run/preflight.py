@@ -20,17 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
+from speclib.core.params import ExperimentParams, ParamsError
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
+from speclib.run.launching import arm_weights_gib
 from speclib.run.manifest import build_manifest, hardware
 from speclib.run.placement import (
     MemoryPlan,
     Placement,
     any_gpus_named,
-    checkpoint_gib,
     gpu_inventory,
     memory_plan,
     placements,
@@ -155,55 +155,20 @@ def _advisories(version: str | None) -> list[dict[str, str]]:
     ]
 
 
-def _model_folder(ref: str, params: ExperimentParams) -> Path | None:
-    """The folder a model reference names on this machine, without building or
-    downloading anything: a local folder, a demo model already built; None for a hub id."""
-    from speclib.demo.models import built_demo_dir
-
-    kind, where = resolve_model_ref(ref, params.base_dir)
-    if kind == "demo":
-        try:
-            return built_demo_dir(where)
-        except ValueError:
-            return None
-    return Path(where) if kind == "local" else None
-
-
-def arm_weights_gib(params: ExperimentParams) -> dict[str, float]:
-    """Per arm whose server the kit starts, the checkpoints that server loads (the model it
-    serves and a speculative config's draft model), in GiB, where every one of them is a
-    folder on this machine (:func:`speclib.run.placement.checkpoint_gib`); arms served
-    from a hub id are left out (their weights are not known here)."""
-    from speclib.run.launching import is_external, served_model_ref
-
-    out: dict[str, float] = {}
-    for arm in params.arms:
-        if is_external(params, arm):
-            continue
-        refs = [served_model_ref(params, arm)]
-        draft = (arm.speculative_config or {}).get("model")
-        if arm.draft_alone_of is None and isinstance(draft, str):
-            refs.append(draft)
-        sizes = [checkpoint_gib(_model_folder(ref, params)) for ref in refs]
-        if all(size is not None for size in sizes):
-            out[arm.name] = sum(size for size in sizes if size is not None)
-    return out
-
-
 def require_memory_plan(
     params: ExperimentParams, blocks: list[Block], source: str
 ) -> tuple[dict[str, Placement], MemoryPlan]:
     """Where each arm runs and the memory plan of the blocks' servers on this machine's
     GPUs; a :class:`ParamsError` with the numbers when the servers up together cannot fit."""
     inventory = gpu_inventory()
-    placed = placements(params, n_gpus=len(inventory))
-    plan = memory_plan(
-        [b.arms for b in blocks],
-        placed,
-        inventory,
-        kv_cache_gib=params.server.kv_cache_memory_gib,
-        weights_gib=arm_weights_gib(params) if inventory else None,
+    weights = arm_weights_gib(params) if inventory else None
+    placed = placements(
+        params,
+        n_gpus=len(inventory),
+        totals_gib={g.index: g.total_mib / 1024 for g in inventory},
+        weights_gib=weights,
     )
+    plan = memory_plan([b.arms for b in blocks], placed, inventory, weights_gib=weights)
     if plan.problems:
         raise ParamsError(
             f"{source}: the servers up together do not fit their GPUs\n"

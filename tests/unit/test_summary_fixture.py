@@ -44,12 +44,17 @@ ADDED_SINCE = {
     "speed_log": {"control": [], "spec": [], "aa": []},  # the stand-in logs none of vLLM's
     "acceptance_truth": [],
     "acceptance_truth_line": None,
+    "compile_events": [],  # the stand-in logs no compile
 }
 """Fields the summary gained after the fixture was stored (the stack's facts,
 speclib/analysis/health/stack.py), with the values this folder must give them; every other
 field is compared with the stored one."""
 
 ADDED_TO_ROWS = {"instrument_agreement": "client_lag_max_ms"}
+ADDED_NONE_TO_ROWS = {"series": ("peak_gpu_bytes", "weights_gib", "kv_cache_gib")}
+"""Fields each row of a list gained after the fixture was stored that a CPU run leaves
+empty: the server's GPU memory (nvidia-smi) and what its log says its weights and KV cache
+took on a GPU."""
 """Fields each row of a list gained after the fixture was stored: the client's worst loop-lag
 probe tick per launch window (ms), read from the stored ``status.json``; the stand-in run's
 client ran its probe in every window."""
@@ -107,6 +112,9 @@ def test_the_stored_run_gives_the_stored_summary(tmp_path: Path) -> None:
         lags = [row.pop(field) for row in new[key]]
         assert all(field not in row for row in stored[key])
         assert all(isinstance(lag, float) and 0 <= lag < 1000 for lag in lags), lags
+    for key, fields in ADDED_NONE_TO_ROWS.items():
+        for row in new[key]:
+            assert all(row.pop(f) is None for f in fields), row
     assert differences(stored, new) == []
 
 
