@@ -57,7 +57,7 @@ from speclib.demo.synthetic import (
     parse_synthetic_ref,
     weight_bytes,
 )
-from speclib.demo.synthetic_build import build_in_child
+from speclib.demo.synthetic_child import build_in_child
 from speclib.demo.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,

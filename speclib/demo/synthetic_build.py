@@ -12,8 +12,6 @@ import.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -32,7 +30,7 @@ from speclib.demo.synthetic import (
     declared_acceptance,
 )
 
-__all__ = ["build_in_child", "build_synthetic_draft", "build_synthetic_target"]
+__all__ = ["build_synthetic_draft", "build_synthetic_target"]
 
 UNK, EOS = "<unk>", "<|endoftext|>"
 CHAT_TEMPLATE = (
@@ -199,37 +197,3 @@ def build_synthetic_draft(recipe: SyntheticRecipe, folder: Path, *, log: Callabl
     )
     (folder / DECLARATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
     log(f"synthetic {recipe.preset} draft (agreement {realised:.4f}) built in {info['build_s']} s")
-
-
-def build_in_child(recipe: SyntheticRecipe, role: str, folder: Path, *, log: Callable) -> None:
-    """Write ``role`` (``target`` or ``draft``) of ``recipe``'s pair into ``folder`` from a
-    child process, passing its lines to ``log``; a RuntimeError with its last lines if it fails.
-
-    A child, because torch's caching allocator keeps what the build used on the GPU (a
-    Qwen3-4B-shaped target is built in float32: about 18 GiB) for as long as the process
-    lives: built in ``speclib run``'s own process, that memory stayed taken while the
-    servers started, and the memory plan counted it as another process's (issue 46)."""
-    argv = [sys.executable, "-m", __name__, role, json.dumps(asdict(recipe)), str(folder)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        log(lines[-1])
-    if proc.wait() != 0:
-        tail = "\n".join(lines[-20:])
-        raise RuntimeError(
-            f"building the synthetic {role} failed (exit {proc.returncode}):\n{tail}"
-        )
-
-
-def _main(argv: list[str]) -> int:
-    role, recipe_json, folder = argv
-    recipe = SyntheticRecipe(**json.loads(recipe_json))
-    builder = build_synthetic_target if role == "target" else build_synthetic_draft
-    builder(recipe, Path(folder), log=lambda message: print(message, flush=True))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
