@@ -23,6 +23,7 @@ from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.spec_compat import CompatReport, hub_cache_folder, params_checkpoint_report
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.manifest import build_manifest, hardware
@@ -45,6 +46,7 @@ __all__ = [
     "check_vocab",
     "plan_design",
     "prepare_run",
+    "require_checkpoints_fit",
     "require_memory_plan",
     "vllm_available",
 ]
@@ -109,6 +111,25 @@ def _vocab_of(folder: Path) -> dict[str, Any]:
         info["tokenizer_vocab_size"] = (max(ids) + 1) if ids else None
         info["special_tokens"] = sorted(t.get("content", "") for t in added if t.get("special"))
     return info
+
+
+def require_checkpoints_fit(params: ExperimentParams, source: str) -> CompatReport:
+    """Every series' speculative checkpoint against the target, as ``speclib validate``
+    checks it (:mod:`speclib.core.spec_compat`), with demo models built first; a
+    :class:`ParamsError` naming each field and both values when one does not fit."""
+    from speclib.run.launching import resolve_model
+
+    def locate(ref: str) -> Path | None:
+        kind, where = resolve_model_ref(ref, params.base_dir)
+        if kind == "hub":
+            return hub_cache_folder(where)
+        folder = Path(resolve_model(ref, params))
+        return folder if folder.is_dir() else None
+
+    report = params_checkpoint_report(params, locate)
+    if report.problems:
+        raise ParamsError(report.message(source, params.server.model))
+    return report
 
 
 def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
