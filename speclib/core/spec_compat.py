@@ -14,7 +14,8 @@ takes as many target-width states as it taps; its ``vocab_size`` is the target's
 ``draft_vocab_size`` is at most that and, when smaller, a ``d2t`` map of that length is in
 the checkpoint; the tapped layer ids (``eagle_aux_hidden_state_layer_ids``) lie within the
 target's layers (0 … L: vLLM taps the input of layer i, and L is the last layer's output);
-the target's family is one vLLM allows EAGLE-3 on; a dtype that differs from the target's
+the target's family is one vLLM allows EAGLE-3 on (its list, where it keeps one; its class
+implements ``SupportsEagle3``); a dtype that differs from the target's
 is a note (vLLM runs the draft in the target's dtype). **mtp**: the target (or the series'
 ``model``) is of a family vLLM has an MTP path for and declares its MTP layers under one of
 the keys vLLM reads, and k is at most that count or a multiple of it (vLLM's rule).
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.params import ExperimentParams
-from speclib.core.vllm_spec_source import VllmSpecFacts, installed_spec_facts
+from speclib.core.vllm_spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
 
 __all__ = [
     "CompatReport",
@@ -168,18 +169,7 @@ def _eagle_problems(
             )
     if method == "eagle3":
         problems += _tap_problems(target, head, shapes, t_hidden)
-        types = facts.eagle3_target_types
-        t_type = str(_get(target, "model_type") or "")
-        if types is None:
-            notes.append(
-                f"the target's family for eagle3 not checked: vLLM {facts.version} keeps no "
-                "list of EAGLE-3 target families in its SpeculativeConfig (it checks at load)"
-            )
-        elif not any(t in t_type for t in types):
-            problems.append(
-                f"target model_type: {t_type or 'none'} vs the families vLLM {facts.version} "
-                f"allows EAGLE-3 on: {', '.join(types)}"
-            )
+        problems += _family_problems(target, facts)
     t_dtype = _get(target, "torch_dtype") or _get(target, "dtype")
     h_dtype = head.get("torch_dtype") or head.get("dtype")
     if t_dtype and h_dtype and t_dtype != h_dtype:
@@ -187,6 +177,26 @@ def _eagle_problems(
             f"dtype: head {h_dtype} vs target {t_dtype}: vLLM runs the head in the target's"
         )
     return problems, notes
+
+
+def _family_problems(target: Mapping[str, Any], facts: VllmSpecFacts) -> list[str]:
+    """The target must be of a family vLLM runs EAGLE-3 on: in its list of families where
+    it keeps one, and its class must expose the taps (``SupportsEagle3``)."""
+    problems = []
+    t_type = str(_get(target, "model_type") or "")
+    types = facts.eagle3_target_types
+    if types is not None and not any(t in t_type for t in types):
+        problems.append(
+            f"target model_type: {t_type or 'none'} vs the families vLLM {facts.version} "
+            f"allows EAGLE-3 on: {', '.join(types)}"
+        )
+    archs = [str(a) for a in target.get("architectures") or []]
+    if archs and supports_eagle3(facts, archs[0]) is False:
+        problems.append(
+            f"target architectures: {archs[0]} vs vLLM {facts.version}'s classes that expose "
+            "hidden-state taps (SupportsEagle3): it does not"
+        )
+    return problems
 
 
 def _tap_problems(

@@ -11,7 +11,10 @@ that only vLLM's code knows. They are read here from the installed package's fil
   target's ``model_type`` is checked against, ``eagle3_target_supported`` or
   ``aux_hidden_states_supported``, where this vLLM keeps one), and the model types,
   architectures and config keys ``SpeculativeConfig.hf_config_override`` turns into an MTP
-  draft (``num_nextn_predict_layers``, ``mtp_num_hidden_layers`` …).
+  draft (``num_nextn_predict_layers``, ``mtp_num_hidden_layers`` …);
+- the model files: whether the class vLLM loads for a target architecture (its
+  ``_TEXT_GENERATION_MODELS`` / ``_MULTIMODAL_MODELS`` entry) implements ``SupportsEagle3``,
+  followed through its base classes (:func:`supports_eagle3`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from speclib.core.vllm_schema import vllm_location
 
-__all__ = ["VllmSpecFacts", "installed_spec_facts", "spec_facts_from"]
+__all__ = ["VllmSpecFacts", "installed_spec_facts", "spec_facts_from", "supports_eagle3"]
 
 _REGISTRY = "model_executor/models/registry.py"
 _SPECULATIVE = "config/speculative.py"
@@ -40,6 +43,8 @@ class VllmSpecFacts:
     mtp_model_types: tuple[str, ...]
     mtp_architectures: tuple[str, ...]
     mtp_layer_keys: tuple[str, ...]
+    root: Path | None = None  # the vllm package folder the facts were read from
+    targets: Mapping[str, tuple[str, str]] | None = None  # model architecture -> module, class
 
     def modules_of(self, method: str) -> frozenset[str]:
         """The draft architectures of one method, by their module's name."""
@@ -58,20 +63,25 @@ def _strings(node: ast.AST) -> list[str]:
     ]
 
 
-def _registry(tree: ast.Module) -> dict[str, str]:
+def _registry_table(tree: ast.Module, name: str) -> dict[str, tuple[str, str]]:
+    """A registry dict literal of ``registry.py``: architecture -> (module, class)."""
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
         value = getattr(node, "value", None)
-        named = isinstance(target, ast.Name) and target.id == "_SPECULATIVE_DECODING_MODELS"
+        named = isinstance(target, ast.Name) and target.id == name
         if named and isinstance(value, ast.Dict):
             out = {}
             for key, val in zip(value.keys, value.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(val, ast.Tuple) and val.elts:
-                    module = val.elts[0]
-                    if isinstance(module, ast.Constant):
-                        out[str(key.value)] = str(module.value)
+                    parts = [e.value for e in val.elts[:2] if isinstance(e, ast.Constant)]
+                    if len(parts) == 2:
+                        out[str(key.value)] = (str(parts[0]), str(parts[1]))
             return out
     return {}
+
+
+def _registry(tree: ast.Module) -> dict[str, str]:
+    return {a: m for a, (m, _c) in _registry_table(tree, "_SPECULATIVE_DECODING_MODELS").items()}
 
 
 def _eagle3_targets(tree: ast.Module) -> tuple[str, ...] | None:
@@ -135,6 +145,11 @@ def spec_facts_from(vllm_dir: Path, version: str) -> VllmSpecFacts:
         mtp_model_types=types,
         mtp_architectures=archs,
         mtp_layer_keys=keys,
+        root=vllm_dir,
+        targets={
+            **_registry_table(registry, "_TEXT_GENERATION_MODELS"),
+            **_registry_table(registry, "_MULTIMODAL_MODELS"),
+        },
     )
 
 
@@ -160,3 +175,49 @@ def installed_spec_facts() -> VllmSpecFacts | str:
     if not facts.architectures:
         return f"no _SPECULATIVE_DECODING_MODELS in vLLM {version}'s {_REGISTRY}"
     return facts
+
+
+def supports_eagle3(facts: VllmSpecFacts, architecture: str) -> bool | None:
+    """Whether vLLM's class for a target ``architecture`` implements ``SupportsEagle3`` (the
+    interface that exposes the taps), following its base classes through the model files;
+    None where the source cannot tell (no registry entry, a file not found)."""
+    if facts.root is None or not facts.targets or architecture not in facts.targets:
+        return None
+    module, cls = facts.targets[architecture]
+    return _implements(facts.root / "model_executor" / "models", module, cls, "SupportsEagle3", 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _module_tree(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _implements(models: Path, module: str, cls: str, interface: str, depth: int) -> bool | None:
+    tree = _module_tree(models / f"{module}.py")
+    if tree is None or depth > 8:
+        return None
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    if node is None:
+        return None
+    imported = {
+        alias.asname or alias.name: (imp.module or "").rsplit(".", 1)[-1]
+        for imp in tree.body
+        if isinstance(imp, ast.ImportFrom)
+        for alias in imp.names
+    }
+    for base in node.bases:
+        name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")
+        if interface in name:
+            return True
+        if any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body):
+            found = _implements(models, module, name, interface, depth + 1)
+        elif name in imported and (models / f"{imported[name]}.py").is_file():
+            found = _implements(models, imported[name], name, interface, depth + 1)
+        else:
+            continue
+        if found:
+            return True
+    return False

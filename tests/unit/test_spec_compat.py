@@ -102,6 +102,14 @@ def test_each_mismatch_names_its_field_and_both_values(facts, change, shapes, wo
         assert word in report.problems[0]
 
 
+def test_a_target_whose_class_exposes_no_taps_is_refused(facts) -> None:
+    gemma = {**TARGET, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text"}
+    (problem,) = _check(facts, target=gemma).problems
+    assert "Gemma3ForCausalLM" in problem and "SupportsEagle3" in problem
+    llama = {**TARGET, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+    assert _check(facts, target=llama).problems == ()
+
+
 def test_a_dtype_difference_is_a_note_not_a_refusal(facts) -> None:
     report = _check(facts, head={**HEAD, "torch_dtype": "float16"})
     assert report.problems == ()
