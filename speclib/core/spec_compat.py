@@ -215,9 +215,15 @@ def _tap_problems(
                 f"eagle_aux_hidden_state_layer_ids: head taps {ids} vs target "
                 f"num_hidden_layers {layers} (ids 0 … {layers})"
             )
+    if ids is not None and len(set(map(str, ids))) != len(ids):
+        problems.append(
+            f"eagle_aux_hidden_state_layer_ids: head taps {ids}, a layer twice, vs "
+            f"{len(ids)} different layers (vLLM taps each layer once: fc would get "
+            f"{len(set(map(str, ids)))} states)"
+        )
     fc = (shapes or {}).get("fc.weight") or (shapes or {}).get("model.fc.weight")
     if fc is not None and len(fc) == 2 and isinstance(t_hidden, int):
-        taps = len(ids) if ids else 3
+        taps = len(set(map(str, ids))) if ids else 3
         if fc[1] != taps * t_hidden:
             problems.append(
                 f"fc.weight: head's fc takes {fc[1]} inputs vs {taps} taps x target "

@@ -79,7 +79,7 @@ __all__ = [
 
 DECLARATION_FILE = "speclib-synthetic.json"
 SYNTHETIC_VERSION = 2  # bump when the maps or the weights' construction change
-EAGLE3_VERSION = 1  # bump when the EAGLE-3 head's construction changes (its folder's name)
+EAGLE3_VERSION = 2  # bump when the EAGLE-3 head's construction changes (its folder's name)
 EAGLE3_ARCHITECTURE = "Eagle3LlamaForCausalLM"  # vLLM's class for a Llama-layer EAGLE-3 head
 FIRST_WORD = 2  # ids 0 and 1 are UNK and EOS; words follow
 
@@ -250,9 +250,14 @@ def expected_acceptance(
 
 def eagle3_aux_layers(layers: int) -> list[int]:
     """The target layers an EAGLE-3 head taps: vLLM's default for a target of ``layers``
-    layers (early, middle, late: ``(2, layers // 2, layers - 3)``), written into the head's
-    config so the choice is the head's, as in published heads."""
-    return [2, layers // 2, layers - 3]
+    layers (early, middle, late: ``(2, layers // 2, layers - 3)``) where those are three
+    different layers, else three spread evenly (vLLM taps each layer once, so a repeated id
+    would feed ``fc`` fewer states than it takes). Written into the head's config, as in
+    published heads."""
+    default = [2, layers // 2, layers - 3]
+    if len(set(default)) == 3 and min(default) >= 0:
+        return default
+    return [max(1, layers // 4), layers // 2, max(layers // 2 + 1, (3 * layers) // 4)]
 
 
 def read_declaration(folder: str | Path) -> dict[str, Any] | None:

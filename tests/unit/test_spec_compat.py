@@ -90,6 +90,11 @@ def test_a_head_made_for_this_target_passes(facts) -> None:
             SHAPES,
             ["eagle_aux_hidden_state_layer_ids", "[2, 18, 40]", "num_hidden_layers 36"],
         ),
+        (
+            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 2, 1]}},
+            {**SHAPES, "fc.weight": (2560, 2 * 2560)},
+            ["[2, 2, 1]", "a layer twice", "fc would get 2 states"],
+        ),
         ({"architectures": ["MistralForCausalLM"]}, SHAPES, ["Eagle3MistralForCausalLM"]),
         ({"architectures": ["EagleLlamaForCausalLM"]}, SHAPES, ["EagleLlamaForCausalLM"]),
     ],

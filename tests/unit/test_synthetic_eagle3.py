@@ -106,6 +106,7 @@ def test_the_head_is_a_vllm_eagle3_checkpoint_of_the_targets_shape(tiny: dict) -
     assert cfg["vocab_size"] == cfg["draft_vocab_size"] == shape.vocab_size
     assert cfg["eagle_aux_hidden_state_layer_ids"] == eagle3_aux_layers(shape.target.layers)
     assert all(0 <= i < shape.target.layers for i in cfg["eagle_aux_hidden_state_layer_ids"])
+    assert len(set(cfg["eagle_aux_hidden_state_layer_ids"])) == 3  # vLLM taps each layer once
     with safe_open(str(tiny["head"] / "model.safetensors"), "pt") as f:
         names = set(f.keys())
         assert f.get_tensor("fc.weight").shape == (shape.eagle3.hidden, 3 * shape.target.hidden)
