@@ -4,11 +4,12 @@ What the ``00_setup`` notebook calls before any series starts. It verifies that 
 server can be started here (vLLM importable as a module — the CPU wheel's ``vllm`` console
 script is not used), builds the embedded demo pair when the params name it, compares the
 target and draft vocabularies of every ``draft_model`` series (a mismatch stops the run with
-both sizes named), checks every server command against the installed vLLM's parser and
-the memory plan of the servers that share a GPU (:mod:`speclib.run.cli_check`,
-:mod:`speclib.run.placement`: a refused flag or a plan that cannot fit stops the run before
-any server starts), warns about prompts that look like personal data or secrets, and writes
-``manifest.json`` with the launch order.
+both sizes named) and every speculative checkpoint against the target
+(:func:`require_checkpoints_fit`: EAGLE/EAGLE-3 heads, MTP layers), checks every server
+command against the installed vLLM's parser and the memory plan of the servers that share a
+GPU (:mod:`speclib.run.cli_check`, :mod:`speclib.run.placement`: a refused flag or a plan
+that cannot fit stops the run before any server starts), warns about prompts that look like
+personal data or secrets, and writes ``manifest.json`` with the launch order.
 """
 
 from __future__ import annotations
@@ -113,16 +114,22 @@ def _vocab_of(folder: Path) -> dict[str, Any]:
     return info
 
 
-def require_checkpoints_fit(params: ExperimentParams, source: str) -> CompatReport:
+def require_checkpoints_fit(
+    params: ExperimentParams, source: str, *, build: bool = False
+) -> CompatReport:
     """Every series' speculative checkpoint against the target, as ``speclib validate``
-    checks it (:mod:`speclib.core.spec_compat`), with demo models built first; a
-    :class:`ParamsError` naming each field and both values when one does not fit."""
+    checks it (:mod:`speclib.core.spec_compat`); a :class:`ParamsError` naming each field
+    and both values when one does not fit. Demo models are read where built, and built
+    first only with ``build`` (setup does; the CLI's process must not hold a GPU)."""
+    from speclib.demo.models import built_demo_dir
     from speclib.run.launching import resolve_model
 
     def locate(ref: str) -> Path | None:
         kind, where = resolve_model_ref(ref, params.base_dir)
         if kind == "hub":
             return hub_cache_folder(where)
+        if kind == "demo" and not build:
+            return built_demo_dir(where)
         folder = Path(resolve_model(ref, params))
         return folder if folder.is_dir() else None
 
@@ -272,6 +279,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
             )
             if same_vocab_needed and target.is_dir() and draft.is_dir():
                 checks.append({"series": s.name, **check_vocab(target, draft)})
+    checkpoints = require_checkpoints_fit(params, f"params {params.name!r}", build=True)
     loaded = workload_prompts(params)
     prompts = list(loaded.prompts)
     sensitive = scan_sensitive(prompts)
@@ -303,6 +311,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
     manifest["vllm"] = version
     manifest["security_advisories"] = _advisories(version)
     manifest["vocab_checks"] = checks
+    manifest["checkpoint_notes"] = list(checkpoints.notes)
     manifest["cli"] = commands.to_dict()
     manifest["placement"] = {name: p.to_dict() for name, p in placed.items()}
     manifest["memory_plan"] = plan.to_dict()
