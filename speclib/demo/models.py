@@ -24,9 +24,8 @@ This module is the cached folder: the cache key, the lock, the atomic publish an
 ``speclib build-demo`` command. What is built is said by :mod:`speclib.demo.recipe`; the
 chat format and tokenizer are :mod:`speclib.demo.tokenizer`; the training is
 :mod:`speclib.demo.training`. torch, transformers and tokenizers are imported only when a
-build is needed. It is a little over 400 lines because the demo references it resolves
-(the CPU pair and the synthetic ones, built or only declared) share that one cache, lock
-and publish; splitting them would put one cache contract in two places.
+build is needed. The module is over 400 lines because the cache (its key, lock and atomic
+publish) serves the CPU pair and the synthetic models alike, and ``build-demo`` is its CLI.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ from speclib.demo.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, generate_chats
 from speclib.demo.recipe import DEFAULT_RECIPE, DemoRecipe
 from speclib.demo.synthetic import (
     DECLARATION_FILE,
+    EAGLE3_VERSION,
     PRESETS,
     SYNTHETIC_VERSION,
     SyntheticRecipe,
@@ -223,7 +223,8 @@ def demo_model_dir(
     log: Callable[[str], Any] | None = None,
 ) -> Path:
     """Folder of a demo model, building it if missing: ``target`` or ``draft`` of the CPU
-    pair, or a synthetic pair's ``<preset>/target`` or ``<preset>/draft[@agreement]``
+    pair, or a synthetic pair's ``<preset>/target``, ``<preset>/draft[@agreement]`` or
+    ``<preset>/eagle3[@agreement]``
     (:mod:`speclib.demo.synthetic`; a ValueError names a bad reference)."""
     if name in ("target", "draft"):
         pair = build_demo_pair(cache_dir=cache_dir, log=log or _stderr)
@@ -258,9 +259,19 @@ def _synthetic_dir(
     recipe = SyntheticRecipe(preset=preset, agreement=agreement if agreement is not None else 0.7)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     pair_root = root / f"synthetic-{preset}-s{recipe.seed}-v{SYNTHETIC_VERSION}"
-    final = pair_root / ("target" if role == "target" else f"draft-a{recipe.agreement:.4f}")
+    final = (
+        pair_root
+        / {
+            "target": "target",
+            "draft": f"draft-a{recipe.agreement:.4f}",
+            "eagle3": f"eagle3-v{EAGLE3_VERSION}-a{recipe.agreement:.4f}",
+        }[role]
+    )
     if (final / DECLARATION_FILE).is_file() or not build:
         return final if (final / DECLARATION_FILE).is_file() else None
+    target_dir = None
+    if role == "eagle3":  # the head is built from the target's embeddings
+        target_dir = _synthetic_dir(f"{preset}/target", cache_dir=cache_dir, log=log, build=True)
     pair_root.mkdir(parents=True, exist_ok=True)
     with _file_lock(pair_root / f"{final.name}.lock", log):
         if (final / DECLARATION_FILE).is_file():
@@ -268,7 +279,7 @@ def _synthetic_dir(
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=pair_root))
         try:
             tmp.chmod(0o755)
-            build_in_child(recipe, "target" if role == "target" else "draft", tmp, log=log)
+            build_in_child(recipe, role, tmp, log=log, target_dir=target_dir)
             _publish(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -386,11 +397,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--agreement", type=float, default=0.7, help="the synthetic draft's agreement (0-1)"
     )
+    parser.add_argument(
+        "--eagle3",
+        action="store_true",
+        help="with --synthetic: build the target's EAGLE-3 head too (demo:PRESET/eagle3@A, "
+        "the draft's agreement map)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     log = (lambda _msg: None) if args.quiet else _stderr
     if args.synthetic:
-        draft = f"{args.synthetic}/draft@{args.agreement:g}"
-        for ref in (f"{args.synthetic}/target", draft):
+        refs = [f"{args.synthetic}/target", f"{args.synthetic}/draft@{args.agreement:g}"]
+        if args.eagle3:
+            refs.append(f"{args.synthetic}/eagle3@{args.agreement:g}")
+        for ref in refs:
             print(f"demo:{ref}: {demo_model_dir(ref, cache_dir=args.cache_dir, log=log)}")
         return 0
     pair = build_demo_pair(cache_dir=args.cache_dir, force=args.force, log=log)

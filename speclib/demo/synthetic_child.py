@@ -18,16 +18,29 @@ from dataclasses import asdict
 from pathlib import Path
 
 from speclib.demo.synthetic import SyntheticRecipe
-from speclib.demo.synthetic_build import build_synthetic_draft, build_synthetic_target
+from speclib.demo.synthetic_build import (
+    build_synthetic_draft,
+    build_synthetic_eagle3,
+    build_synthetic_target,
+)
 
 __all__ = ["build_in_child"]
 
 
-def build_in_child(recipe: SyntheticRecipe, role: str, folder: Path, *, log: Callable) -> None:
-    """Write ``role`` (``target`` or ``draft``) of ``recipe``'s pair into ``folder`` from a
-    child process, passing its lines to ``log``; a RuntimeError with its last lines if it
-    fails."""
+def build_in_child(
+    recipe: SyntheticRecipe,
+    role: str,
+    folder: Path,
+    *,
+    log: Callable,
+    target_dir: Path | None = None,
+) -> None:
+    """Write ``role`` (``target``, ``draft``, or ``eagle3`` from the built target in
+    ``target_dir``) of ``recipe``'s pair into ``folder`` from a child process, passing its
+    lines to ``log``; a RuntimeError with its last lines if it fails."""
     argv = [sys.executable, "-m", __name__, role, json.dumps(asdict(recipe)), str(folder)]
+    if target_dir is not None:
+        argv.append(str(target_dir))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     assert proc.stdout is not None
@@ -42,10 +55,18 @@ def build_in_child(recipe: SyntheticRecipe, role: str, folder: Path, *, log: Cal
 
 
 def _main(argv: list[str]) -> int:
-    role, recipe_json, folder = argv
+    role, recipe_json, folder, *rest = argv
     recipe = SyntheticRecipe(**json.loads(recipe_json))
-    builder = build_synthetic_target if role == "target" else build_synthetic_draft
-    builder(recipe, Path(folder), log=lambda message: print(message, flush=True))
+
+    def log(message: str) -> None:
+        print(message, flush=True)
+
+    if role == "eagle3":
+        build_synthetic_eagle3(recipe, Path(folder), target_dir=Path(rest[0]), log=log)
+    elif role == "target":
+        build_synthetic_target(recipe, Path(folder), log=log)
+    else:
+        build_synthetic_draft(recipe, Path(folder), log=log)
     return 0
 
 

@@ -4,11 +4,12 @@ What the ``00_setup`` notebook calls before any series starts. It verifies that 
 server can be started here (vLLM importable as a module — the CPU wheel's ``vllm`` console
 script is not used), builds the embedded demo pair when the params name it, compares the
 target and draft vocabularies of every ``draft_model`` series (a mismatch stops the run with
-both sizes named), checks every server command against the installed vLLM's parser and
-the memory plan of the servers that share a GPU (:mod:`speclib.run.cli_check`,
-:mod:`speclib.run.placement`: a refused flag or a plan that cannot fit stops the run before
-any server starts), warns about prompts that look like personal data or secrets, and writes
-``manifest.json`` with the launch order.
+both sizes named) and every speculative checkpoint against the target
+(:func:`require_checkpoints_fit`: EAGLE/EAGLE-3 heads, MTP layers), checks every server
+command against the installed vLLM's parser and the memory plan of the servers that share a
+GPU (:mod:`speclib.run.cli_check`, :mod:`speclib.run.placement`: a refused flag or a plan
+that cannot fit stops the run before any server starts), warns about prompts that look like
+personal data or secrets, and writes ``manifest.json`` with the launch order.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams, ParamsError
+from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.spec_compat import CompatReport, hub_cache_folder, params_checkpoint_report
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.launching import arm_weights_gib
@@ -45,6 +47,7 @@ __all__ = [
     "check_vocab",
     "plan_design",
     "prepare_run",
+    "require_checkpoints_fit",
     "require_memory_plan",
     "vllm_available",
 ]
@@ -109,6 +112,31 @@ def _vocab_of(folder: Path) -> dict[str, Any]:
         info["tokenizer_vocab_size"] = (max(ids) + 1) if ids else None
         info["special_tokens"] = sorted(t.get("content", "") for t in added if t.get("special"))
     return info
+
+
+def require_checkpoints_fit(
+    params: ExperimentParams, source: str, *, build: bool = False
+) -> CompatReport:
+    """Every series' speculative checkpoint against the target, as ``speclib validate``
+    checks it (:mod:`speclib.core.spec_compat`); a :class:`ParamsError` naming each field
+    and both values when one does not fit. Demo models are read where built, and built
+    first only with ``build`` (setup does; the CLI's process must not hold a GPU)."""
+    from speclib.demo.models import built_demo_dir
+    from speclib.run.launching import resolve_model
+
+    def locate(ref: str) -> Path | None:
+        kind, where = resolve_model_ref(ref, params.base_dir)
+        if kind == "hub":
+            return hub_cache_folder(where)
+        if kind == "demo" and not build:
+            return built_demo_dir(where)
+        folder = Path(resolve_model(ref, params))
+        return folder if folder.is_dir() else None
+
+    report = params_checkpoint_report(params, locate)
+    if report.problems:
+        raise ParamsError(report.message(source, params.server.model))
+    return report
 
 
 def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
@@ -216,6 +244,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
             )
             if same_vocab_needed and target.is_dir() and draft.is_dir():
                 checks.append({"series": s.name, **check_vocab(target, draft)})
+    checkpoints = require_checkpoints_fit(params, f"params {params.name!r}", build=True)
     loaded = workload_prompts(params)
     prompts = list(loaded.prompts)
     sensitive = scan_sensitive(prompts)
@@ -247,6 +276,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
     manifest["vllm"] = version
     manifest["security_advisories"] = _advisories(version)
     manifest["vocab_checks"] = checks
+    manifest["checkpoint_notes"] = list(checkpoints.notes)
     manifest["cli"] = commands.to_dict()
     manifest["placement"] = {name: p.to_dict() for name, p in placed.items()}
     manifest["memory_plan"] = plan.to_dict()
