@@ -25,6 +25,8 @@ so an arm's effect can differ by prompt category in a known way.
 ``FAKE_VLLM_REQUEST_LOG=<folder>`` appends every finished request's body to
 ``<folder>/<pid>.jsonl`` (with ``speculative``: whether this server speculates), so a test
 can check what each arm was sent after the servers are gone.
+``FAKE_VLLM_JIT_AT_REQUEST=N`` makes a speculative server log, once its N-th request has
+finished, the line vLLM 0.26 logs for a Triton kernel compiled while serving.
 The real kit never uses this file.
 """
 
@@ -173,10 +175,20 @@ async def _run(state: _State, sock: socket.socket, *, speculative: bool = False)
     await _serve(state, sock)
     print("INFO Application startup complete.", flush=True)
     die_after = os.environ.get("FAKE_VLLM_DIE_AFTER_REQUESTS")
+    jit_at = int(os.environ.get("FAKE_VLLM_JIT_AT_REQUEST", "0")) if speculative else 0
     logged = 0
     while True:
         await asyncio.sleep(0.02)
         logged = _log_bodies(state, logged, speculative)
+        if jit_at and len(state.log) >= jit_at:
+            jit_at = 0  # once, as vLLM 0.26 logs a kernel it compiles while serving
+            print(
+                f"(EngineCore pid={os.getpid()}) WARNING {time.strftime('%m-%d %H:%M:%S')} "
+                "[jit_monitor.py:135] Triton kernel JIT compilation during inference: "
+                "rejection_greedy_sample_kernel. This causes a latency spike; consider "
+                "extending warmup to cover this shape/config.",
+                flush=True,
+            )
         if die_after and len(state.log) >= int(die_after):
             print(
                 "ERROR engine core died (scripted)\nTraceback (most recent call last):\n"

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from speclib.analysis.frames import load_records
+from speclib.analysis.health.compile_windows import compile_table, launch_compiles, mark_compiles
 from speclib.analysis.health.drift import drift_table
 from speclib.analysis.health.idle_load import idle_load_frame, idle_load_problem
 from speclib.analysis.health.instrument import (
@@ -48,7 +49,7 @@ from speclib.analysis.health.workload_checks import workload_checks
 from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
 from speclib.analysis.load.recommend import Recommendation, sweep_recommendations
 from speclib.analysis.spec.drafting import drafting_warnings
-from speclib.analysis.spec.kv_capacity import kv_capacity
+from speclib.analysis.spec.kv_capacity import kv_capacity, server_memory
 from speclib.analysis.spec.launches import (
     LaunchMetrics,
     crosscheck_summary,
@@ -114,6 +115,7 @@ class RunAnalysis:
     integrity: Integrity = field(default_factory=Integrity)  # what the records miss, if any
     redecision: Redecision | None = None  # --params: the analysis fields changed after the run
     answer: Answer = field(default_factory=Answer)  # the final words, pooled and per segment
+    compiles: tuple[dict[str, Any], ...] = ()  # health.compile_windows: compiles per launch
 
     @property
     def design(self) -> dict[str, Any]:
@@ -193,6 +195,7 @@ class RunAnalysis:
                 "bench_trust": self.trust,
                 "instrument_agreement": self.agreement.to_dict(orient="records"),
                 "exclusions": self.exclusions.to_dict(orient="records"),
+                "compile_events": list(self.compiles),
                 "request_instruments": _request_instruments(self.records),
                 "series": self.series.to_dict(orient="records"),
                 "comparisons": [
@@ -312,12 +315,17 @@ def analyze_run(
     df, mode_problems = _without_wrong_mode(df, statuses)
     instrument = choose_instrument(df, [params.control_name, *params.experiments])
     df = apply_instrument(df, instrument)
+    compiles = launch_compiles(rd.root)
+    df = mark_compiles(df, compiles)
     agreement = launch_agreement(df, rd.root)
     exclusions = exclusion_table(df)
     lms = [launch_metrics(rd, s, df) for s in statuses]
     rows = with_cache_hits(series_table(df, params, statuses), lms)
     kv = kv_capacity(rd, statuses)
     rows["kv_cache_tokens"] = [kv.get(str(name)) for name in rows["series"]] if len(rows) else []
+    mem = server_memory(rd, statuses)
+    for col in ("peak_gpu_bytes", "weights_gib", "kv_cache_gib"):
+        rows[col] = [(mem.get(str(n)) or {}).get(col) for n in rows["series"]] if len(rows) else []
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     plaus = _plausibility(rd, params)
     idle = idle_load_frame(rd.root, statuses)
@@ -392,6 +400,7 @@ def analyze_run(
         instrument=instrument,
         agreement=agreement,
         exclusions=exclusions,
+        compiles=tuple(compile_table(df, compiles)),
         trust=bench_trust(checks, aa, params.analysis.margin, workload=workload),
         levels=tuple(noise),
         idle_load=idle,

@@ -67,7 +67,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     for name, p in placed.items():
         if p.gpus is not None:
             share = f"{p.utilization:g}" + (" (derived)" if p.derived else "")
-            print(f"placement: {name} on GPU {','.join(map(str, p.gpus))}, share {share}")
+            kv = ""
+            if p.kv_cache_gib is not None:
+                kv = f", KV cache {p.kv_cache_gib:g} GiB" + (" (auto)" if p.kv_auto else "")
+            print(f"placement: {name} on GPU {','.join(map(str, p.gpus))}, share {share}{kv}")
     return 0
 
 

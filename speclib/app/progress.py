@@ -13,7 +13,8 @@ first failed request of a launch) as :class:`RunEvent` values. Showing them is
 its last message) is read by :mod:`speclib.app.server_log`.
 
 Totals come from the params the run folder holds (``params.resolved.json``): per block,
-arms × load levels × prompts × repeats. ``requests.jsonl`` is read incrementally; a file
+arms × load levels × prompts × repeats (per level: ``workload.repeats_at``).
+``requests.jsonl`` is read incrementally; a file
 rewritten by ``--resume`` (records of an unfinished launch moved aside) is read again.
 """
 
@@ -100,7 +101,7 @@ def arm_request_total(run_dir: str | Path) -> int | None:
         n_prompts = sent_prompt_count(workload_prompts(params).prompts, w)
     except Exception:  # a progress display never stops a run
         return None
-    return len(w.levels) * n_prompts * w.repeats
+    return sum(w.repeats_at(lv, n_prompts) * n_prompts for lv in w.levels)
 
 
 @dataclass

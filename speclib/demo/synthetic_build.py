@@ -1,7 +1,8 @@
 """Writing a synthetic pair's model folders: the chain weights (torch, on the GPU when there
 is one), the Qwen3 config and the word-level tokenizer with its chat template, and the
 declaration each folder carries (``speclib-synthetic.json``; a draft's declares its
-acceptance for k = 1 … 8).
+acceptance for k = 1 … 8). The target's EAGLE-3 head is built from the target's folder (it
+reads the target's embeddings, which the torch generator drew on that machine's device).
 
 What the pair is (its shapes, maps and acceptance) is :mod:`speclib.demo.synthetic`; this
 module only turns a :class:`SyntheticRecipe` into folders vLLM can serve. torch,
@@ -22,15 +23,22 @@ import numpy as np
 
 from speclib.demo.synthetic import (
     DECLARATION_FILE,
+    EAGLE3_ARCHITECTURE,
+    EAGLE3_VERSION,
     FIRST_WORD,
     SYNTHETIC_VERSION,
     QwenShape,
     SyntheticRecipe,
     chain_maps,
     declared_acceptance,
+    eagle3_aux_layers,
 )
 
-__all__ = ["build_synthetic_draft", "build_synthetic_target"]
+__all__ = ["build_synthetic_draft", "build_synthetic_eagle3", "build_synthetic_target"]
+
+# The score of a query against its own key (after the 1/sqrt(head_dim) scale): any other
+# position's key scores at most about half of it, so softmax leaves the others < e^-25.
+SELF_SCORE = 64.0
 
 UNK, EOS = "<unk>", "<|endoftext|>"
 CHAT_TEMPLATE = (
@@ -160,14 +168,26 @@ def _write_model(
 
 
 def _info(recipe: SyntheticRecipe, role: str, started: float) -> dict[str, Any]:
+    shape = {"target": recipe.shape.target, "draft": recipe.shape.draft}.get(role)
     return {
         "builder": "speclib.demo.synthetic",
         "builder_version": SYNTHETIC_VERSION,
         "role": role,
         "recipe": asdict(recipe),
-        "shape": asdict(recipe.shape.target if role == "target" else recipe.shape.draft),
+        "shape": asdict(shape or recipe.shape.eagle3),
         "build_s": round(time.perf_counter() - started, 2),
     }
+
+
+def _declare(info: dict[str, Any], recipe: SyntheticRecipe, method: str) -> None:
+    realised = _realised_agreement(recipe)
+    info["agreement_realised"] = realised
+    info["declared"] = {str(k): declared_acceptance(realised, k) for k in range(1, 9)}
+    info["declared_for"] = (
+        f"greedy decoding (temperature 0) with method {method} and this folder's target "
+        "(demo:<preset>/target of the same seed); position i of k is accepted with "
+        "probability agreement ** i"
+    )
 
 
 def build_synthetic_target(recipe: SyntheticRecipe, folder: Path, *, log: Callable) -> None:
@@ -186,14 +206,153 @@ def build_synthetic_draft(recipe: SyntheticRecipe, folder: Path, *, log: Callabl
     started = time.perf_counter()
     _, draft_next = chain_maps(recipe)
     _write_model(recipe, recipe.shape.draft, draft_next, folder, seed=recipe.seed * 2 + 2)
-    realised = _realised_agreement(recipe)
     info = _info(recipe, "draft", started)
-    info["agreement_realised"] = realised
-    info["declared"] = {str(k): declared_acceptance(realised, k) for k in range(1, 9)}
-    info["declared_for"] = (
-        "greedy decoding (temperature 0) with method draft_model and this folder's target "
-        "(demo:<preset>/target of the same seed); position i of k is accepted with "
-        "probability agreement ** i"
-    )
+    _declare(info, recipe, "draft_model")
     (folder / DECLARATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    log(f"synthetic {recipe.preset} draft (agreement {realised:.4f}) built in {info['build_s']} s")
+    log(
+        f"synthetic {recipe.preset} draft (agreement {info['agreement_realised']:.4f}) built "
+        f"in {info['build_s']} s"
+    )
+
+
+# --- the EAGLE-3 head ------------------------------------------------------------------------
+def _eagle3_weights(
+    shape: QwenShape, embed: Any, draft_next: np.ndarray, *, target_hidden: int, seed: int
+) -> dict:
+    """The head's tensors, named as in published EAGLE-3 checkpoints (vLLM prefixes
+    ``model.``). ``embed``: the target's embeddings (float32, on the build device).
+
+    The head answers from its input token alone (the module docstring of
+    :mod:`speclib.demo.synthetic` says why): ``hidden_norm`` is zero, so with
+    ``norm_before_residual`` the hidden state adds nothing; every query equals its own key
+    (a random projection of the token's normalised embedding, of norm² ``SELF_SCORE`` ·
+    sqrt(head_dim)), so attention returns the current position's value; the value of kv
+    group ``g`` is the normalised embedding's coordinates ``g·d … (g+1)·d`` and ``o_proj``
+    writes the first query head of each group back to those coordinates; the MLP adds zero;
+    ``lm_head`` row ``j`` is the unit residual of the word whose ``draft_next`` is ``j``.
+    """
+    import torch
+
+    device = embed.device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    vocab, h = embed.shape
+    d, heads, groups = shape.head_dim, shape.heads, shape.kv_heads
+    width = groups * d
+    if h != shape.hidden or width > h or heads % groups:
+        raise ValueError(f"an EAGLE-3 head of {shape} cannot copy a {h}-wide embedding")
+
+    def randn(*size: int, std: float = 0.02) -> torch.Tensor:
+        return torch.randn(*size, generator=gen, device=device) * std
+
+    normed = embed * torch.rsqrt(embed.pow(2).mean(dim=1, keepdim=True) + 1e-6)  # as RMSNorm
+    keys = randn(width, h, std=(SELF_SCORE * d**0.5 / (d * h)) ** 0.5)
+    k_proj = torch.zeros(width, 2 * h, device=device)
+    k_proj[:, :h] = keys
+    per_group = heads // groups
+    q_proj = torch.zeros(heads * d, 2 * h, device=device)
+    o_proj = torch.zeros(h, heads * d, device=device)
+    v_proj = torch.zeros(width, 2 * h, device=device)
+    for g in range(groups):
+        rows = slice(g * d, (g + 1) * d)
+        for j in range(per_group):
+            q_proj[(g * per_group + j) * d : (g * per_group + j + 1) * d, :h] = keys[rows]
+        v_proj[rows, g * d : (g + 1) * d] = torch.eye(d, device=device)
+        first = g * per_group * d
+        o_proj[rows, first : first + d] = torch.eye(d, device=device)
+    residual = torch.zeros_like(normed)
+    residual[:, :width] = normed[:, :width]
+    unit = residual / residual.norm(dim=1, keepdim=True).clamp_min(1e-6)
+    words = torch.from_numpy(np.flatnonzero(draft_next >= 0)).to(device)
+    head = torch.zeros(vocab, h, device=device)
+    head.index_add_(0, torch.from_numpy(draft_next).to(device)[words], unit[words])
+    p = "layers.0."
+    return {
+        "embed_tokens.weight": embed,  # the target's: vLLM shares it (identical weights)
+        "fc.weight": randn(h, 3 * target_hidden),
+        p + "self_attn.q_proj.weight": q_proj,
+        p + "self_attn.k_proj.weight": k_proj,
+        p + "self_attn.v_proj.weight": v_proj,
+        p + "self_attn.o_proj.weight": o_proj,
+        p + "mlp.gate_proj.weight": randn(shape.intermediate, h),
+        p + "mlp.up_proj.weight": randn(shape.intermediate, h),
+        p + "mlp.down_proj.weight": torch.zeros(h, shape.intermediate, device=device),
+        p + "input_layernorm.weight": torch.ones(h, device=device),
+        p + "hidden_norm.weight": torch.zeros(h, device=device),
+        p + "post_attention_layernorm.weight": torch.ones(h, device=device),
+        "norm.weight": torch.ones(h, device=device),
+        "lm_head.weight": head,
+    }
+
+
+def _save_eagle3_config(recipe: SyntheticRecipe, folder: Path) -> None:
+    shape, target = recipe.shape.eagle3, recipe.shape.target
+    aux = eagle3_aux_layers(target.layers)
+    config = {
+        "architectures": [EAGLE3_ARCHITECTURE],
+        "model_type": "llama",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": recipe.max_position_embeddings,
+        "vocab_size": recipe.shape.vocab_size,
+        "draft_vocab_size": recipe.shape.vocab_size,  # no d2t: every word can be drafted
+        "target_hidden_size": target.hidden,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "norm_before_residual": True,
+        "eagle_aux_hidden_state_layer_ids": aux,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True},
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+        "torch_dtype": recipe.dtype,
+        "dtype": recipe.dtype,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def build_synthetic_eagle3(
+    recipe: SyntheticRecipe, folder: Path, *, target_dir: Path, log: Callable
+) -> None:
+    """Write the EAGLE-3 head of ``recipe``'s target (agreement ``recipe.agreement``, the
+    draft's map) into ``folder``, from the built target in ``target_dir``."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    started = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    folder.mkdir(parents=True, exist_ok=True)
+    with safe_open(str(target_dir / "model.safetensors"), "pt") as weights:
+        embed = weights.get_tensor("model.embed_tokens.weight")
+    embed = embed.to(device=device, dtype=torch.float32)
+    _, draft_next = chain_maps(recipe)
+    tensors = _eagle3_weights(
+        recipe.shape.eagle3,
+        embed,
+        draft_next,
+        target_hidden=recipe.shape.target.hidden,
+        seed=recipe.seed * 2 + 3,
+    )
+    dtype = _torch_dtype(recipe.dtype)
+    save_file(
+        {k: v.to(dtype).contiguous().cpu() for k, v in tensors.items()},
+        str(folder / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    del tensors
+    _save_eagle3_config(recipe, folder)
+    _save_tokenizer(recipe, folder)
+    info = _info(recipe, "eagle3", started)
+    info["eagle3_version"] = EAGLE3_VERSION
+    _declare(info, recipe, "eagle3")
+    (folder / DECLARATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    log(
+        f"synthetic {recipe.preset} EAGLE-3 head (agreement {info['agreement_realised']:.4f}) "
+        f"built in {info['build_s']} s"
+    )

@@ -160,11 +160,17 @@ _SERIES_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
         lambda x: f"{x:.2f}",
     ),
     ("requests_without_drafts", "requests without drafts", _plain),
+    ("peak_gpu_bytes", "peak GPU memory of the server's processes (nvidia-smi)", gib),
+    ("weights_gib", "weights on the GPU (GiB, from the server's log)", lambda x: f"{x:.2f}"),
+    ("kv_cache_gib", "KV cache (GiB, from the server's log)", lambda x: f"{x:.2f}"),
     ("peak_rss_bytes", "peak server memory (RSS)", gib),
     ("kv_cache_tokens", "KV-cache capacity (tokens, from the server's log)", _plain),
     ("prefix_cache_hits", "prefix-cache hits while measured (tokens)", lambda x: f"{x:g}"),
     ("prefix_cache_queries", "prefix-cache queries while measured (tokens)", lambda x: f"{x:g}"),
 )
+
+
+_GPU_ROWS = ("peak_gpu_bytes", "weights_gib", "kv_cache_gib")  # shown where known (a GPU)
 
 
 def series_html(an: RunAnalysis) -> str:
@@ -174,6 +180,7 @@ def series_html(an: RunAnalysis) -> str:
         return ""
     known = {col for col, _, _ in _SERIES_ROWS}
     spec = [r for r in _SERIES_ROWS if r[0] in df.columns]
+    spec = [r for r in spec if r[0] not in _GPU_ROWS or not all(_missing(v) for v in df[r[0]])]
     spec += [(col, col, _plain) for col in df.columns if col not in known and col != "series"]
     head = (
         "<tr><th></th>" + "".join(f"<th>{html.escape(str(s))}</th>" for s in df["series"]) + "</tr>"

@@ -238,10 +238,29 @@ def _kv_tokens(an: RunAnalysis, series: str) -> int | None:
     return None if value is None or value != value else int(value)  # NaN: not logged
 
 
+def _series_value(an: RunAnalysis, series: str, column: str) -> float | None:
+    table = getattr(an, "series", None)
+    if table is None or column not in getattr(table, "columns", ()):
+        return None
+    value = table.set_index("series")[column].get(series)
+    return None if value is None or value != value else float(value)  # NaN: not known
+
+
 def _memory_cell(c: Comparison, an: RunAnalysis) -> str:
-    """Peak server memory, and the KV-cache capacity the arm's server reported against the
-    control's (a draft model takes some of it)."""
-    text = gib(c.peak_rss_bytes)
+    """Peak server memory (on a GPU: the peak GPU memory of the server's processes, with
+    the weights and KV cache its log states; else the host RSS), and the KV-cache capacity
+    the arm's server reported against the control's (a draft model takes some of it)."""
+    gpu = _series_value(an, c.experiment, "peak_gpu_bytes")
+    if gpu is not None:
+        text = f"GPU {gib(gpu)}"
+        weights = _series_value(an, c.experiment, "weights_gib")
+        kv_gib = _series_value(an, c.experiment, "kv_cache_gib")
+        parts = [f"weights {weights:.2f} GiB" if weights is not None else ""]
+        parts.append(f"KV {kv_gib:.2f} GiB" if kv_gib is not None else "")
+        if any(parts):
+            text += f"<br><span class='speclib-small'>{' · '.join(p for p in parts if p)}</span>"
+    else:
+        text = gib(c.peak_rss_bytes)
     kv_e, kv_c = _kv_tokens(an, c.experiment), _kv_tokens(an, an.control)
     if kv_e is not None:
         vs = f" (control {kv_c:,})" if kv_c is not None and kv_c != kv_e else ""

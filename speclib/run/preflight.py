@@ -4,11 +4,12 @@ What the ``00_setup`` notebook calls before any series starts. It verifies that 
 server can be started here (vLLM importable as a module — the CPU wheel's ``vllm`` console
 script is not used), builds the embedded demo pair when the params name it, compares the
 target and draft vocabularies of every ``draft_model`` series (a mismatch stops the run with
-both sizes named), checks every server command against the installed vLLM's parser and
-the memory plan of the servers that share a GPU (:mod:`speclib.run.cli_check`,
-:mod:`speclib.run.placement`: a refused flag or a plan that cannot fit stops the run before
-any server starts), warns about prompts that look like personal data or secrets, and writes
-``manifest.json`` with the launch order.
+both sizes named) and every speculative checkpoint against the target
+(:func:`require_checkpoints_fit`: EAGLE/EAGLE-3 heads, MTP layers), checks every server
+command against the installed vLLM's parser and the memory plan of the servers that share a
+GPU (:mod:`speclib.run.cli_check`, :mod:`speclib.run.placement`: a refused flag or a plan
+that cannot fit stops the run before any server starts), warns about prompts that look like
+personal data or secrets, and writes ``manifest.json`` with the launch order.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from speclib.core.datasets import workload_prompts
 from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.spec_compat import CompatReport, hub_cache_folder, params_checkpoint_report
 from speclib.core.validation import mix_problem
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
+from speclib.run.launching import arm_weights_gib
 from speclib.run.manifest import build_manifest, hardware
 from speclib.run.placement import (
     MemoryPlan,
     Placement,
     any_gpus_named,
-    checkpoint_gib,
     gpu_inventory,
     memory_plan,
     placements,
@@ -46,6 +48,7 @@ __all__ = [
     "check_vocab",
     "plan_design",
     "prepare_run",
+    "require_checkpoints_fit",
     "require_memory_plan",
     "vllm_available",
 ]
@@ -112,6 +115,31 @@ def _vocab_of(folder: Path) -> dict[str, Any]:
     return info
 
 
+def require_checkpoints_fit(
+    params: ExperimentParams, source: str, *, build: bool = False
+) -> CompatReport:
+    """Every series' speculative checkpoint against the target, as ``speclib validate``
+    checks it (:mod:`speclib.core.spec_compat`); a :class:`ParamsError` naming each field
+    and both values when one does not fit. Demo models are read where built, and built
+    first only with ``build`` (setup does; the CLI's process must not hold a GPU)."""
+    from speclib.demo.models import built_demo_dir
+    from speclib.run.launching import resolve_model
+
+    def locate(ref: str) -> Path | None:
+        kind, where = resolve_model_ref(ref, params.base_dir)
+        if kind == "hub":
+            return hub_cache_folder(where)
+        if kind == "demo" and not build:
+            return built_demo_dir(where)
+        folder = Path(resolve_model(ref, params))
+        return folder if folder.is_dir() else None
+
+    report = params_checkpoint_report(params, locate)
+    if report.problems:
+        raise ParamsError(report.message(source, params.server.model))
+    return report
+
+
 def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
     """Compare target and draft vocabularies and special tokens of two local folders.
 
@@ -156,55 +184,20 @@ def _advisories(version: str | None) -> list[dict[str, str]]:
     ]
 
 
-def _model_folder(ref: str, params: ExperimentParams) -> Path | None:
-    """The folder a model reference names on this machine, without building or
-    downloading anything: a local folder, a demo model already built; None for a hub id."""
-    from speclib.demo.models import built_demo_dir
-
-    kind, where = resolve_model_ref(ref, params.base_dir)
-    if kind == "demo":
-        try:
-            return built_demo_dir(where)
-        except ValueError:
-            return None
-    return Path(where) if kind == "local" else None
-
-
-def arm_weights_gib(params: ExperimentParams) -> dict[str, float]:
-    """Per arm whose server the kit starts, the checkpoints that server loads (the model it
-    serves and a speculative config's draft model), in GiB, where every one of them is a
-    folder on this machine (:func:`speclib.run.placement.checkpoint_gib`); arms served
-    from a hub id are left out (their weights are not known here)."""
-    from speclib.run.launching import is_external, served_model_ref
-
-    out: dict[str, float] = {}
-    for arm in params.arms:
-        if is_external(params, arm):
-            continue
-        refs = [served_model_ref(params, arm)]
-        draft = (arm.speculative_config or {}).get("model")
-        if arm.draft_alone_of is None and isinstance(draft, str):
-            refs.append(draft)
-        sizes = [checkpoint_gib(_model_folder(ref, params)) for ref in refs]
-        if all(size is not None for size in sizes):
-            out[arm.name] = sum(size for size in sizes if size is not None)
-    return out
-
-
 def require_memory_plan(
     params: ExperimentParams, blocks: list[Block], source: str
 ) -> tuple[dict[str, Placement], MemoryPlan]:
     """Where each arm runs and the memory plan of the blocks' servers on this machine's
     GPUs; a :class:`ParamsError` with the numbers when the servers up together cannot fit."""
     inventory = gpu_inventory()
-    placed = placements(params, n_gpus=len(inventory))
-    plan = memory_plan(
-        [b.arms for b in blocks],
-        placed,
-        inventory,
-        kv_cache_gib=params.server.kv_cache_memory_gib,
-        weights_gib=arm_weights_gib(params) if inventory else None,
+    weights = arm_weights_gib(params) if inventory else None
+    placed = placements(
+        params,
+        n_gpus=len(inventory),
+        totals_gib={g.index: g.total_mib / 1024 for g in inventory},
+        weights_gib=weights,
     )
+    plan = memory_plan([b.arms for b in blocks], placed, inventory, weights_gib=weights)
     if plan.problems:
         raise ParamsError(
             f"{source}: the servers up together do not fit their GPUs\n"
@@ -252,6 +245,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
             )
             if same_vocab_needed and target.is_dir() and draft.is_dir():
                 checks.append({"series": s.name, **check_vocab(target, draft)})
+    checkpoints = require_checkpoints_fit(params, f"params {params.name!r}", build=True)
     loaded = workload_prompts(params)
     prompts = list(loaded.prompts)
     if problem := mix_problem(params, prompts):  # before any server starts
@@ -285,6 +279,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
     manifest["vllm"] = version
     manifest["security_advisories"] = _advisories(version)
     manifest["vocab_checks"] = checks
+    manifest["checkpoint_notes"] = list(checkpoints.notes)
     manifest["cli"] = commands.to_dict()
     manifest["placement"] = {name: p.to_dict() for name, p in placed.items()}
     manifest["memory_plan"] = plan.to_dict()

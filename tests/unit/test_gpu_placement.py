@@ -34,6 +34,7 @@ def _load(tmp: Path, *, series_gpus: dict[str, list[int]] | None = None, **serve
     return load_params(path)
 
 
+REPO = Path(__file__).resolve().parents[2]
 H200 = [GpuInfo(0, "NVIDIA H200", 143771.0, 500.0), GpuInfo(1, "NVIDIA H200", 143771.0, 0.0)]
 
 
@@ -146,6 +147,8 @@ def test_servers_sharing_a_gpu_start_one_after_another(tmp_path: Path) -> None:
         "gpus": [0],
         "gpu_memory_utilization": 0.3,
         "derived": True,
+        "kv_cache_gib": None,
+        "kv_auto": False,
     }
     assert manifest["memory_plan"]["problems"] == []
 
@@ -312,7 +315,8 @@ def test_weights_and_fixed_kv_caches_that_cannot_fit_the_free_memory_are_an_erro
     tmp_path: Path,
 ) -> None:
     """Servers of the GPU demo's pair (target 7.7 GiB, target + draft 9.0 GiB) with 20 GiB of
-    KV cache each cannot fit an 80 GB card before any activation; with 3 GiB they can."""
+    KV cache each and the reserve for activations cannot fit an 80 GB card; with 3 GiB they
+    can."""
     params = _load(tmp_path, gpus=[0])
     placed = placements(params, n_gpus=1)
     weights = {"control": 7.7, "spec": 9.0, "spec2": 9.0}
@@ -320,7 +324,8 @@ def test_weights_and_fixed_kv_caches_that_cannot_fit_the_free_memory_are_an_erro
     assert len(plan.problems) == 1  # 20 GiB fits each share (23.9 GiB): only the sum fails
     assert "(control 7.7 + spec 9.0 + spec2 9.0 GiB)" in plan.problems[0]
     assert "3 × server.kv_cache_memory_gib 20 GiB" in plan.problems[0]
-    assert "take 85.7 GiB" in plan.problems[0] and "only 79.6 GiB are free" in plan.problems[0]
+    assert "6 GiB each for activations" in plan.problems[0]
+    assert "take 103.7 GiB" in plan.problems[0] and "only 79.6 GiB are free" in plan.problems[0]
     ok = memory_plan([list(placed)], placed, H100, kv_cache_gib=3, weights_gib=weights)
     assert not ok.problems and ok.rows[0]["weights_gib"] == weights
     # an arm whose weights are not known (a hub id) leaves the sum unknown: no refusal
@@ -380,3 +385,50 @@ def test_the_weights_weighed_are_the_checkpoints_each_arm_loads(tmp_path: Path) 
     weights = arm_weights_gib(load_params(path))
     # a hub id's weights are not known here; "remote" is not started by the kit
     assert weights == {"control": 2, "spec": 2, "draft": 2.5}
+
+
+DEMO_WEIGHTS = {"control": 8.217, "draft-k2": 9.617, "draft-k4": 9.617, "ngram-k4": 8.217}
+
+
+def test_an_automatic_kv_cache_is_what_the_gpu_leaves_after_weights_and_reserves() -> None:
+    """The GPU demo's four servers (weights from the pair's declared shapes): 3.75 GiB of KV
+    cache each on an 80 GB H100, 18.25 GiB on an H200; a GPU too small is refused."""
+    from speclib.run.placement import MIN_AUTO_KV_GIB, RESERVE_GIB, auto_kv_gib
+
+    assert auto_kv_gib(81559 / 1024, list(DEMO_WEIGHTS.values())) == 3.75
+    assert auto_kv_gib(143771 / 1024, list(DEMO_WEIGHTS.values())) == 18.25
+    room = 81559 / 1024 * 0.95 - 4 * (3.75 + RESERVE_GIB) - sum(DEMO_WEIGHTS.values())
+    assert 0 <= room < 4 * 0.25  # rounded down to 0.25 GiB, nothing more left over
+    assert auto_kv_gib(40.0, list(DEMO_WEIGHTS.values())) < MIN_AUTO_KV_GIB
+    with pytest.raises(ValueError, match="weights_gib"):
+        auto_kv_gib(80.0, [])
+
+
+def test_the_gpu_demo_fits_an_h100_and_an_h200_with_an_automatic_kv_cache(monkeypatch) -> None:
+    """The same params: every server gets the automatic size of its card, the plan passes
+    on both cards, and a card with 18 GiB held by another process is refused by name."""
+    import speclib.run.placement as placement
+
+    monkeypatch.setattr(placement, "is_cpu_build", lambda: False)  # a GPU build of vLLM
+    params = load_params(REPO / "params" / "gpu-demo.yaml")
+    for gpus, want in ((H100, 3.75), (H200, 18.25)):
+        totals = {g.index: g.total_mib / 1024 for g in gpus}
+        placed = placements(params, n_gpus=1, totals_gib=totals, weights_gib=DEMO_WEIGHTS)
+        assert {p.kv_cache_gib for p in placed.values()} == {want}
+        assert all(p.kv_auto and p.utilization == 0.22 for p in placed.values())
+        plan = memory_plan([list(placed)], placed, gpus, weights_gib=DEMO_WEIGHTS)
+        assert not plan.problems, plan.problems
+        assert plan.rows[0]["kv_cache_gib"] == want and plan.rows[0]["kv_auto"]
+    busy = [GpuInfo(0, "NVIDIA H100 80GB HBM3", 81559.0, 18345.0)]
+    totals = {0: 81559 / 1024}
+    placed = placements(params, n_gpus=1, totals_gib=totals, weights_gib=DEMO_WEIGHTS)
+    plan = memory_plan([list(placed)], placed, busy, weights_gib=DEMO_WEIGHTS)
+    assert any("18345 MiB in use by other processes" in p for p in plan.problems)
+    # a neighbour of unknown weights (a hub id): vLLM profiles, nothing is fixed
+    unknown = placements(params, n_gpus=1, totals_gib=totals, weights_gib={"control": 8.2})
+    assert {p.kv_cache_gib for p in unknown.values()} == {None}
+    # on a GPU too small for four servers the plan says to run fewer arms together
+    small = [GpuInfo(0, "small", 40960.0, 0.0)]
+    placed = placements(params, n_gpus=1, totals_gib={0: 40.0}, weights_gib=DEMO_WEIGHTS)
+    plan = memory_plan([list(placed)], placed, small, weights_gib=DEMO_WEIGHTS)
+    assert any("kv_cache_memory_gib auto leaves" in p and "fewer arms" in p for p in plan.problems)

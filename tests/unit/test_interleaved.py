@@ -40,7 +40,7 @@ def interleaved_run(tmp_path_factory) -> Path:
     path = _params(tmp, n_prompts=6)
     data = yaml.safe_load(path.read_text())
     data["protocol"] = {"aa": True, "design": "interleaved", "switch_pause_s": 0}
-    data["workload"].update(replicates=2, concurrency=[1, 2])
+    data["workload"].update(replicates=2, concurrency=[1, 2], min_waves=1)  # the slots' shapes
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"
     proc = _run(path, out)

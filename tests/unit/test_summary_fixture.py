@@ -51,12 +51,17 @@ ADDED_SINCE = {
         "decided_incomplete": False,
     },
     "redecision": None,  # decided under the run's own params
+    "compile_events": [],  # the stand-in logs no compile
 }
 """Fields the summary gained after the fixture was stored (the stack's facts,
 speclib/analysis/health/stack.py), with the values this folder must give them; every other
 field is compared with the stored one."""
 
 ADDED_TO_ROWS = {"instrument_agreement": "client_lag_max_ms"}
+ADDED_NONE_TO_ROWS = {"series": ("peak_gpu_bytes", "weights_gib", "kv_cache_gib")}
+"""Fields each row of a list gained after the fixture was stored that a CPU run leaves
+empty: the server's GPU memory (nvidia-smi) and what its log says its weights and KV cache
+took on a GPU."""
 """Fields each row of a list gained after the fixture was stored: the client's worst loop-lag
 probe tick per launch window (ms), read from the stored ``status.json``; the stand-in run's
 client ran its probe in every window."""
@@ -171,6 +176,9 @@ def test_the_stored_run_gives_the_stored_summary(tmp_path: Path) -> None:
         if c["role"] != "aa":
             assert c.pop("pooled_decision") == c["decision"]
             assert c.pop("short_reason") is None and c.pop("segment_sentence") is None
+    for key, fields in ADDED_NONE_TO_ROWS.items():
+        for row in new[key]:
+            assert all(row.pop(f) is None for f in fields), row
     assert differences(stored, new) == []
 
 

@@ -147,3 +147,29 @@ def test_a_built_synthetic_model_is_found_without_a_build(tmp_path: Path, monkey
     assert built_demo_dir("tiny/target") == folder
     with pytest.raises(ValueError, match="not a demo model"):
         built_demo_dir("tiny")
+
+
+def test_the_pair_is_built_in_a_child_and_weighed_from_its_shapes(tmp_path: Path) -> None:
+    """Built in a child process (torch's cache of the build's GPU memory dies with it: issue
+    46's 18 GiB), and its weights weigh what its declared shapes say before it is built."""
+    import subprocess
+    import sys
+
+    from speclib.demo.models import declared_demo_gib
+
+    code = (
+        "import sys; from pathlib import Path; from speclib.demo.models import demo_model_dir; "
+        f"demo_model_dir('tiny/draft@0.6', cache_dir=Path({str(tmp_path)!r}), log=print); "
+        "print('torch in parent:', 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "torch in parent: False" in out
+    assert "draft (agreement" in out  # the child's log line reached the parent's log
+    declared = declared_demo_gib("tiny/draft@0.6")
+    folder = next(tmp_path.glob("synthetic-*/draft-a0.6000"))
+    on_disk = (folder / "model.safetensors").stat().st_size / 2**30
+    assert declared == pytest.approx(on_disk, rel=0.01)  # the file adds only its header
+    assert declared_demo_gib("qwen3-4b/target") == pytest.approx(8.22, abs=0.01)
+    assert declared_demo_gib("target") is None  # the CPU pair: known once trained

@@ -351,7 +351,8 @@ def test_watcher_follows_a_run_folder_phase_by_phase(tmp_path):
     (run / "launches" / "c-r0").mkdir(parents=True)
     (run / "launches" / "c-r0" / "server.log").write_text("# argv: [...]\nINFO loading\n")
     state = w.poll()
-    assert (state.phase, state.block, state.total) == ("starting", "r0", 2 * 2 * 5)
+    # two arms × (c=1: 5 prompts; c=2: 4 waves of 2 need 8, so the 5 prompts twice)
+    assert (state.phase, state.block, state.total) == ("starting", "r0", 2 * (5 + 2 * 5))
     assert [(s.launch_id, s.last_line) for s in state.starting] == [
         ("c-r0", "INFO loading"),
         ("s-r0", ""),  # no log yet: starting, not ready
@@ -377,7 +378,7 @@ def test_watcher_follows_a_run_folder_phase_by_phase(tmp_path):
         _append(reqs, launch_id="c-r0", phase="measure", ok=i != 2, error="HTTP 500")
         state = w.poll()
     assert (state.phase, state.done, state.failed) == ("measuring", 4, 1)
-    assert state.eta_s == pytest.approx((20 - 4) / (3 / 6))  # 3 more requests in 6 s
+    assert state.eta_s == pytest.approx((30 - 4) / (3 / 6))  # 3 more requests in 6 s
     assert events[-1].error and "c-r0: a request failed: HTTP 500" in events[-1].text
     _append(reqs, launch_id="s-r0", phase="measure", ok=False, error="not attempted: x")
     assert w.poll().not_attempted == 1

@@ -1,0 +1,374 @@
+"""Whether a series' speculative checkpoint fits its target, before any server starts.
+
+vLLM finds out that an EAGLE-3 head was trained for another target, or that a target has
+no MTP layers, only while it loads the models: minutes into a GPU start. Everything needed
+to know it earlier is on disk: the checkpoints' ``config.json`` and their safetensors headers
+(tensor shapes without loading a tensor), read here, and the installed vLLM's own source
+(:mod:`speclib.core.vllm_spec_source`: its registry of draft architectures, its
+``SpeculativeConfig``'s MTP handling and EAGLE-3 target families).
+
+Checked, per method: **eagle / eagle3**: the head's architecture (after vLLM's own
+``Eagle``/``Eagle3`` prefixing) is a registered head of that method; its
+``target_hidden_size`` (or ``hidden_size``) is the target's ``hidden_size`` and its ``fc``
+takes as many target-width states as it taps; its ``vocab_size`` is the target's, its
+``draft_vocab_size`` is at most that and, when smaller, a ``d2t`` map of that length is in
+the checkpoint; the tapped layer ids (``eagle_aux_hidden_state_layer_ids``) lie within the
+target's layers (0 … L: vLLM taps the input of layer i, and L is the last layer's output);
+the target's family is one vLLM allows EAGLE-3 on (its list, where it keeps one; its class
+implements ``SupportsEagle3``); a dtype that differs from the target's
+is a note (vLLM runs the draft in the target's dtype). **mtp**: the target (or the series'
+``model``) is of a family vLLM has an MTP path for and declares its MTP layers under one of
+the keys vLLM reads, and k is at most that count or a multiple of it (vLLM's rule).
+**draft_model**: the draft's ``vocab_size`` is the target's (the tokenizer files are
+compared again at run setup, :func:`speclib.run.preflight.check_vocab`). Each problem names
+the field and both values; what cannot be read (a hub model not in the local cache, a vLLM
+whose source lacks a list) is a note, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speclib.core.params import ExperimentParams
+from speclib.core.vllm_spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
+
+__all__ = [
+    "CompatReport",
+    "Locate",
+    "checkpoint_problems",
+    "hub_cache_folder",
+    "params_checkpoint_report",
+    "read_config",
+    "tensor_shapes",
+]
+
+
+@dataclass(frozen=True)
+class CompatReport:
+    """The problems (each names its field and both values) and what could not be checked."""
+
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def message(self, source: str, target: str) -> str:
+        """The refusal: the params file, the target, one line per problem."""
+        lines = "\n  - ".join(self.problems)
+        return f"{source}: a speculative checkpoint does not fit the target ({target})\n  - {lines}"
+
+
+# --- the checkpoints on disk ----------------------------------------------------------------
+def read_config(folder: str | Path) -> dict[str, Any] | None:
+    """A model folder's ``config.json`` (None: no such file or not JSON)."""
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _header(path: Path) -> dict[str, Any]:
+    with path.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        if size > 100_000_000:
+            raise ValueError(f"{path}: not a safetensors file")
+        return json.loads(f.read(size))
+
+
+def tensor_shapes(folder: str | Path) -> dict[str, tuple[int, ...]] | None:
+    """Every tensor's shape in a folder's safetensors files, from their headers alone
+    (None: no safetensors file)."""
+    root = Path(folder)
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
+        return None
+    shapes: dict[str, tuple[int, ...]] = {}
+    try:
+        for path in files:
+            for name, info in _header(path).items():
+                if name != "__metadata__" and isinstance(info, dict):
+                    shapes[name] = tuple(int(x) for x in info.get("shape", ()))
+    except (OSError, ValueError, struct.error):
+        return None
+    return shapes
+
+
+# --- the checks -------------------------------------------------------------------------------
+def _text(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    sub = cfg.get("text_config")
+    return sub if isinstance(sub, Mapping) else cfg
+
+
+def _get(cfg: Mapping[str, Any], key: str) -> Any:
+    value = cfg.get(key)
+    return value if value is not None else _text(cfg).get(key)
+
+
+def _aux_ids(cfg: Mapping[str, Any]) -> list[Any] | None:
+    ids = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if not ids:
+        eagle = cfg.get("eagle_config")
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, Mapping) else None
+    return list(ids) if isinstance(ids, list | tuple) and ids else None
+
+
+def _effective_arch(arch: str, method: str) -> str:
+    """The architecture vLLM loads for a head named ``arch`` (its EAGLEConfig's prefixing)."""
+    if method == "eagle3":
+        return arch if arch.startswith("Eagle3") or arch.endswith("Eagle3") else f"Eagle3{arch}"
+    return arch if arch.startswith("Eagle") else f"Eagle{arch}"
+
+
+def _eagle_problems(
+    method: str,
+    target: Mapping[str, Any],
+    head: Mapping[str, Any],
+    shapes: Mapping[str, tuple[int, ...]] | None,
+    facts: VllmSpecFacts,
+) -> tuple[list[str], list[str]]:
+    problems, notes = [], []
+    archs = head.get("architectures") or []
+    arch = str(archs[0]) if archs else None
+    allowed = facts.modules_of(method)
+    if arch is None:
+        problems.append(
+            f"architectures: the head's config.json names none vs one of {_few(allowed)}"
+        )
+    elif _effective_arch(arch, method) not in allowed:
+        problems.append(
+            f"architectures: head {arch} (loaded as {_effective_arch(arch, method)}) vs the "
+            f"{method} heads vLLM {facts.version} registers: {_few(allowed)}"
+        )
+    t_hidden = _get(target, "hidden_size")
+    h_hidden = head.get("hidden_size")
+    wants = head.get("target_hidden_size") if method == "eagle3" else None
+    key = "target_hidden_size" if wants is not None else "hidden_size"
+    wants = wants if wants is not None else h_hidden
+    if t_hidden is not None and wants is not None and wants != t_hidden:
+        problems.append(f"hidden size: head {key} {wants} vs target hidden_size {t_hidden}")
+    t_vocab, h_vocab = _get(target, "vocab_size"), head.get("vocab_size")
+    if t_vocab is not None and h_vocab is not None and h_vocab != t_vocab:
+        problems.append(f"vocabulary: head vocab_size {h_vocab} vs target vocab_size {t_vocab}")
+    draft_vocab = head.get("draft_vocab_size")
+    if draft_vocab is not None and h_vocab is not None and draft_vocab > h_vocab:
+        problems.append(f"draft_vocab_size: head {draft_vocab} vs its vocab_size {h_vocab}")
+    elif draft_vocab is not None and h_vocab is not None and draft_vocab < h_vocab:
+        d2t = (shapes or {}).get("d2t")
+        if shapes is not None and d2t is None:
+            problems.append(
+                f"d2t: head draft_vocab_size {draft_vocab} < vocab_size {h_vocab} but its "
+                "checkpoint has no d2t map (draft id -> target id)"
+            )
+        elif d2t is not None and d2t != (draft_vocab,):
+            problems.append(
+                f"d2t: head's map has shape {list(d2t)} vs draft_vocab_size {draft_vocab}"
+            )
+    if method == "eagle3":
+        problems += _tap_problems(target, head, shapes, t_hidden)
+        problems += _family_problems(target, facts)
+    t_dtype = _get(target, "torch_dtype") or _get(target, "dtype")
+    h_dtype = head.get("torch_dtype") or head.get("dtype")
+    if t_dtype and h_dtype and t_dtype != h_dtype:
+        notes.append(
+            f"dtype: head {h_dtype} vs target {t_dtype}: vLLM runs the head in the target's"
+        )
+    return problems, notes
+
+
+def _family_problems(target: Mapping[str, Any], facts: VllmSpecFacts) -> list[str]:
+    """The target must be of a family vLLM runs EAGLE-3 on: in its list of families where
+    it keeps one, and its class must expose the taps (``SupportsEagle3``)."""
+    problems = []
+    t_type = str(_get(target, "model_type") or "")
+    types = facts.eagle3_target_types
+    if types is not None and not any(t in t_type for t in types):
+        problems.append(
+            f"target model_type: {t_type or 'none'} vs the families vLLM {facts.version} "
+            f"allows EAGLE-3 on: {', '.join(types)}"
+        )
+    archs = [str(a) for a in target.get("architectures") or []]
+    if archs and supports_eagle3(facts, archs[0]) is False:
+        problems.append(
+            f"target architectures: {archs[0]} vs vLLM {facts.version}'s classes that expose "
+            "hidden-state taps (SupportsEagle3): it does not"
+        )
+    return problems
+
+
+def _tap_problems(
+    target: Mapping[str, Any],
+    head: Mapping[str, Any],
+    shapes: Mapping[str, tuple[int, ...]] | None,
+    t_hidden: Any,
+) -> list[str]:
+    problems = []
+    layers = _get(target, "num_hidden_layers")
+    ids = _aux_ids(head)
+    if ids is not None and isinstance(layers, int):
+        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i <= layers]
+        if bad:
+            problems.append(
+                f"eagle_aux_hidden_state_layer_ids: head taps {ids} vs target "
+                f"num_hidden_layers {layers} (ids 0 … {layers})"
+            )
+    if ids is not None and len(set(map(str, ids))) != len(ids):
+        problems.append(
+            f"eagle_aux_hidden_state_layer_ids: head taps {ids}, a layer twice, vs "
+            f"{len(ids)} different layers (vLLM taps each layer once: fc would get "
+            f"{len(set(map(str, ids)))} states)"
+        )
+    fc = (shapes or {}).get("fc.weight") or (shapes or {}).get("model.fc.weight")
+    if fc is not None and len(fc) == 2 and isinstance(t_hidden, int):
+        taps = len(set(map(str, ids))) if ids else 3
+        if fc[1] != taps * t_hidden:
+            problems.append(
+                f"fc.weight: head's fc takes {fc[1]} inputs vs {taps} taps x target "
+                f"hidden_size {t_hidden} = {taps * t_hidden}"
+            )
+    return problems
+
+
+def _mtp_problems(source: Mapping[str, Any], k: Any, facts: VllmSpecFacts, label: str) -> list[str]:
+    t_type = str(_get(source, "model_type") or "")
+    archs = [str(a) for a in source.get("architectures") or []]
+    family = t_type in facts.mtp_model_types or bool(set(archs) & set(facts.mtp_architectures))
+    if not family:
+        return [
+            f"model_type: {label} is {t_type or 'untyped'} "
+            f"({', '.join(archs) or 'no architecture'}) vs the families vLLM "
+            f"{facts.version} has an MTP path for: {_few(facts.mtp_model_types)}"
+        ]
+    declared = {
+        key: _get(source, key) for key in facts.mtp_layer_keys if _get(source, key) is not None
+    }
+    counts = [v for v in declared.values() if isinstance(v, int) and not isinstance(v, bool)]
+    if not counts or max(counts) <= 0:
+        shown = ", ".join(f"{k} {v}" for k, v in declared.items()) or "none of them"
+        return [
+            f"MTP layers: {label} declares {shown} vs at least 1 under one of "
+            f"{', '.join(facts.mtp_layer_keys)} (the keys vLLM reads)"
+        ]
+    n = max(counts)
+    if isinstance(k, int) and k > n and k % n:
+        return [
+            f"num_speculative_tokens: {k} vs the {n} MTP layer(s) {label} declares (vLLM "
+            f"allows k <= {n} or a multiple of {n})"
+        ]
+    return []
+
+
+def _few(names: Sequence[str] | frozenset[str], n: int = 8) -> str:
+    names = sorted(names)
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def checkpoint_problems(
+    spec: Mapping[str, Any],
+    *,
+    target: Mapping[str, Any] | None,
+    draft: Mapping[str, Any] | None,
+    draft_shapes: Mapping[str, tuple[int, ...]] | None,
+    facts: VllmSpecFacts,
+    draft_label: str = "the head",
+) -> CompatReport:
+    """The problems of one series' ``speculative_config`` against its target, from the
+    configs (``None``: not readable here, said in a note)."""
+    method = str(spec.get("method"))
+    problems: list[str] = []
+    notes: list[str] = []
+    if method in ("eagle", "eagle3"):
+        if target is None or draft is None:
+            notes.append(
+                f"{method}: checkpoint compatibility not checked ({_which(target, draft)})"
+            )
+        else:
+            problems, notes = _eagle_problems(method, target, draft, draft_shapes, facts)
+    elif method == "mtp":
+        source = draft if spec.get("model") else target
+        label = "the series' model" if spec.get("model") else "the target"
+        if source is None:
+            notes.append(f"mtp: {label}'s config.json is not on this machine: not checked")
+        else:
+            problems = _mtp_problems(source, spec.get("num_speculative_tokens"), facts, label)
+    elif method == "draft_model" and target is not None and draft is not None:
+        t_vocab, d_vocab = _get(target, "vocab_size"), _get(draft, "vocab_size")
+        if (
+            t_vocab is not None
+            and d_vocab is not None
+            and t_vocab != d_vocab
+            and not spec.get("use_heterogeneous_vocab")
+        ):
+            problems.append(
+                f"vocabulary: draft vocab_size {d_vocab} vs target vocab_size {t_vocab}"
+            )
+    return CompatReport(tuple(problems), tuple(notes))
+
+
+def _which(target: Any, draft: Any) -> str:
+    missing = [name for name, cfg in (("target", target), ("head", draft)) if cfg is None]
+    return f"the {' and '.join(missing)}'s config.json not on this machine"
+
+
+Locate = Callable[[str], "Path | None"]
+"""Maps a model reference of the params to its folder on this machine, or None."""
+
+_CHECKED = ("eagle", "eagle3", "mtp", "draft_model")
+
+
+def hub_cache_folder(repo_id: str) -> Path | None:
+    """The local snapshot folder of a hub model whose ``config.json`` is cached (never
+    downloads; None when it is not cached or huggingface_hub is absent)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # an id the hub library refuses: the server would refuse it too
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def params_checkpoint_report(params: ExperimentParams, locate: Locate) -> CompatReport:
+    """Every series' speculative checkpoint against the target (problems prefixed with the
+    series and method); series on an external server are not checked."""
+    specs = [
+        (s.name, s.speculative_config)
+        for s in params.series
+        if s.speculative_config
+        and s.speculative_config.get("method") in _CHECKED
+        and not s.base_url
+    ]
+    if not specs or params.server.base_url:
+        return CompatReport((), ())
+    facts = installed_spec_facts()
+    if isinstance(facts, str):
+        return CompatReport((), (f"speculative checkpoints not checked: {facts}",))
+    target_dir = locate(params.server.model)
+    target = read_config(target_dir) if target_dir is not None else None
+    problems: list[str] = []
+    notes: list[str] = []
+    for name, spec in specs:
+        model = spec.get("model")
+        draft_dir = locate(model) if isinstance(model, str) else None
+        method = spec.get("method")
+        report = checkpoint_problems(
+            spec,
+            target=target,
+            draft=read_config(draft_dir) if draft_dir is not None else None,
+            draft_shapes=tensor_shapes(draft_dir) if draft_dir is not None else None,
+            facts=facts,
+        )
+        problems += [f"series {name} ({method}): {p}" for p in report.problems]
+        notes += [f"series {name}: {n}" for n in report.notes]
+    if not problems:
+        notes.insert(
+            0,
+            f"speculative checkpoints checked against the target and vLLM {facts.version}'s "
+            "source (architectures, hidden size, vocabulary, taps, MTP layers)",
+        )
+    return CompatReport(tuple(problems), tuple(notes))
