@@ -97,7 +97,7 @@ block: str = ""  # block id from the manifest: r0 or r0.1 for a second group (em
         new_code_cell(
             """
 from speclib.core.params import load_params
-from speclib.run.block import run_block
+from speclib.run.replicate_block import run_block
 
 params = load_params(params_file)
 results = run_block(params, run_dir, replicate, arms.split(), design=design, block=block)

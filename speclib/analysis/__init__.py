@@ -11,7 +11,7 @@ importing only those below it:
   drift, idle load, workload checks, the ``vllm bench`` cross-check);
 * :mod:`speclib.analysis.verdict` — the verdict: decision rule and gates, block-level TPOT
   decisions, the A/A bench check, per-category ratios, one comparison per arm and level;
-* :mod:`speclib.analysis.spec` — speculative-decoding metrics: acceptance, output
+* :mod:`speclib.analysis.speculation` — speculative-decoding metrics: acceptance, output
   agreement, sampling plausibility, stream chunks, the speed-up model, KV capacity, each
   launch's counters;
 * :mod:`speclib.analysis.stats` — paired statistics: ratio intervals, block intervals,

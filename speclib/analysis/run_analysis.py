@@ -4,7 +4,8 @@ Pure computation over what the run wrote (``requests.jsonl``, each launch's
 ``status.json`` and ``/metrics`` snapshots, ``manifest.json``); no server is contacted, so
 ``speclib analyze RUN_DIR`` can re-decide a GPU run on a laptop with another margin or
 confidence level. :func:`analyze_run` loads the records, reads each launch's files
-(:mod:`speclib.analysis.spec.launches`), builds the per-series table, compares every experiment
+(:mod:`speclib.analysis.speculation.launches`), builds the per-series table, compares every
+experiment
 series with the control at every load level (:mod:`speclib.analysis.verdict.comparisons`), builds
 the bench-trust panel (:mod:`speclib.analysis.health.trust`, with the workload's warnings from
 :mod:`speclib.analysis.health.workload_checks`) and collects the run's warnings
@@ -48,9 +49,9 @@ from speclib.analysis.health.ttft_lag import ttft_problems
 from speclib.analysis.health.workload_checks import workload_checks
 from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
 from speclib.analysis.load.recommend import Recommendation, sweep_recommendations
-from speclib.analysis.spec.drafting import drafting_warnings
-from speclib.analysis.spec.kv_capacity import kv_capacity, server_memory
-from speclib.analysis.spec.launches import (
+from speclib.analysis.speculation.drafting import drafting_warnings
+from speclib.analysis.speculation.kv_capacity import kv_capacity, server_memory
+from speclib.analysis.speculation.launches import (
     LaunchMetrics,
     crosscheck_summary,
     crosscheck_warnings,
@@ -228,7 +229,7 @@ class RunAnalysis:
 def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
     if not (rd.root / "output_scores.jsonl").exists():
         return {}
-    from speclib.analysis.spec.sampling import compare_run
+    from speclib.analysis.speculation.sampling import compare_run
 
     try:
         return dict(compare_run(rd.root, params))

@@ -253,9 +253,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_crosscheck(args: argparse.Namespace) -> int:
     import os
 
-    from speclib.analysis.health.crosscheck import format_crosscheck
+    from speclib.analysis.health.bench_agreement import format_crosscheck
     from speclib.core.params import load_params
-    from speclib.run.crosscheck import BenchCheckError, crosscheck_server
+    from speclib.run.bench_crosscheck import BenchCheckError, crosscheck_server
 
     params = load_params(args.params)
     key_env = params.server.api_key_env

@@ -1,7 +1,7 @@
 """The confirmation run of a k schedule: a params file with the schedule as one more arm.
 
 A schedule chosen from a sweep is a prediction; :func:`confirmation_params` turns a run's
-recommended schedule (:mod:`speclib.analysis.load.schedule`) into a params file that serves,
+recommended schedule (:mod:`speclib.analysis.load.k_schedule`) into a params file that serves,
 on the same prompts and load levels, the control, the **best fixed k** (the arm chosen at
 the most levels, ties to the lower load) and the **schedule** (``num_speculative_tokens``
 = its largest k and ``num_speculative_tokens_per_batch_size``), interleaved in the same
@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from speclib.analysis.load.schedule import KSchedule
+from speclib.analysis.load.k_schedule import KSchedule
 from speclib.analysis.run_analysis import analyze_run
 from speclib.core.params import ParamsError, load_params
 from speclib.core.rundir import RunDir

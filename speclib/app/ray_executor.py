@@ -3,7 +3,7 @@
 Each block is one Ray task in its own placement group: one bundle, packed on one host,
 holding the CPUs and GPUs the block's servers need (:func:`block_resources`). Blocks run in
 parallel wherever the cluster has room. On the worker the task runs the very code a local
-run runs for a block (:func:`speclib.app.blocks.execute_block`: the ``10_series`` notebook,
+run runs for a block (:func:`speclib.app.block_loop.execute_block`: the ``10_series`` notebook,
 then reaping) into a temporary run folder, and returns the block's records and files
 (:func:`block_task`). The driver writes them into the one run folder (:func:`merge_block`):
 records appended to ``requests.jsonl`` in one place, each stamped with the worker's host;
@@ -31,13 +31,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from speclib.app.blocks import execute_block, prepare_block, report_block
+from speclib.app.block_loop import execute_block, prepare_block, report_block
 from speclib.core.jsonutil import json_lines
 from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, record_to_json
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.run.launch_record import SeriesResult
 from speclib.run.launching import is_external
-from speclib.run.observe import SeriesResult
 
 __all__ = ["RayExecutor", "block_resources", "block_task", "merge_block"]
 
@@ -160,7 +160,7 @@ class RayExecutor:
     """The Ray side of one run: connection, one task per block, merge, cancel, shutdown.
 
     Use as a context manager around the blocks of a run. :meth:`run_blocks` runs blocks in
-    parallel; :meth:`run_one` is a :data:`speclib.app.blocks.BlockExecutor` (one block,
+    parallel; :meth:`run_one` is a :data:`speclib.app.block_loop.BlockExecutor` (one block,
     waited for) for the blocks added by run-until-decided.
     """
 

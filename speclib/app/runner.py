@@ -1,7 +1,7 @@
 """The batch run: validate params, then execute the notebooks in order with papermill.
 
 ``00_setup`` (environment, models, the design, manifest) → ``10_series`` once per replicate
-block (:mod:`speclib.app.blocks`; notebooks run by :mod:`speclib.app.kernel`; with
+block (:mod:`speclib.app.block_loop`; notebooks run by :mod:`speclib.app.kernel`; with
 ``protocol.executor: ray`` the blocks run as parallel Ray tasks, :mod:`speclib.app.ray_executor`) →
 ``20_analysis`` (records → statistics → figures → decision), then ``report.html`` is
 exported from the executed analysis notebook with code hidden. Every executed notebook is
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from speclib.app.blocks import one_block, reap_all, until_decided
+from speclib.app.block_loop import one_block, reap_all, until_decided
 from speclib.app.kernel import NOTEBOOKS_DIR, execute_notebook, signal_guard
 from speclib.core.params import ExperimentParams, load_params
 from speclib.core.rundir import RunDir, write_json_atomic

@@ -143,7 +143,7 @@ def workload_lines(checks: list[dict[str, Any]]) -> list[str]:
 def stack_lines(summary: dict[str, Any]) -> list[str]:
     """The stack's own words: flags left out, where the arms ran, vLLM's log lines that
     bear on speed (kinds per series) and the acceptance against a synthetic pair's truth."""
-    from speclib.analysis.spec.speed_log import by_kind
+    from speclib.analysis.speculation.speed_log import by_kind
 
     lines = [f"note: {n}" for n in (summary.get("server_commands") or {}).get("notes") or []]
     if summary.get("placement_line"):

@@ -2,7 +2,7 @@
 
 A sampled run's outputs are scored by the target served without speculation
 (:mod:`speclib.run.scoring`) and compared between series
-(:mod:`speclib.analysis.spec.sampling`). This module holds only the records both share — a
+(:mod:`speclib.analysis.speculation.sampling`). This module holds only the records both share — a
 :class:`ScoreItem` (one output to score) and an :class:`OutputScore` (its score) — and the
 JSON-lines I/O of ``RUN_DIR/output_scores.jsonl``
 (:attr:`speclib.core.rundir.RunDir.output_scores`): :func:`append_score` writes one line

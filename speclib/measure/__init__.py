@@ -32,17 +32,17 @@ How it keeps its own overhead out of the numbers (measured by
   decoding after the response is complete, in one parser task that yields to the loop
   every quarter millisecond; an event is dated by the read that completed its ``data:``
   line.
-- :mod:`~speclib.measure.schedule` — the concurrency cap, arrival schedule and abort rule;
+- :mod:`~speclib.measure.request_loop` — the concurrency cap, arrival schedule and abort rule;
   a slot is freed only once its record is handed on, so after a send the client sleeps.
-- :mod:`~speclib.measure.outcome` — the run's tally and :class:`RunOutcome`; records go to
+- :mod:`~speclib.measure.run_bookkeeping` — the run's tally and :class:`RunOutcome`; records go to
   ``sink`` from one background thread, so a slow disk (``fsync``) never delays the loop.
 
 Import-light on purpose: no vLLM, no torch, no HTTP library.
 """
 
-from speclib.measure.outcome import RunOutcome
 from speclib.measure.request import RequestSpec, build_request_body, chat_url
-from speclib.measure.schedule import run_requests, run_requests_sync
+from speclib.measure.request_loop import run_requests, run_requests_sync
+from speclib.measure.run_bookkeeping import RunOutcome
 
 __all__ = [
     "RequestSpec",

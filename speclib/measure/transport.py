@@ -1,6 +1,6 @@
 """The kit's HTTP/1.1 transport: keep-alive connections that stamp every read as it arrives.
 
-:class:`Http1Transport` is what :func:`speclib.measure.schedule.run_requests` sends through.
+:class:`Http1Transport` is what :func:`speclib.measure.request_loop.run_requests` sends through.
 An :class:`Endpoint` encodes each request's bytes (request line, headers, body) before
 the clock starts, so sending is one ``transport.write``; the send is stamped just before
 it. :class:`Connection` is an asyncio protocol that stamps each network read with

@@ -3,13 +3,13 @@
 Measured on a busy 2-core machine: the client, run inside the Jupyter kernel next to the
 kit's sampler threads and ipykernel's own, was not scheduled in time and read whole streams
 late (every chunk of a stream in one network read). So the kit runs
-:func:`~speclib.measure.schedule.run_requests_sync` in the client worker,
+:func:`~speclib.measure.request_loop.run_requests_sync` in the client worker,
 ``python -m speclib.measure.worker_process``, a process that does nothing else: its event
 loop shares the GIL with no one, and the loop-lag probe
-(:class:`~speclib.measure.outcome.LagProbe`) measures that loop.
+(:class:`~speclib.measure.run_bookkeeping.LagProbe`) measures that loop.
 
 :class:`ClientWorker` is the caller's side: ``run(**kwargs, sink=..., progress=...)`` takes
-the keyword arguments of :func:`~speclib.measure.schedule.run_requests_sync` and calls
+the keyword arguments of :func:`~speclib.measure.request_loop.run_requests_sync` and calls
 ``sink(record)`` in the caller as each record arrives, so the caller still appends every
 record as its request finishes. :func:`shared_worker` keeps one worker per process (started
 on first use, restarted if it died, closed at exit); :func:`run_requests_isolated` runs in
@@ -41,8 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from speclib.measure.outcome import Progress, RunOutcome, Sink
-from speclib.measure.schedule import run_requests_sync
+from speclib.measure.request_loop import run_requests_sync
+from speclib.measure.run_bookkeeping import Progress, RunOutcome, Sink
 from speclib.measure.worker_process import Frames, frame
 
 __all__ = [
@@ -140,7 +140,7 @@ class ClientWorker:
         return self._proc.poll() is None
 
     def run(self, *, sink: Sink, progress: Progress | None = None, **kwargs: Any) -> RunOutcome:
-        """:func:`~speclib.measure.schedule.run_requests_sync` in the worker.
+        """:func:`~speclib.measure.request_loop.run_requests_sync` in the worker.
 
         ``kwargs`` are that function's (``sink`` and ``progress`` aside) and must pickle
         (``TypeError`` here if not; the worker never sees them).
@@ -337,7 +337,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def run_requests_isolated(**kwargs: Any) -> RunOutcome:
-    """:func:`~speclib.measure.schedule.run_requests_sync` in the shared client worker.
+    """:func:`~speclib.measure.request_loop.run_requests_sync` in the shared client worker.
 
     Same arguments (``sink`` and ``progress`` are called in this process) and the same
     result; the outcome's ``client_process`` is ``worker``. When no worker can be started,

@@ -3,7 +3,7 @@ framing both sides use.
 
 :class:`~speclib.measure.worker.ClientWorker` runs this module as
 ``python -m speclib.measure.worker_process``, a process that does nothing but run
-:func:`~speclib.measure.schedule.run_requests_sync`, one job after another (:func:`main`).
+:func:`~speclib.measure.request_loop.run_requests_sync`, one job after another (:func:`main`).
 It ignores SIGINT (the caller decides what an interrupt does) and never outlives the
 caller: it exits when its stdin reaches end of file (the caller closed it, or died, even by
 SIGKILL) or when its parent changes (the caller died while a forked child kept a copy of
@@ -39,7 +39,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from speclib.measure.schedule import run_requests_sync
+from speclib.measure.request_loop import run_requests_sync
 
 __all__ = ["Frames", "frame", "main"]
 

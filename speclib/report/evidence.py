@@ -22,7 +22,7 @@ import pandas as pd
 
 from speclib.analysis.health.drift import drift_sentence
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.analysis.spec.acceptance import sum_counters
+from speclib.analysis.speculation.acceptance import sum_counters
 from speclib.core.rundir import RunDir
 from speclib.core.scores import read_scores
 from speclib.report.figure_base import FigureWithCaption, series_palette

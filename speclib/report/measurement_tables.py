@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.health.crosscheck import ADJUSTED_ROW
+from speclib.analysis.health.bench_agreement import ADJUSTED_ROW
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.report.html_format import gib, pct
 

@@ -5,7 +5,7 @@ tokens per decode step against speed-up per prompt (every step, drafted or not),
 ratio with its CI at each concurrency level, server memory over time, and the sampling
 check's per-output log-probabilities. Each function returns a captioned figure; statistics
 come in, they are drawn, not recomputed (a prompt's steps are read by
-:mod:`speclib.analysis.spec.drafting`).
+:mod:`speclib.analysis.speculation.drafting`).
 The module is a little over 400 lines because the load figure carries its own log ratio axis
 and break-even marks; each figure is one piece of what speculation gains or costs, so taking
 one out would split by line count, not along a seam.
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from speclib.analysis.spec.drafting import request_drafting
+from speclib.analysis.speculation.drafting import request_drafting
 from speclib.core.prometheus import SpecCounters
 from speclib.report.figure_base import (
     METRIC_UNITS,
@@ -120,7 +120,7 @@ def plot_acceptance(
 def _prompt_steps(sub: pd.DataFrame) -> pd.DataFrame:
     """Per prompt of one series: tokens per decode step from the streams (every step,
     drafted or not) and whether any of its requests got drafts
-    (:func:`speclib.analysis.spec.drafting.request_drafting`)."""
+    (:func:`speclib.analysis.speculation.drafting.request_drafting`)."""
     specs = sub["spec"] if "spec" in sub else [None] * len(sub)
     rows = []
     for pid, chunks, spec in zip(sub["prompt_id"], sub["chunk_tokens"], specs, strict=True):

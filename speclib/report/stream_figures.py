@@ -6,7 +6,7 @@ and returns a captioned figure: tokens per streamed chunk, the request timeline
 TPOT over time per block for the drift diagnostics. They show the course of the run, not
 its outcome (the latency and paired-ratio figures are in :mod:`speclib.report.request_figures`).
 Nothing is computed here beyond grouping and plotting: chunk sizes come from
-:mod:`speclib.analysis.spec.chunks`, change points from :mod:`speclib.analysis.health.drift`.
+:mod:`speclib.analysis.speculation.chunks`, change points from :mod:`speclib.analysis.health.drift`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from speclib.analysis.spec.chunks import tokens_per_chunk_distribution
+from speclib.analysis.speculation.chunks import tokens_per_chunk_distribution
 from speclib.report.figure_base import (
     ERROR_COLOR,
     FigureWithCaption,

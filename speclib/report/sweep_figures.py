@@ -4,7 +4,7 @@
 load level: its TPOT ratio to the control with the interval of the verdict table, its
 verdict, whether it is the recommended value (:mod:`speclib.analysis.load.recommend`), and the
 measured decomposition its comparison carries (tokens per step and step cost, see
-:mod:`speclib.analysis.spec.why`). :func:`plot_sweep` draws it: per load level (one row of
+:mod:`speclib.analysis.speculation.why`). :func:`plot_sweep` draws it: per load level (one row of
 panels), the ratio against the value with one line per family (method), reference lines at
 1 and 1 − δ, and beside it the two measured factors of the speed-up at each value.
 """

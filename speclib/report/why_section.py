@@ -2,8 +2,8 @@
 
 :func:`why_html` gives, per comparison, the measured decomposition of its speed-up over every
 decode step (tokens per step and a step's cost from the streamed chunks, the share of steps
-that had no draft, acceptance on the drafted ones: :mod:`speclib.analysis.spec.why`,
-:mod:`speclib.analysis.spec.drafting`), flags an arm whose streams disagree with what its
+that had no draft, acceptance on the drafted ones: :mod:`speclib.analysis.speculation.why`,
+:mod:`speclib.analysis.speculation.drafting`), flags an arm whose streams disagree with what its
 server counted, then the lines of vLLM's own log that bear on speed, per series, and the
 acceptance against a synthetic pair's known truth (both from
 :mod:`speclib.analysis.health.stack`).

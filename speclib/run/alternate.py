@@ -26,14 +26,14 @@ from speclib.core.records import RequestRecord, append_record
 from speclib.core.rundir import RunDir
 from speclib.run.arms import Arm, cache_salt, level_warmup_count, send, stamp, warm_up_level
 from speclib.run.design import Slot, plan_slots, slot_size
-from speclib.run.launching import api_key
-from speclib.run.observe import (
+from speclib.run.launch_record import (
     merge_clients,
     not_attempted,
     outcome_dict,
     settled_snapshot,
     snapshot,
 )
+from speclib.run.launching import api_key
 from speclib.run.requests import arrival_offsets, make_request_specs
 
 __all__ = [

@@ -26,8 +26,8 @@ from speclib.core.params import ExperimentParams, LoadLevel, SeriesParams
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.rundir import LaunchDir, RunDir
+from speclib.run.launch_record import external_model
 from speclib.run.launching import api_key, is_external, server_for, starts_together
-from speclib.run.observe import external_model
 from speclib.run.requests import make_request_specs, warmup_prompts
 from speclib.serve import process as srv
 

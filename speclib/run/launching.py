@@ -25,7 +25,7 @@ from typing import Any
 
 from speclib.core.params import ExperimentParams, SeriesParams, resolve_model_ref
 from speclib.core.rundir import RunDir, write_json_atomic
-from speclib.run import warm_starts as warm
+from speclib.run import compile_cache as warm
 from speclib.run.placement import (
     Placement,
     checkpoint_gib,
@@ -391,7 +391,7 @@ def uses_shared_cache(params: ExperimentParams, series: SeriesParams) -> bool:
 
 
 def config_key(params: ExperimentParams, series: SeriesParams) -> str:
-    """This arm's server configuration as :mod:`speclib.run.warm_starts` keys it: its
+    """This arm's server configuration as :mod:`speclib.run.compile_cache` keys it: its
     arguments as the params imply them (models unresolved) and the installed vLLM."""
     from speclib.core.vllm_cli import installed_cli_flags
 

@@ -10,7 +10,7 @@ moment each count the other's memory as their own, and the second dies with "No 
 memory for the cache blocks"); servers on separate GPUs start together. With a KV cache of
 fixed size (``server.kv_cache_memory_gib``) vLLM does not profile, and servers whose
 configuration already started on the shared compile cache start together too
-(:mod:`speclib.run.warm_starts`). Before any server starts, :func:`memory_plan` checks
+(:mod:`speclib.run.compile_cache`). Before any server starts, :func:`memory_plan` checks
 that the servers up together on a GPU ask for no more than :data:`SHARE_LIMIT` of it, no
 more than was free when the run began, that a fixed KV cache fits in each share, and,
 where the checkpoints are on disk (:func:`checkpoint_gib`), that each server's weights fit
@@ -239,7 +239,7 @@ def start_after(
     ready); an empty tuple: it starts at once.
 
     An arm waits for every arm before it that shares one of its GPUs, and for every arm
-    of ``together`` that does (those start at once: see :mod:`speclib.run.warm_starts`),
+    of ``together`` that does (those start at once: see :mod:`speclib.run.compile_cache`),
     so an arm that must start alone never starts beside another one on its GPU."""
 
     def shares(a: str, b: str) -> bool:

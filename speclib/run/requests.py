@@ -4,8 +4,8 @@
 interleaved: every prompt once, then again per further repeat); :func:`arrival_offsets`
 gives the seeded Poisson arrival times of an open-loop load level, identical for every
 series; :func:`warmup_prompts` derives warm-up prompts that share no prefix with the
-measured ones. Used by the measured launches (:mod:`speclib.run.block`) and by the
-``vllm bench`` cross-check (:mod:`speclib.run.crosscheck`), so both send the same requests.
+measured ones. Used by the measured launches (:mod:`speclib.run.replicate_block`) and by the
+``vllm bench`` cross-check (:mod:`speclib.run.bench_crosscheck`), so both send the same requests.
 :func:`history_request_specs` are the unmeasured greedy requests that answer the earlier
 turns of a multi-turn run (:mod:`speclib.run.history`).
 """

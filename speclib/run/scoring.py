@@ -9,15 +9,15 @@ per-token log-probability (nats/token). An item without recorded token ids is
 re-tokenized from its text (``source="text"``). With ``temperature > 0`` the request asks
 for the top-20 log-probs at every position, and each score also gets the calibration
 residual and the count of tokens outside the requested top-p nucleus
-(:func:`speclib.analysis.spec.nucleus.expected_logprob`,
-:func:`speclib.analysis.spec.nucleus.outside_nucleus`). A failure is data: an
+(:func:`speclib.analysis.speculation.nucleus.expected_logprob`,
+:func:`speclib.analysis.speculation.nucleus.outside_nucleus`). A failure is data: an
 :class:`~speclib.core.scores.OutputScore` with ``mean_logprob=None`` and ``error``.
 
 The run step (:func:`score_run`): after all series, launch the target without speculation
 (the control's launch, :mod:`speclib.run.launching`), score every successful measured
 record of every series into ``RUN_DIR/output_scores.jsonl`` (one line per output, appended
 and flushed as each finishes), stop the server. The comparison of the scores is
-:mod:`speclib.analysis.spec.sampling`'s; HTTP goes through :mod:`speclib.core.httpapi`.
+:mod:`speclib.analysis.speculation.sampling`'s; HTTP goes through :mod:`speclib.core.httpapi`.
 
 The module is a little over 400 lines: the HTTP scorer, parsing vLLM's log-prob entries
 and the run step are one job (turn a run's outputs into scores) and change together.
@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from speclib.analysis.spec.nucleus import expected_logprob, outside_nucleus
+from speclib.analysis.speculation.nucleus import expected_logprob, outside_nucleus
 from speclib.core.httpapi import HTTPError, request_bytes, served_model
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic

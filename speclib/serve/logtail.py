@@ -2,7 +2,8 @@
 something failed.
 
 :func:`tail` reads a log's last lines without terminal colour codes: a server's log (when
-it fails to start, :mod:`speclib.serve.process`, or dies in a block, :mod:`speclib.run.block`),
+it fails to start, :mod:`speclib.serve.process`, or dies in a block,
+:mod:`speclib.run.replicate_block`),
 but also ``vllm bench serve``'s log and the run's progress log. :func:`root_cause` finds
 the line of a server's log that says why it crashed. Both read vLLM's lines through
 :mod:`speclib.core.logtext`; :mod:`speclib.serve.process` re-exports them.

@@ -1,6 +1,6 @@
 """An aiohttp transport for the kit's client, to weigh its own HTTP/1.1 transport against.
 
-:class:`AiohttpTransport` implements :class:`speclib.measure.schedule.Transport` with one
+:class:`AiohttpTransport` implements :class:`speclib.measure.request_loop.Transport` with one
 ``aiohttp.ClientSession`` (connector limit = concurrency, connections opened before the
 clock through the connector, request headers and bodies prepared before it). The send is
 stamped, by default, when aiohttp reports the request headers sent (its
@@ -83,7 +83,7 @@ class AiohttpTransport:
 
     @classmethod
     def of(cls, url: str, api_key: str | None, concurrency: int) -> AiohttpTransport:
-        """A transport factory for :func:`speclib.measure.schedule.run_requests`."""
+        """A transport factory for :func:`speclib.measure.request_loop.run_requests`."""
         return cls(url, api_key, concurrency)
 
     @classmethod

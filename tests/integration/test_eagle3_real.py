@@ -4,7 +4,7 @@
 :mod:`speclib.demo.synthetic` with ``method: eagle3`` and the target's synthetic head
 (``demo:tiny/eagle3@0.7``): vLLM taps the target's hidden states, runs the head, and
 verifies its guesses, whose acceptance is known exactly on the outputs produced
-(:mod:`speclib.run.truth`). One block of two servers.
+(:mod:`speclib.run.synthetic_truth`). One block of two servers.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.analysis.spec.sampling import METRICS, compare_plausibility
+from speclib.analysis.speculation.sampling import METRICS, compare_plausibility
 from speclib.core.params import ExperimentParams
 from speclib.core.prompts import load_prompts
 from speclib.core.records import read_records

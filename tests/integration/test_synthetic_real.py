@@ -3,7 +3,7 @@
 ``params/cpu-synthetic.yaml`` serves the kit's synthetic pair (:mod:`speclib.demo.synthetic`,
 the GPU demo's construction at tiny shapes): the target's greedy answer follows its chain
 and the draft agrees with it on 70 % of the tokens, so what vLLM must accept on the outputs
-it produced is known exactly (:mod:`speclib.run.truth`). One block of two servers.
+it produced is known exactly (:mod:`speclib.run.synthetic_truth`). One block of two servers.
 """
 
 from __future__ import annotations

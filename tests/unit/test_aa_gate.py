@@ -325,7 +325,7 @@ def _hand_blocks(effects: list[float], target: float) -> int:
 
 
 def test_a_calibration_stops_when_its_target_resolution_is_reached(tmp_path: Path) -> None:
-    from speclib.app.blocks import until_decided
+    from speclib.app.block_loop import until_decided
 
     params = _calibration_params(tmp_path)
     effects = [0.06, -0.06, 0.0, 0.0, 0.0, 0.0]  # ±16.1 % after 3 blocks, ±8.1 % after 4
@@ -347,7 +347,7 @@ def test_a_calibration_stops_when_its_target_resolution_is_reached(tmp_path: Pat
 
 
 def test_a_calibration_that_runs_out_of_blocks_says_how_many_it_would_need(tmp_path) -> None:
-    from speclib.app.blocks import until_decided
+    from speclib.app.block_loop import until_decided
 
     params = _calibration_params(tmp_path)
     effects = [0.2, -0.2, 0.15, -0.15, 0.2, -0.2]

@@ -19,18 +19,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from speclib.analysis.health.bench_agreement import (
+    ADJUSTED_ROW,
+    compare_with_kit,
+    crosscheck_frame,
+    format_crosscheck,
+)
 from speclib.analysis.health.bench_result import (
     BenchCheckError,
     BenchResult,
     load_bench_result,
     merge_bench_results,
     parse_bench_result,
-)
-from speclib.analysis.health.crosscheck import (
-    ADJUSTED_ROW,
-    compare_with_kit,
-    crosscheck_frame,
-    format_crosscheck,
 )
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord
@@ -485,7 +485,7 @@ def test_a_launch_is_cross_checked_on_its_first_closed_loop_level(
     tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from speclib.core.params import load_params
-    from speclib.run.crosscheck import crosscheck_launch
+    from speclib.run.bench_crosscheck import crosscheck_launch
 
     params = load_params(_params_file(tmp_path, [2, 4]))
     ldir = tmp_path / "launch"
@@ -525,7 +525,7 @@ def _tpot_histogram(total_s: float, count: int) -> str:
 
 
 def test_the_servers_own_tpot_between_two_snapshots() -> None:
-    from speclib.analysis.health.crosscheck import server_tpot_ms
+    from speclib.analysis.health.bench_agreement import server_tpot_ms
 
     before, after = _tpot_histogram(0.5, 50), _tpot_histogram(0.5 + 24 * 0.0123, 74)
     assert server_tpot_ms(before, after) == pytest.approx((12.3, 24))
@@ -571,7 +571,7 @@ def test_when_both_clients_match_the_server_the_server_differed() -> None:
 def test_launch_crosschecks_reach_the_warnings_and_the_report(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from speclib.analysis.spec.launches import (
+    from speclib.analysis.speculation.launches import (
         crosscheck_summary,
         crosscheck_warnings,
         read_crosschecks,

@@ -1,4 +1,5 @@
-"""Unit tests of speclib.analysis.stats.blocks: simulated interleaved runs with known truth,
+"""Unit tests of speclib.analysis.stats.block_intervals: simulated interleaved runs with known
+truth,
 edge cases.
 
 The simulation is the interleaved design measured on the 2-core vLLM machine. In each run
@@ -27,8 +28,8 @@ import numpy as np
 import pytest
 
 from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.block_intervals import ONE_BLOCK_NOTE, block_ratio_cis
 from speclib.analysis.stats.block_summary import BlockSummary, block_summary, summarize_blocks
-from speclib.analysis.stats.blocks import ONE_BLOCK_NOTE, block_ratio_cis
 from speclib.analysis.stats.sequential import interval_word
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from speclib.measure import RunOutcome
-from speclib.run.observe import merge_clients, outcome_dict
+from speclib.run.launch_record import merge_clients, outcome_dict
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(240)]
 
@@ -67,7 +67,7 @@ def test_a_fallback_to_in_process_shows_next_to_the_worker() -> None:
 def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) -> None:
     from speclib.core.params import load_params
     from speclib.measure.worker import close_shared_worker
-    from speclib.run.block import run_block
+    from speclib.run.replicate_block import run_block
     from tests.unit.test_robustness import _params
 
     path = _params(tmp_path, n_prompts=3)

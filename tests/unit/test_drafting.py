@@ -1,6 +1,6 @@
 """Every decode step counted: drafted and undrafted steps, from the stream and the counters.
 
-Hand-computed cases of :mod:`speclib.analysis.spec.drafting`, then a run through the CLI on
+Hand-computed cases of :mod:`speclib.analysis.speculation.drafting`, then a run through the CLI on
 stand-in servers with a known truth: half the prompts get every draft accepted, half get no
 proposal at all (an n-gram lookup without a match), on an arm with per-request spec metrics
 and on one without them (as vLLM 0.26 serves).
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib.analysis.spec.drafting import (
+from speclib.analysis.speculation.drafting import (
     drafted_share,
     launch_drafting,
     request_drafting,
     stream_check,
 )
-from speclib.analysis.spec.speedup import alpha_from_mean_length, expected_tokens_per_step
+from speclib.analysis.speculation.speedup import alpha_from_mean_length, expected_tokens_per_step
 from speclib.core.prometheus import SpecCounters
 from tests.helpers import fake_servers_left
 from tests.unit.test_interleaved import _run

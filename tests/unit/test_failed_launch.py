@@ -83,7 +83,7 @@ def test_the_failure_headline_names_the_servers_own_error_whatever_the_kit_saw_f
 
 def test_the_runners_failed_line_carries_the_cause_from_status_json(tmp_path, monkeypatch):
     """execute_block's ``launch_id: error`` (logged by report_block) is the same headline."""
-    from speclib.app import blocks
+    from speclib.app import block_loop
     from speclib.core.rundir import RunDir, write_json_atomic
 
     rd = RunDir.at(tmp_path)
@@ -91,11 +91,11 @@ def test_the_runners_failed_line_carries_the_cause_from_status_json(tmp_path, mo
     write_json_atomic(rd.status_path("spec-r0"), {"error": "no request succeeded\nlog tail",
                                                   "error_cause": cause})  # fmt: skip
     write_json_atomic(rd.status_path("control-r0"), {"ok": True})
-    monkeypatch.setattr(blocks, "execute_notebook", lambda *a, **k: None)  # the block ran
-    monkeypatch.setattr(blocks, "reap_all", lambda rd: None)
+    monkeypatch.setattr(block_loop, "execute_notebook", lambda *a, **k: None)  # the block ran
+    monkeypatch.setattr(block_loop, "reap_all", lambda rd: None)
     block = {"block": "r0", "replicate": 0, "arms": ["control", "spec"],
              "launch_ids": ["control-r0", "spec-r0"]}  # fmt: skip
-    errors = blocks.execute_block("params.yaml", rd, block, "interleaved")
+    errors = block_loop.execute_block("params.yaml", rd, block, "interleaved")
     lines: list[str] = []
-    assert blocks.report_block(block, errors, log=lines.append) == ["spec-r0"]
+    assert block_loop.report_block(block, errors, log=lines.append) == ["spec-r0"]
     assert lines == [f"FAILED spec-r0: no request succeeded: {cause}"]

@@ -268,7 +268,7 @@ def test_a_fixed_kv_cache_must_fit_in_each_share(tmp_path: Path) -> None:
 
 
 def test_a_config_key_leaves_out_the_port_and_follows_the_vllm_version() -> None:
-    from speclib.run.warm_starts import config_key
+    from speclib.run.compile_cache import config_key
 
     a = config_key(["--model", "m", "--port", "1234", "--seed", "0"], "0.26.0")
     assert a == config_key(["--model", "m", "--port", "99", "--seed", "0"], "0.26.0")

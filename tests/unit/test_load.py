@@ -26,8 +26,8 @@ from speclib.analysis.load.goodput import (
     level_table,
     meets_slo,
 )
+from speclib.analysis.load.k_schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.analysis.load.recommend import Recommendation
-from speclib.analysis.load.schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.core.params import ParamsError, load_params
 from tests.helpers import fake_servers_left
 from tests.unit.test_robustness import REPO, _params

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speclib.analysis.spec.agreement import classify_output
-from speclib.analysis.spec.nucleus import expected_logprob, outside_nucleus
-from speclib.analysis.spec.sampling import compare_plausibility, compare_run
+from speclib.analysis.speculation.agreement import classify_output
+from speclib.analysis.speculation.nucleus import expected_logprob, outside_nucleus
+from speclib.analysis.speculation.sampling import compare_plausibility, compare_run
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, append_record

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from speclib.analysis.spec.kv_capacity import kv_cache_tokens, kv_capacity
+from speclib.analysis.speculation.kv_capacity import kv_cache_tokens, kv_capacity
 from speclib.core.rundir import RunDir
 from speclib.report.method import command_lines_html
 

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import pytest
 
-from speclib.analysis.stats.blocks import block_ratio_cis
+from speclib.analysis.stats.block_intervals import block_ratio_cis
 from speclib.analysis.stats.paired import paired_ratio_ci
 from speclib.analysis.stats.sequential import (
     SpendingPlan,

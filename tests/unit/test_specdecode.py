@@ -1,6 +1,6 @@
 """Unit tests of speculative decoding's analysis: acceptance, reconciliation, agreement, model.
 
-Covers speclib.analysis.spec.acceptance, .agreement, .speedup and .chunks.
+Covers speclib.analysis.speculation.acceptance, .agreement, .speedup and .chunks.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import math
 import pandas as pd
 import pytest
 
-from speclib.analysis.spec.acceptance import (
+from speclib.analysis.speculation.acceptance import (
     accepted_per_pos_from_histogram,
     reconcile,
     request_acceptance,
     sum_counters,
 )
-from speclib.analysis.spec.agreement import (
+from speclib.analysis.speculation.agreement import (
     OUTPUT_CLASSES,
     classify_output,
     compare_outputs,
@@ -24,8 +24,8 @@ from speclib.analysis.spec.agreement import (
     greedy_agreement,
     summarize_agreement,
 )
-from speclib.analysis.spec.chunks import tokens_per_chunk_distribution
-from speclib.analysis.spec.speedup import (
+from speclib.analysis.speculation.chunks import tokens_per_chunk_distribution
+from speclib.analysis.speculation.speedup import (
     alpha_from_mean_length,
     expected_tokens_per_step,
     leviathan_speedup,

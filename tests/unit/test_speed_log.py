@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speclib.analysis.spec.speed_log import kv_concurrency, series_speed_lines, speed_lines
+from speclib.analysis.speculation.speed_log import kv_concurrency, series_speed_lines, speed_lines
 
 PREFIX = "\x1b[0;36m(EngineCore pid=4242)\x1b[0;0m \x1b[33mWARNING\x1b[0m 12-02 10:00:00 [x.py:7] "
 DRAFT_LOG = "\n".join(

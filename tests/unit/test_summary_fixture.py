@@ -76,7 +76,7 @@ DRAFTING_FIELDS = (
     "n_requests",
 )
 """Fields the why's decomposition gained after the fixture was stored (every decode step
-counted, drafted or not: speclib/analysis/spec/drafting.py)."""
+counted, drafted or not: speclib/analysis/speculation/drafting.py)."""
 
 
 def pop_drafting(new: dict[str, Any], stored: dict[str, Any]) -> None:

@@ -126,7 +126,7 @@ def test_validate_prints_what_is_left_out_and_refuses_a_bad_flag(tmp_path, capsy
 def test_a_left_out_per_request_flag_does_not_fail_the_mode_check() -> None:
     from speclib.core.params import SeriesParams
     from speclib.core.records import RequestRecord
-    from speclib.run.observe import verify_mode
+    from speclib.run.launch_record import verify_mode
 
     series = SeriesParams(
         name="draft", speculative_config={"method": "ngram", "num_speculative_tokens": 2}

@@ -9,13 +9,13 @@ import math
 import pytest
 import yaml
 
-from speclib.analysis.spec.drafting import DraftedShare
-from speclib.analysis.spec.speedup import (
+from speclib.analysis.speculation.drafting import DraftedShare
+from speclib.analysis.speculation.speedup import (
     alpha_from_mean_length,
     expected_tokens_per_step,
     leviathan_speedup,
 )
-from speclib.analysis.spec.why import DraftCost, explain, paired_stream_factors, stream_steps
+from speclib.analysis.speculation.why import DraftCost, explain, paired_stream_factors, stream_steps
 from speclib.core.params import ParamsError, load_params
 from tests.helpers import fake_servers_left
 from tests.unit.test_interleaved import _run

@@ -4,7 +4,7 @@
 ``vllm bench serve --save-detailed`` writes as a :class:`BenchResult` (with its per-request
 detail, :class:`BenchRequest`); :func:`merge_bench_results` pools several runs of the same
 load. A result that cannot be read raises :class:`BenchCheckError`. The comparison with the
-kit's own records is :mod:`speclib.analysis.health.crosscheck`.
+kit's own records is :mod:`speclib.analysis.health.bench_agreement`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.spec.launches import LaunchMetrics
+from speclib.analysis.speculation.launches import LaunchMetrics
 from speclib.core.records import LATE_CHUNKS_FLAG, read_records
 from speclib.core.rundir import RunDir
 

@@ -3,9 +3,9 @@
 Four facts that are not measurements of the arms but bear on reading them: the server
 flags the installed vLLM lacked and the kit left out (manifest ``cli``), where each arm ran
 and with what memory share (manifest ``placement`` and ``memory_plan``), vLLM's own log
-lines that bear on speed per series (:mod:`speclib.analysis.spec.speed_log`), and, with a
+lines that bear on speed per series (:mod:`speclib.analysis.speculation.speed_log`), and, with a
 synthetic draft, the acceptance vLLM reported against the pair's truth
-(:mod:`speclib.analysis.spec.acceptance_truth`). :func:`stack_facts` reads them from the run
+(:mod:`speclib.analysis.speculation.acceptance_truth`). :func:`stack_facts` reads them from the run
 folder; :func:`stack_warnings` turns the ones a reader must not miss into warnings.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from speclib.analysis.health.placement_notes import placement_line, placement_warnings
-from speclib.analysis.spec.acceptance_truth import truth_rows, truth_summary
-from speclib.analysis.spec.speed_log import series_speed_lines
+from speclib.analysis.speculation.acceptance_truth import truth_rows, truth_summary
+from speclib.analysis.speculation.speed_log import series_speed_lines
 from speclib.core.rundir import RunDir
 
 __all__ = ["stack_facts", "stack_warnings"]

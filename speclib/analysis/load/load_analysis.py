@@ -1,7 +1,7 @@
 """Speculation against load: the per-level table, break-even loads, k schedules, goodput.
 
 :func:`analyze_load` joins the pure functions of :mod:`speclib.analysis.load.breakeven`,
-:mod:`speclib.analysis.load.goodput` and :mod:`speclib.analysis.load.schedule` over one run's
+:mod:`speclib.analysis.load.goodput` and :mod:`speclib.analysis.load.k_schedule` over one run's
 records, comparisons and sweep recommendations into one frozen :class:`LoadAnalysis`
 (``summary.json``'s ``load`` entry, the report's load section). The verdict uses TPOT, the
 speed each user sees; at high load an operator may care more about throughput, so output
@@ -25,8 +25,8 @@ from speclib.analysis.load.goodput import (
     highest_sustained,
     level_table,
 )
+from speclib.analysis.load.k_schedule import KSchedule, k_schedule
 from speclib.analysis.load.recommend import Recommendation
-from speclib.analysis.load.schedule import KSchedule, k_schedule
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import AA_ARM, ExperimentParams

@@ -9,7 +9,8 @@ control is ADOPT. When no arm of the family is ADOPT the answer is "no k pays" (
 **The test.** The best arm is the one with the lowest mean per-block log-ratio ``d``
 against the control. For every other arm ``a`` the ratio of ratios ``a / best`` rests on
 the two arms' own noise (each arm has its own instance variance, see
-:mod:`speclib.analysis.stats.blocks`): where they share at least two blocks, a paired t-interval
+:mod:`speclib.analysis.stats.block_intervals`): where they share at least two blocks, a paired
+t-interval
 on the per-block differences ``d[a, b] - d[best, b]`` (the control's error cancels;
 df = shared blocks − 1); otherwise Welch's t on the two arms' block means (Satterthwaite
 df). An arm is *within δ* when the upper bound is below ``1 + δ``. Holm's step-down runs

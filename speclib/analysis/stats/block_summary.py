@@ -3,7 +3,7 @@
 :func:`summarize_blocks` turns per-pair log-ratios labelled by arm and replicate block into
 a :class:`BlockSummary` (per arm and block: the mean log-ratio ``d[a, b]``, the number of
 pairs, the within-cell variance); :func:`block_summary` builds one from those figures
-directly. :func:`speclib.analysis.stats.blocks.block_ratio_cis` turns a summary into one
+directly. :func:`speclib.analysis.stats.block_intervals.block_ratio_cis` turns a summary into one
 interval per arm.
 """
 

@@ -193,7 +193,7 @@ def paired_mean_interval(
 
     The one-stage interval of :func:`paired_ratio_ci` (which passes log latencies), shared
     by other paired comparisons on an additive scale (the per-prompt log-prob differences
-    of :mod:`speclib.analysis.spec.sampling`). ``control`` and ``experiment`` are 1-D float
+    of :mod:`speclib.analysis.speculation.sampling`). ``control`` and ``experiment`` are 1-D float
     arrays of equal length, at least two pairs, already validated by the caller.
     :func:`scipy.stats.bootstrap` (``paired=True``) runs with ``method`` (``"BCa"`` or
     ``"percentile"``); ``obstacle``, the caller's reason why BCa cannot work on its data,

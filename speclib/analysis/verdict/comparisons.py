@@ -28,15 +28,15 @@ from typing import Any
 import pandas as pd
 
 from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
-from speclib.analysis.spec.agreement import (
+from speclib.analysis.speculation.agreement import (
     Agreement,
     AgreementSummary,
     compare_outputs,
     count_bad_outputs,
     summarize_agreement,
 )
-from speclib.analysis.spec.launches import LaunchMetrics
-from speclib.analysis.spec.why import WhySpeedup
+from speclib.analysis.speculation.launches import LaunchMetrics
+from speclib.analysis.speculation.why import WhySpeedup
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import (
@@ -104,7 +104,9 @@ class Comparison:
     explanation: WhySpeedup | None
     peak_rss_bytes: int | None
     pairs: pd.DataFrame = field(repr=False)
-    plausibility: Any = None  # speclib.analysis.spec.sampling.PlausibilityResult (sampled runs)
+    plausibility: Any = (
+        None  # speclib.analysis.speculation.sampling.PlausibilityResult (sampled runs)
+    )
     by_category: dict[str, CategoryRatio] = field(default_factory=dict)
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
 

@@ -10,7 +10,7 @@ deployment, with the expected traffic-weighted TPOT ratio of doing so (each cate
 share of the traffic, at its chosen arm's ratio, 1 where off) beside that of one deployment
 for all (the best pooled arm's ratio). Where the choice differs between load levels, vLLM
 can act on it itself: ``speculative_config.num_speculative_tokens_per_batch_size`` (the k
-schedule of :mod:`speclib.analysis.load.schedule`, written by ``speclib schedule``).
+schedule of :mod:`speclib.analysis.load.k_schedule`, written by ``speclib schedule``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 ``/metrics`` deltas (with the reconciliation of the two); :func:`explain_speedup` splits
 the measured speed-up into tokens per verify step and step cost and, when the draft cost
 ``c`` is known independently (:func:`draft_cost`: the draft served alone), sets the
-standard model's prediction beside it (:mod:`speclib.analysis.spec.why`).
+standard model's prediction beside it (:mod:`speclib.analysis.speculation.why`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 import pandas as pd
 
 from speclib.analysis.frames import pair_frame
-from speclib.analysis.spec.acceptance import request_acceptance, sum_counters
-from speclib.analysis.spec.drafting import (
+from speclib.analysis.speculation.acceptance import request_acceptance, sum_counters
+from speclib.analysis.speculation.drafting import (
     DraftedShare,
     drafted_share,
     request_drafting,
     stream_check,
 )
-from speclib.analysis.spec.launches import LaunchMetrics
-from speclib.analysis.spec.why import (
+from speclib.analysis.speculation.launches import LaunchMetrics
+from speclib.analysis.speculation.why import (
     DraftCost,
     WhySpeedup,
     explain,
@@ -139,7 +139,7 @@ def arm_drafting(
     df: pd.DataFrame, name: str, pairs: pd.DataFrame, lms: list[LaunchMetrics]
 ) -> DraftedShare | None:
     """The share of the experiment's decode steps that had a draft, over its requests of the
-    pairs' load level(s) (:func:`speclib.analysis.spec.drafting.drafted_share`)."""
+    pairs' load level(s) (:func:`speclib.analysis.speculation.drafting.drafted_share`)."""
     levels = set(pairs["level"]) if "level" in pairs else set()
     rows = df[(df["series"] == name) & df["level"].isin(levels) & df["ok"].astype(bool)]
     reqs = [request_drafting(c, s if isinstance(s, dict) else None) for c, s in _streams(rows)]
@@ -157,7 +157,7 @@ def explain_speedup(
     launches: list[LaunchMetrics] | None = None,
 ) -> WhySpeedup | None:
     """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
-    known independently (:mod:`speclib.analysis.spec.why`)."""
+    known independently (:mod:`speclib.analysis.speculation.why`)."""
     spec_cfg = params.series_by_name(name).speculative_config or {}
     if not spec_cfg or tpot is None or not (tpot.estimate > 0) or not len(pairs):
         return None

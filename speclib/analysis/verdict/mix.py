@@ -8,7 +8,7 @@ against the run's categories (known categories, non-negative shares that sum to 
 :func:`mix_ratio_ci` is the pooled interval for that mix, on the verdict's block model:
 per replicate block ``b`` and category ``c`` the arm's contrast ``c[b, c]`` (mean paired
 log-ratio, less half the A/A arm's with an A/A arm, as in
-:mod:`speclib.analysis.stats.blocks`), then ``D[b] = Σ_c w_c c[b, c]`` over the blocks that
+:mod:`speclib.analysis.stats.block_intervals`), then ``D[b] = Σ_c w_c c[b, c]`` over the blocks that
 hold every category of positive share, and a paired t-interval on the ``D[b]`` with
 ``blocks - 1`` degrees of freedom. The decision rule and Holm's family are the pooled
 verdict's (:func:`speclib.analysis.verdict.tpot_verdict.decide_family` takes ``mix``).

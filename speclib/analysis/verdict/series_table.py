@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 
 from speclib.analysis.frames import finite_median
-from speclib.analysis.spec.agreement import count_bad_outputs
-from speclib.analysis.spec.chunks import tokens_per_chunk_distribution
+from speclib.analysis.speculation.agreement import count_bad_outputs
+from speclib.analysis.speculation.chunks import tokens_per_chunk_distribution
 from speclib.core.params import (
     ExperimentParams,
     SeriesParams,

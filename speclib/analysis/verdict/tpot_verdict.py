@@ -4,7 +4,8 @@ A verdict must survive the machine's own noise: measured on the kit's CPU machin
 drifts ±10 % between windows, shifts regime inside a launch, and two identical servers
 differ by ~5 %. The per-pair bootstrap over one launch per arm cannot see the last of these
 (it gave 2 false verdicts in 6 A/A runs). So the TPOT interval of every arm comes from
-:mod:`speclib.analysis.stats.blocks`: a paired t-interval on that arm's own per-replicate-block
+:mod:`speclib.analysis.stats.block_intervals`: a paired t-interval on that arm's own
+per-replicate-block
 contrasts against the control (with an A/A arm: against the mean of the two control
 servers), on ``blocks - 1`` degrees of freedom. Each arm's interval rests on its own noise;
 only the control and the A/A arm, two copies of one server, are treated as exchangeable.
@@ -43,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.block_intervals import BlockAnalysis, BlockArmCI, block_ratio_cis
 from speclib.analysis.stats.block_summary import summarize_blocks
-from speclib.analysis.stats.blocks import BlockAnalysis, BlockArmCI, block_ratio_cis
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, holm_decide
 from speclib.analysis.verdict.mix import mix_ratio_ci

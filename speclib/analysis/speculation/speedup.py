@@ -3,7 +3,8 @@
 :func:`leviathan_speedup` and :func:`expected_tokens_per_step` are the model;
 :func:`alpha_from_mean_length` turns a measured mean acceptance length into its per-token
 ``α``. The draft cost ``c`` is an input, never fitted to the timings the model is meant to
-explain (see :mod:`speclib.analysis.spec.why`). Pure arithmetic; inputs are validated first and
+explain (see :mod:`speclib.analysis.speculation.why`). Pure arithmetic; inputs are validated first
+and
 errors name the argument.
 """
 

@@ -254,7 +254,7 @@ def crosscheck_arm(
         died = {"error": "the server died before the vllm bench cross-check"}
         write_json_atomic(files.crosscheck, died)
         return _crosscheck_brief(died)
-    from speclib.run.crosscheck import crosscheck_launch
+    from speclib.run.bench_crosscheck import crosscheck_launch
 
     salted = params.protocol.cache_policy != "off" or arm.external
     check = crosscheck_launch(

@@ -6,7 +6,7 @@ the same launch (mean and median TTFT and TPOT, acceptance, the server's own TPO
 :class:`CrossCheck` with a verdict; :func:`crosscheck_frame` and
 :func:`format_crosscheck` present checks for the report and the terminal. Nothing here
 starts a process or calls a server: running the bench is :mod:`speclib.run.vllm_bench`'s
-job, orchestrating a cross-check :mod:`speclib.run.crosscheck`'s.
+job, orchestrating a cross-check :mod:`speclib.run.bench_crosscheck`'s.
 
 Both this comparison and the import apply vLLM's own summary formulas
 (:func:`~speclib.analysis.health.bench_result.vllm_ms`) to the two clients' requests.

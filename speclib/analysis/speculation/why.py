@@ -19,7 +19,7 @@ Every decode step counts, drafted or not. vLLM's acceptance counters (and the me
 length read from them) cover only the steps that had a draft; a step whose proposer found
 nothing (an n-gram lookup without a match) yields one token at a plain step's cost and is
 invisible to them. The share of decode steps that had a draft
-(:mod:`speclib.analysis.spec.drafting`: per-request metrics, else ``num_drafts`` over the
+(:mod:`speclib.analysis.speculation.drafting`: per-request metrics, else ``num_drafts`` over the
 streams' decode steps) weighs the model: tokens per step ``s·E[accepted + 1 | drafted] +
 (1 − s)``, cost per step ``s·(1 + k·c) + (1 − s)·1`` (an undrafted step costs a plain step
 plus the proposer's lookup, 0 for n-gram). Without that share there is no prediction, never
@@ -33,8 +33,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from speclib.analysis.spec.drafting import DraftedShare
-from speclib.analysis.spec.speedup import alpha_from_mean_length, expected_tokens_per_step
+from speclib.analysis.speculation.drafting import DraftedShare
+from speclib.analysis.speculation.speedup import alpha_from_mean_length, expected_tokens_per_step
 from speclib.core.wording import ratio_words
 
 __all__ = [
@@ -296,7 +296,7 @@ def explain(
     control's TPOT over the experiment's (above 1 is a win); ``verify_tokens`` is the mean
     acceptance length on drafted steps (the drafting's own where it has one) and
     ``drafting`` the share of decode steps that had a draft
-    (:func:`speclib.analysis.spec.drafting.drafted_share`). For ``method == "ngram"`` the
+    (:func:`speclib.analysis.speculation.drafting.drafted_share`). For ``method == "ngram"`` the
     draft cost is 0 by definition; otherwise ``draft_cost`` must be measured elsewhere (the
     draft served alone), and ``no_cost_reason`` says why it is not.
     """

@@ -6,7 +6,7 @@ outside the top-p nucleus (both used by :mod:`speclib.run.scoring` when it score
 Over a run's scores (:mod:`speclib.core.scores`), :func:`per_prompt_means` averages one
 metric per prompt, and :func:`nucleus_test` is the sign test over prompts of outputs
 outside the nucleus in the experiment only against the control only. The plausibility
-comparison built on them is :mod:`speclib.analysis.spec.sampling`.
+comparison built on them is :mod:`speclib.analysis.speculation.sampling`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The acceptance vLLM reported, held against the truth of a synthetic draft.
 
-For a launch whose draft was built by the kit (:mod:`speclib.run.truth` wrote what that
+For a launch whose draft was built by the kit (:mod:`speclib.run.synthetic_truth` wrote what that
 draft must accept on the launch's outputs into its ``status.json``), :func:`truth_rows`
 puts side by side, per draft position: the acceptance from the launch's ``/metrics``
 deltas, the exact expectation on those outputs, and the pair's declared acceptance

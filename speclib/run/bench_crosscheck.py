@@ -2,12 +2,13 @@
 
 :func:`crosscheck_server` (``speclib crosscheck``) measures one running server with both
 clients in alternating rounds, from the same prompts and sampling, and writes
-``crosscheck.json``; :func:`crosscheck_launch` (called by :mod:`speclib.run.block` while
+``crosscheck.json``; :func:`crosscheck_launch` (called by :mod:`speclib.run.replicate_block` while
 a measured launch's server is still up) runs the bench once on the launch's first
 closed-loop level and compares it with the kit's records of that level. Both read the
 server's ``/metrics`` around each side's traffic (acceptance, the server's own TPOT).
 The requests come from :mod:`speclib.run.requests`, the bench from
-:mod:`speclib.run.vllm_bench`, and the comparison from :mod:`speclib.analysis.health.crosscheck`;
+:mod:`speclib.run.vllm_bench`, and the comparison from
+:mod:`speclib.analysis.health.bench_agreement`;
 :class:`BenchCheckError` (defined there, since reading a result can raise it) is
 re-exported here for callers of the orchestrators.
 """
@@ -24,13 +25,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from speclib.analysis.health.bench_result import BenchCheckError, BenchResult, merge_bench_results
-from speclib.analysis.health.crosscheck import (
+from speclib.analysis.health.bench_agreement import (
     DEFAULT_TOLERANCE,
     CrossCheck,
     compare_with_kit,
     server_tpot_ms,
 )
+from speclib.analysis.health.bench_result import BenchCheckError, BenchResult, merge_bench_results
 from speclib.core.datasets import workload_prompts
 from speclib.core.httpapi import fetch_metrics, served_model, server_root
 from speclib.core.params import ExperimentParams, load_params, resolve_model_ref
@@ -223,7 +224,7 @@ def crosscheck_launch(
 ) -> dict[str, Any]:
     """Cross-check one series launch while its server is still up; never raises.
 
-    For :mod:`speclib.run.block`, after the measured requests and the final ``/metrics``
+    For :mod:`speclib.run.replicate_block`, after the measured requests and the final ``/metrics``
     snapshot (so the bench's traffic pollutes none of the kit's counters). Runs vllm bench
     once on the first closed-loop load level with the workload's prompts, repeats and
     sampling, compares it with that level's successful records (acceptance from the level's

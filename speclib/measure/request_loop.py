@@ -25,7 +25,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from speclib.measure.outcome import (
+from speclib.measure.parse import FinishedResponse, ResponseParser, describe_failure, parse_steps
+from speclib.measure.request import RequestSpec, chat_url
+from speclib.measure.run_bookkeeping import (
     SATURATION_SHARE,
     LagProbe,
     Progress,
@@ -35,8 +37,6 @@ from speclib.measure.outcome import (
     SinkThread,
     to_record,
 )
-from speclib.measure.parse import FinishedResponse, ResponseParser, describe_failure, parse_steps
-from speclib.measure.request import RequestSpec, chat_url
 from speclib.measure.sse import Accumulator
 from speclib.measure.transport import Http1Transport
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.spec.acceptance import Reconciliation, reconcile
-from speclib.analysis.spec.drafting import LaunchDrafting, launch_drafting, request_drafting
+from speclib.analysis.speculation.acceptance import Reconciliation, reconcile
+from speclib.analysis.speculation.drafting import LaunchDrafting, launch_drafting, request_drafting
 from speclib.core.prometheus import (
     CounterResetError,
     PrefixCacheDelta,
