@@ -100,32 +100,53 @@ def test_every_link_between_the_docs_pages_resolves() -> None:
     assert not missing, missing
 
 
-def _gpu_comparisons() -> dict[tuple[str, str], dict]:
+def _gpu_comparisons(path: str) -> dict[tuple[str, str], dict]:
     import json
 
-    summary = json.loads((REPO / "evidence/gpu-h200/summary.json").read_text(encoding="utf-8"))
+    summary = json.loads((REPO / path).read_text(encoding="utf-8"))
     return {(c["experiment"], c["load"]): c for c in summary["comparisons"]}
 
 
+def _segment(path: str, arm: str, load: str, name: str) -> dict:
+    import json
+
+    summary = json.loads((REPO / path).read_text(encoding="utf-8"))
+    level = next(a for a in summary["answer"]["arms"] if (a["arm"], a["load"]) == (arm, load))
+    return next(s for s in level["segments"] if (s["cut"], s["segment"]) == ("category", name))
+
+
+def _span(rows: list[dict]) -> str:
+    ratios = sorted(r["tpot_ratio"] for r in rows)
+    return f"×{ratios[0]:.2f}–{ratios[-1]:.2f}"
+
+
 def test_the_readmes_gpu_figures_are_the_committed_runs() -> None:
-    """The README's H200 sentence quotes decisions and TPOT ratios: they are the summary's."""
-    found = _gpu_comparisons()
+    """The README's GPU paragraph quotes decisions, TPOT ratios and segment ratios: they are
+    the committed runs' summaries (re-analysed with the segment answer)."""
     text = " ".join(README.read_text(encoding="utf-8").split())
     loads = ("c=1", "c=8", "c=32")
-    k2 = [found["draft-k2", c] for c in loads]
+    h100 = _gpu_comparisons("evidence/gpu-h100/reanalysis/summary.json")
+    eagle = [h100["eagle3-k3", c] for c in loads]
+    draft = [h100["draft-k3", c] for c in loads]
+    ngram = [h100["ngram-k4", c] for c in loads]
+    assert all(c["decision"] == "adopt" for c in eagle)
+    assert all(c["decision"] == "reject" for c in draft)
+    assert all(c["decision"] == "mixed" for c in ngram)
+    assert ngram[0]["pooled_decision"] == "adopt"
+    assert f"EAGLE-3 k=3 at every load (TPOT {_span(eagle)})" in text
+    assert f"draft_model k=3 at every load ({_span(draft)})" in text
+    assert f'pooled ×{ngram[0]["tpot_ratio"]:.2f} "adopt" at c=1' in text
+    for name in ("echo", "fresh"):
+        s = _segment("evidence/gpu-h100/reanalysis/summary.json", "ngram-k4", "c=1", name)
+        assert f"×{s['estimate']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]" in text, name
+    h200 = _gpu_comparisons("evidence/gpu-h200/reanalysis/summary.json")
+    k2 = [h200["draft-k2", c] for c in loads]
     assert all(c["decision"] == "reject" for c in k2)
-    k4 = [found["draft-k4", c] for c in loads]
-    assert [c["decision"] for c in k4] == ["reject", "reject", "inconclusive"]
-    ngram = [found["ngram-k4", c] for c in loads]
-    assert all(c["decision"] == "inconclusive" for c in ngram)
-
-    def span(rows: list[dict]) -> str:
-        ratios = sorted(r["tpot_ratio"] for r in rows)
-        return f"×{ratios[0]:.2f}–{ratios[-1]:.2f}"
-
-    assert f"k=2 at every load (TPOT {span(k2)})" in text
-    assert f"k=4 at c = 1 and 8 ({span(k4[:2])}; inconclusive at c=32)" in text
-    assert f"n-gram inconclusive ({span(ngram)}:" in text
+    assert f"draft_model k=2 was rejected at every load ({_span(k2)})" in text
+    n200 = [h200["ngram-k4", c] for c in loads]
+    assert [c["decision"] for c in n200] == ["mixed", "mixed", "inconclusive"]
+    assert all(c["pooled_decision"] == "inconclusive" for c in n200)
+    assert f"pooled {_span(n200)} and inconclusive, is mixed at c = 1 and 8" in text
 
 
 def test_the_two_commands_are_on_the_readmes_first_screen() -> None:

@@ -380,3 +380,42 @@ def html_text(text: str) -> str:
     import html
 
     return html.escape(text[0].upper() + text[1:])
+
+
+def test_routing_is_advised_only_where_it_beats_one_deployment_by_more_than_the_margin():
+    """The H100 evidence at c=32: echo best on n-gram (×0.626), fresh on EAGLE-3 (×0.635),
+    EAGLE-3 for all ×0.64: two deployments would gain ~1 %, under δ, so no routing advice;
+    an echo ×0.3 / fresh off split against a pooled ×0.8 is worth routing."""
+    from speclib.analysis.verdict import deploy
+
+    close = [
+        deploy.Choice(2, "c=32", "echo", "on", "ngram-k4", 0.626, 0.5),
+        deploy.Choice(2, "c=32", "fresh", "on", "eagle3-k3", 0.635, 0.5),
+    ]
+    assert deploy._advice(close, {"eagle3-k3": 0.636, "ngram-k4": 0.996}, 0.05) is None
+    split = [
+        deploy.Choice(0, "c=1", "echo", "on", "ngram-k4", 0.3, 0.5),
+        deploy.Choice(0, "c=1", "fresh", "off", None, None, 0.5),
+    ]
+    text = deploy._advice(split, {"ngram-k4": 0.8}, 0.05)
+    assert text.startswith("at c=1: route echo on ngram-k4 to a deployment with speculation and "
+                           "fresh to one without: expected TPOT ×0.65")  # fmt: skip
+    assert "×0.80 for one deployment for all (ngram-k4 on" in text
+    two_arms = [deploy.Choice(2, "c=32", "echo", "on", "ngram-k4", 0.3, 0.5), close[1]]
+    assert "with speculation each" in deploy._advice(two_arms, {"eagle3-k3": 0.636}, 0.05)
+
+
+def test_a_best_arm_that_changes_with_load_is_not_sold_as_a_k_schedule():
+    """vLLM's num_speculative_tokens_per_batch_size switches k, not the method: EAGLE-3 at
+    c=1 and n-gram at c=32 for one category is named as such; on at c=1 and off at c=32
+    points to the k schedule."""
+    from speclib.analysis.verdict import deploy
+
+    methods = {"echo": [deploy.Choice(0, "c=1", "echo", "on", "eagle3-k3", 0.53, 0.5),
+                        deploy.Choice(2, "c=32", "echo", "on", "ngram-k4", 0.63, 0.5)]}  # fmt: skip
+    text = deploy._load_advice(methods)
+    assert "best arm changes with load (echo: eagle3-k3 at c=1, ngram-k4 at c=32)" in text
+    assert "not the method" in text
+    onoff = {"fresh": [deploy.Choice(0, "c=1", "fresh", "on", "ngram-k4", 0.8, 0.5),
+                       deploy.Choice(2, "c=32", "fresh", "off", None, None, 0.5)]}  # fmt: skip
+    assert deploy._load_advice(onoff).startswith("the choice changes with load: vLLM can switch k")

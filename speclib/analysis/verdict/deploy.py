@@ -5,8 +5,9 @@ cut), :func:`deployment` picks for every category at every load level the arm to
 with: the fastest arm whose segment verdict is "adopt" (**on**), else **off** when every
 arm was decided not to pay on it (worse, or shown to gain nothing), else **undecided**.
 vLLM cannot choose a speculative config per request, so where the categories' choices
-differ at a level the advice is to **route** those requests to a separate
-deployment, with the expected traffic-weighted TPOT ratio of doing so (each category at its
+differ at a level, and routing them apart beats the best single deployment by more than
+the margin δ, the advice is to **route** those requests to a separate deployment, with the
+expected traffic-weighted TPOT ratio of doing so (each category at its
 share of the traffic, at its chosen arm's ratio, 1 where off) beside that of one deployment
 for all (the best pooled arm's ratio). Where the choice differs between load levels, vLLM
 can act on it itself: ``speculative_config.num_speculative_tokens_per_batch_size`` (the k
@@ -91,35 +92,60 @@ def deployment(
                               best.arm if best else None, best.estimate if best else None,
                               share))  # fmt: skip
         choices += row
-        text = _advice(row, {a: r for (lv, a), r in pooled.items() if lv == level})
+        text = _advice(row, {a: r for (lv, a), r in pooled.items() if lv == level}, margin)
         if text:
             advice.append((level, text))
-    by_level: dict[str, set[tuple[str, str | None]]] = {}
+    by_category: dict[str, list[Choice]] = {}
     for c in choices:
         if c.choice != "undecided":
-            by_level.setdefault(c.category, set()).add((c.choice, c.arm))
-    if any(len(v) > 1 for v in by_level.values()) and len({c.level for c in choices}) > 1:
-        advice.append((-1, "the choice changes with load: vLLM can switch k by batch size "
-                           "itself (speculative_config.num_speculative_tokens_per_batch_size; "
-                           "`speclib schedule RUN_DIR --out FILE` writes the params that "
-                           "confirm the k schedule)"))  # fmt: skip
+            by_category.setdefault(c.category, []).append(c)
+    changing = {cat: row for cat, row in by_category.items()
+                if len({(c.choice, c.arm) for c in row}) > 1}  # fmt: skip
+    if changing and len({c.level for c in choices}) > 1:
+        advice.append((-1, _load_advice(changing)))
     return Deployment(tuple(choices), tuple(advice))
 
 
-def _advice(row: Sequence[Choice], pooled: Mapping[str, float]) -> str | None:
-    """The level's advice when its categories' choices differ (None otherwise)."""
+def _advice(row: Sequence[Choice], pooled: Mapping[str, float], margin: float) -> str | None:
+    """The level's advice when its categories' choices differ and routing them apart beats
+    the best single deployment by more than the margin δ (None otherwise)."""
     if len({(c.choice, c.arm) for c in row}) < 2 or any(c.choice == "undecided" for c in row):
         return None
     routed = sum(c.share * (c.ratio if c.choice == "on" and c.ratio else 1.0) for c in row)
     total = sum(c.share for c in row)
     routed = routed / total if total else math.nan
     best = min(pooled.items(), key=lambda kv: kv[1], default=(None, math.nan))
+    one = min(best[1], 1.0) if math.isfinite(best[1]) else 1.0
+    if not routed < one * (1 - margin):  # routing gains less than δ over one deployment
+        return None
     on = [f"{c.category} on {c.arm}" for c in row if c.choice == "on"]
     off = [c.category for c in row if c.choice == "off"]
-    one = min(best[1], 1.0) if math.isfinite(best[1]) else 1.0
+    where = (
+        f"route {', '.join(on)} to a deployment with speculation"
+        + (" each" if len({c.arm for c in row if c.choice == "on"}) > 1 else "")
+        + (f" and {', '.join(off)} to one without" if off else "")
+    )
     return (
-        f"at {row[0].load}: route {', '.join(on)} to a deployment with speculation and "
-        f"{', '.join(off)} to one without: expected TPOT ×{routed:.2f} for the traffic "
+        f"at {row[0].load}: {where}: expected TPOT ×{routed:.2f} for the traffic "
         f"(traffic-weighted), against ×{one:.2f} for one deployment for all"
         + (f" ({best[0]} on, ×{best[1]:.2f})" if best[0] and best[1] < 1 else " (speculation off)")
     )
+
+
+def _load_advice(changing: Mapping[str, Sequence[Choice]]) -> str:
+    """Advice where a category's choice changes with load: vLLM switches k (or turns the
+    drafts off) by batch size itself, but not the speculative method."""
+    arms = {c.arm for row in changing.values() for c in row if c.choice == "on"}
+    if len(arms) <= 1:
+        return ("the choice changes with load: vLLM can switch k by batch size itself "
+                "(speculative_config.num_speculative_tokens_per_batch_size; "
+                "`speclib schedule RUN_DIR --out FILE` writes the params that confirm the "
+                "k schedule)")  # fmt: skip
+    where = "; ".join(
+        f"{cat}: " + ", ".join(f"{c.arm or 'off'} at {c.load}" for c in row)
+        for cat, row in changing.items()
+    )
+    return (f"the best arm changes with load ({where}): vLLM switches k by batch size "
+            "(speculative_config.num_speculative_tokens_per_batch_size), not the method; "
+            "where those arms share a method `speclib schedule RUN_DIR --out FILE` writes "
+            "the k schedule, else choose the arm for the load you serve at")  # fmt: skip
