@@ -44,8 +44,7 @@ from speclib.analysis.health.instrument import (
 from speclib.analysis.health.integrity import Integrity, require_whole
 from speclib.analysis.health.run_warnings import run_warnings
 from speclib.analysis.health.stack import stack_facts, stack_warnings
-from speclib.analysis.health.trust import bench_trust, pre_checks, problem_of
-from speclib.analysis.health.ttft_lag import ttft_problems
+from speclib.analysis.health.trust import bench_trust, pre_checks, problem_of, ttft_problems
 from speclib.analysis.health.workload_checks import workload_checks
 from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
 from speclib.analysis.load.recommend import Recommendation, sweep_recommendations

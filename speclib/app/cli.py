@@ -196,8 +196,7 @@ def _shown(
 ) -> int:
     """Run ``call(log)`` under the terminal display; end with the verdicts or one line."""
     from speclib.app.terminal import interrupted_line, open_display
-    from speclib.app.verdict_lines import failed_line
-    from speclib.app.verdicts import outcome_json, print_verdicts
+    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
 
     try:
         with open_display(run_dir, quiet=args.quiet) as display:

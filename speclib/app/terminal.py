@@ -12,7 +12,7 @@ RunWatcher` on the run folder. Three kinds, chosen by :func:`open_display`:
 - **quiet**: failures only.
 
 At the end the runner prints the verdicts (:mod:`speclib.app.verdicts`). No line of the
-display is longer than :data:`~speclib.app.verdict_cells.MAX_LINE`. :func:`interrupted_line`
+display is longer than :data:`~speclib.app.verdicts.MAX_LINE`. :func:`interrupted_line`
 says in one line what an interruption stopped and what it kept.
 """
 
@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from speclib.app.progress import RunEvent, RunState, RunWatcher
 from speclib.app.server_log import START_PHASES
-from speclib.app.verdict_cells import MAX_LINE, fit
+from speclib.app.verdicts import MAX_LINE, fit
 from speclib.core.rundir import RunDir
 
 __all__ = [

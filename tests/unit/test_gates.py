@@ -232,8 +232,7 @@ def _mixed_verdict():
 
 
 def test_terminal_verdict_table_shows_not_assessed_gates_never_as_passed(tmp_path: Path):
-    from speclib.app.verdict_cells import gate_marks
-    from speclib.app.verdicts import print_verdicts
+    from speclib.app.verdicts import gate_marks, print_verdicts
 
     verdict = _mixed_verdict()
     gates = [g.to_dict() for g in verdict.gates]

@@ -31,8 +31,9 @@ from speclib.analysis.health.trust import (
     late_check,
     pre_checks,
     problem_of,
+    ttft_lag_causes,
+    ttft_problems,
 )
-from speclib.analysis.health.ttft_lag import ttft_lag_causes, ttft_problems
 from speclib.analysis.stats.paired import RatioCI
 from speclib.core.prometheus import histogram_mean
 from speclib.core.records import RequestRecord, server_tpot_s, server_ttft_s, tpot_s

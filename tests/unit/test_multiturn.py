@@ -16,8 +16,7 @@ import yaml
 
 from speclib.analysis.frames import pair_frame, records_frame
 from speclib.analysis.verdict.categories import TURN_NOTE, turn_ratios
-from speclib.app.verdict_cells import MAX_LINE
-from speclib.app.verdict_lines import turn_lines
+from speclib.app.verdicts import MAX_LINE, turn_lines
 from speclib.core.datasets import read_dataset
 from speclib.core.params import ExperimentParams, ParamsError, load_params
 from speclib.core.prompts import Prompt

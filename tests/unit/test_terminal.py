@@ -540,7 +540,7 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
     ],
 )  # fmt: skip
 def test_short_reason_is_one_phrase(over, reason):
-    from speclib.app.verdict_cells import REASON_WIDTH, short_reason
+    from speclib.app.verdicts import REASON_WIDTH, short_reason
 
     text = short_reason(_comparison("spec", **over))
     assert reason in text and len(text) <= REASON_WIDTH
@@ -550,8 +550,7 @@ def test_verdict_json_and_a_summary_without_comparisons(tmp_path):
     import io
 
     from speclib.app.runner import RunResult
-    from speclib.app.verdict_lines import failed_line
-    from speclib.app.verdicts import outcome_json, print_verdicts
+    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
 
     row = _comparison("draft-k4")
     summary = tmp_path / "summary.json"
@@ -573,7 +572,7 @@ def test_plain_lines_never_exceed_160_characters():
     import io
 
     from speclib.app.terminal import Display
-    from speclib.app.verdict_cells import MAX_LINE
+    from speclib.app.verdicts import MAX_LINE
 
     out = io.StringIO()
     display = Display("/nonexistent", stream=out)

@@ -445,7 +445,7 @@ def test_the_run_analysis_carries_the_workload_checks_to_summary_report_and_term
     tmp_path: Path,
 ) -> None:
     from speclib.analysis.run_analysis import analyze_run
-    from speclib.app.verdict_lines import trust_lines
+    from speclib.app.verdicts import trust_lines
     from speclib.report.sections import bench_trust_html
 
     run = _run(tmp_path)
@@ -493,7 +493,7 @@ def test_the_run_analysis_carries_the_workload_checks_to_summary_report_and_term
 
 
 def test_trust_lines_without_workload_checks_print_none() -> None:
-    from speclib.app.verdict_lines import trust_lines, workload_lines
+    from speclib.app.verdicts import trust_lines, workload_lines
 
     summary = {"bench_trust": {"trusted": True, "checks": [
         {"check": "A/A", "status": "pass", "figure": "±2 %"}]}}  # fmt: skip
