@@ -45,8 +45,14 @@ SPEC_METHODS = (
     "suffix",
 )
 _METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-"""Environment variable names whose values are secrets (never written in a params file)."""
+SECRET_NAME = re.compile(
+    r"(?:^|_)(?:[A-Z]*KEY$|(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?)(?:_|$))",
+    re.IGNORECASE,
+)
+"""Environment variable names whose values are secrets (never written in a params file):
+its last ``_``-separated word ends in KEY (``APIKEY``), or a word is TOKEN, SECRET, PASSWORD,
+PASSWD, PASS or CREDENTIAL(S): ``HF_TOKEN``, ``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``;
+not ``MAX_TOKENS``, ``FAKE_VLLM_TOKENS`` (counts) or ``VLLM_KEY_CACHE``."""
 
 _DEPRECATED_FLAGS = (
     "--speculative-model",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.params import ExperimentParams, SeriesParams, resolve_model_ref
+from speclib.core.params_server import SECRET_NAME
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run import compile_cache as warm
 from speclib.run.placement import (
@@ -54,8 +54,6 @@ __all__ = [
     "starts_together",
     "uses_shared_cache",
 ]
-
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
 
 
 def resolve_model(ref: str, params: ExperimentParams) -> str:
@@ -191,7 +189,7 @@ def _server_env(
 
 def safe_env(env: dict[str, str]) -> dict[str, str]:
     """The environment as written to disk: values of secret-looking names replaced."""
-    return {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+    return {k: ("***" if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
 def _argv(

@@ -73,7 +73,8 @@ def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) ->
     path = _params(tmp_path, n_prompts=3)
     data = yaml.safe_load(path.read_text())
     data["protocol"] = {"switch_pause_s": 0.1}
-    data["workload"].update(concurrency=[1, 2], request_rates=[20.0])  # 3 levels
+    # 3 levels of one pass over the prompts each (min_waves 1: no repeats at c=2)
+    data["workload"].update(concurrency=[1, 2], request_rates=[20.0], min_waves=1)
     path.write_text(yaml.safe_dump(data))
     params = load_params(path)
     try:

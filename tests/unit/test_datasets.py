@@ -573,7 +573,10 @@ def test_progress_counts_the_prompts_of_any_format(tmp_path):
     data = params.model_dump()
     data["workload"]["prompts"] = str(params.resolve_path(params.workload.prompts))
     rd.params_resolved.write_text(json.dumps(data))
-    assert arm_request_total(rd.root) == 3  # 3 prompts (1 skipped) x 1 level x 1 repeat
+    assert arm_request_total(rd.root) == 6  # 3 prompts (1 skipped) x 2 repeats: 4 waves at c=1
+    data["workload"]["min_waves"] = 1
+    rd.params_resolved.write_text(json.dumps(data))
+    assert arm_request_total(rd.root) == 3  # 3 prompts x 1 level x 1 repeat
 
 
 def test_manifest_records_the_provenance(tmp_path):

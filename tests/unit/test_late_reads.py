@@ -23,6 +23,11 @@ from speclib.core.records import read_late, read_records, server_tpot_s
 from tests.helpers import fake_servers_left
 from tests.unit.test_robustness import REPO, _params
 
+# Every test here reads timings that a busy neighbour moves (beside the real servers of the
+# parallel tier, the spec arm's streams were read late too and the client's ratio fell to
+# x0.35): they run in the serial tier, with nothing else running.
+pytestmark = pytest.mark.alone
+
 
 def _run(tmp: Path, *, late: bool) -> tuple[Path, subprocess.CompletedProcess]:
     path = _params(tmp, n_prompts=6)

@@ -290,7 +290,8 @@ def load_run(tmp_path_factory) -> Path:
     data["series"][1] = ngram_sweep([1, 3])
     data["server"]["env"] = {"FAKE_VLLM_STEP_S": str(STEP_S),
                              "FAKE_VLLM_SPEC_LOAD_STEP_S": str(SPEC_LOAD_S)}  # fmt: skip
-    data["workload"].update(concurrency=[1, 2, 4, 8], replicates=3)
+    # one pass over the 24 prompts per level (min_waves 1): the truths below are per pass
+    data["workload"].update(concurrency=[1, 2, 4, 8], replicates=3, min_waves=1)
     data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "slot_requests": 24}
     data["analysis"]["slo"] = {"tpot_ms": SLO_TPOT_MS, "percentile": 90}
     path.write_text(yaml.safe_dump(data))

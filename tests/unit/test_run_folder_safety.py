@@ -267,3 +267,18 @@ def test_a_damaged_launch_sample_line_is_named_as_file_and_line(run: Path) -> No
     lines.insert(1, "{not json\n")
     path.write_text("".join(lines))
     refused(run, says=["launches/control-r1/memory.jsonl:2: not a JSON record"])
+
+
+def test_an_auxiliary_servers_launch_folder_is_not_a_missing_launch(run: Path) -> None:
+    """The sampled run's scoring server (and a null check) has a launch folder with a log
+    and a command but no status.json: it measured nothing, so the run is still whole; a
+    measured launch's missing status.json is still named."""
+    from speclib.analysis.health.integrity import check_integrity
+
+    aux = run / "launches" / "scoring"
+    aux.mkdir()
+    (aux / "server.log").write_text("scoring server\n")
+    assert check_integrity(run).problems == ()
+    measured = sorted(p for p in (run / "launches").iterdir() if (p / "status.json").exists())
+    (measured[0] / "status.json").unlink()
+    assert any(measured[0].name in p for p in check_integrity(run).problems)

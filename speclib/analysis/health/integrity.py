@@ -156,8 +156,15 @@ def _jsonl_problems(rd: RunDir) -> list[str]:
     return problems
 
 
-def _statuses(rd: RunDir) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Every launch's ``status.json`` by launch id, and the unreadable ones."""
+def _statuses(
+    rd: RunDir, measured: set[str], planned: set[str]
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Every launch's ``status.json`` by launch id, and the unreadable or missing ones.
+
+    A launch folder without ``status.json`` is missing one only when the run measured it:
+    it has records (``measured``). One the design names (``planned``) is reported by
+    :func:`_block_problems`; any other is an auxiliary server's (the sampled run's scoring
+    server, a null check), which measures nothing and writes no status."""
     found: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     launches = rd.root / "launches"
@@ -165,7 +172,8 @@ def _statuses(rd: RunDir) -> tuple[dict[str, dict[str, Any]], list[str]]:
         path = rd.status_path(folder.name)
         rel = path.relative_to(rd.root)
         if not path.exists():
-            problems.append(f"{rel}: missing (the launch's outcome and request counts)")
+            if folder.name in measured and folder.name not in planned:
+                problems.append(f"{rel}: missing (the launch's outcome and request counts)")
             continue
         data, why = _read_json(path)
         if why or not isinstance(data, dict):
@@ -247,7 +255,10 @@ def check_integrity(
     if not has_launches:
         problems.append("launches/: missing (every launch's status, counters, logs and mode check)")
         return Integrity(tuple(problems), allowed=allowed)
-    statuses, unreadable = _statuses(rd)
+    planned = {
+        lid for block in manifest.get("blocks") or [] for lid in block.get("launch_ids") or []
+    }
+    statuses, unreadable = _statuses(rd, {lid for lid, _ in counts}, planned)
     problems += unreadable
     problems += _block_problems(manifest, statuses, rd)
     if records:
