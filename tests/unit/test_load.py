@@ -422,3 +422,22 @@ def test_a_draft_model_schedule_never_uses_k0_where_no_k_pays():
                        "d-k4": 4}, levels={0: (1, 1.0), 1: (8, 6.1), 2: (32, 21.4)},
                        verdicts=verdicts)  # fmt: skip
     assert [c.k for c in ngram.choices] == [4, 0, 0]
+
+
+def test_a_goodput_that_is_zero_in_some_blocks_is_still_decided_where_every_block_agrees():
+    """No log-ratio where an arm's goodput is 0 in one block; when the arm is below the
+    control's by more than δ in every block (0 in some, a little in others) it is "lower", as
+    when none of its requests ever met the SLO; a split across blocks stays not assessed."""
+    from speclib.analysis.load.goodput import goodput_ratios
+
+    def rates(arm: list[float]) -> pd.DataFrame:
+        rows = [{"series": "control", "level": 0, "block": b, "goodput_per_s": 10.0}
+                for b in range(3)]  # fmt: skip
+        rows += [{"series": "spec", "level": 0, "block": b, "goodput_per_s": g}
+                 for b, g in enumerate(arm)]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    lower = goodput_ratios(rates([0.0, 0.5, 0.0]), control="control", margin=0.05).iloc[0]
+    assert lower["word"] == "lower" and "every block" in lower["reason"]
+    split = goodput_ratios(rates([0.0, 12.0, 9.0]), control="control", margin=0.05).iloc[0]
+    assert split["word"] == "not assessed"

@@ -220,6 +220,12 @@ def goodput_ratios(
             ratio = float(ge.sum() / gc.sum()) if gc.sum() > 0 else math.nan
             lo = hi = math.nan
             reason = "a block where no request of one arm met the SLO: no log-ratio"
+            if len(shared) >= 2 and (ge < gc * (1 - margin)).all():  # as "none ever met it"
+                lo = hi = 0.0
+                reason += "; lower than the control's by more than δ in every block"
+            elif len(shared) >= 2 and (ge > gc * (1 + margin)).all():
+                lo = hi = math.inf
+                reason += "; higher than the control's by more than δ in every block"
         else:
             mean, lo_l, hi_l = _t_interval(np.log(ge / gc), confidence_level)
             ratio, lo, hi = math.exp(mean), math.exp(lo_l), math.exp(hi_l)
