@@ -234,14 +234,17 @@ def launch_drafting(
     steps = sum(r.decode_steps for r in requests)
     s_acc = sum(r.stream_accepted for r in requests)
     s_acc_steps = sum(r.accepted_steps for r in requests)
+    streams = {  # what the launch's own streams say, with or without its counters
+        "launch_id": launch_id,
+        "series": series,
+        "n_requests": len(requests),
+        "decode_steps": steps,
+        "stream_accepted": s_acc,
+        "stream_accepted_steps": s_acc_steps,
+    }
     if counters is None or not counters.present:
         return LaunchDrafting(
-            launch_id=launch_id,
-            series=series,
-            n_requests=len(requests),
-            decode_steps=steps,
-            stream_accepted=s_acc,
-            stream_accepted_steps=s_acc_steps,
+            **streams,
             drafted_steps=None,
             accepted=None,
             accepted_steps=None,
@@ -253,12 +256,7 @@ def launch_drafting(
     diff = counters.num_accepted_tokens - s_acc
     note = _launch_note(diff, slack, counters.num_drafts, steps)
     return LaunchDrafting(
-        launch_id=launch_id,
-        series=series,
-        n_requests=len(requests),
-        decode_steps=steps,
-        stream_accepted=s_acc,
-        stream_accepted_steps=s_acc_steps,
+        **streams,
         drafted_steps=counters.num_drafts,
         accepted=counters.num_accepted_tokens,
         accepted_steps=counters.accepted_per_pos[0] if counters.accepted_per_pos else None,
