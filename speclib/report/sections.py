@@ -196,6 +196,8 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
     if not greedy:
         p = c.plausibility
         if p is None:
+            if c.error_rate_experiment == 1.0:
+                return "sampling: no output to check (every request failed)"
             return "sampling: no output check (scoring off or failed)"
         est = "–" if p.estimate is None else f"{p.estimate:+.2f}"
         nucleus = (

@@ -298,6 +298,11 @@ def _compare(
     )
     agreement = summarize_agreement(list(agreements.values())) if agreements else None
     peak = _peak_rss(series_rows, name)
+    if decision is None and len(d_e):
+        # requests were sent but none paired (every one failed, say): still weigh the
+        # gates, so an arm whose every request failed is rejected by its errors, not left
+        # "inconclusive" with no gate
+        decision = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
     verdict = None
     if decision is not None:
         verdict = apply_gates(
