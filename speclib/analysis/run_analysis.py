@@ -3,7 +3,8 @@
 Pure computation over what the run wrote (``requests.jsonl``, each launch's
 ``status.json`` and ``/metrics`` snapshots, ``manifest.json``); no server is contacted, so
 ``speclib analyze RUN_DIR`` can re-decide a GPU run on a laptop with another margin or
-confidence level. :func:`analyze_run` loads the records, reads each launch's files
+confidence level. :func:`analyze_run` takes the records as the verdicts read them and the
+TPOT family decided (:mod:`speclib.analysis.run_tpot`), reads each launch's files
 (:mod:`speclib.analysis.speculation.launches`), builds the per-series table, compares every
 experiment
 series with the control at every load level (:mod:`speclib.analysis.verdict.comparisons`), builds
