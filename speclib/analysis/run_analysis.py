@@ -3,7 +3,8 @@
 Pure computation over what the run wrote (``requests.jsonl``, each launch's
 ``status.json`` and ``/metrics`` snapshots, ``manifest.json``); no server is contacted, so
 ``speclib analyze RUN_DIR`` can re-decide a GPU run on a laptop with another margin or
-confidence level. :func:`analyze_run` loads the records, reads each launch's files
+confidence level. :func:`analyze_run` takes the records as the verdicts read them and the
+TPOT family decided (:mod:`speclib.analysis.run_tpot`), reads each launch's files
 (:mod:`speclib.analysis.speculation.launches`), builds the per-series table, compares every
 experiment
 series with the control at every load level (:mod:`speclib.analysis.verdict.comparisons`), builds
@@ -30,14 +31,11 @@ from typing import Any
 
 import pandas as pd
 
-from speclib.analysis.frames import load_records
-from speclib.analysis.health.compile_windows import compile_table, launch_compiles, mark_compiles
+from speclib.analysis.health.compile_windows import compile_table
 from speclib.analysis.health.drift import drift_table
 from speclib.analysis.health.idle_load import idle_load_frame, idle_load_problem
 from speclib.analysis.health.instrument import (
     InstrumentChoice,
-    apply_instrument,
-    choose_instrument,
     exclusion_table,
     launch_agreement,
 )
@@ -48,6 +46,7 @@ from speclib.analysis.health.trust import bench_trust, pre_checks, problem_of, t
 from speclib.analysis.health.workload_checks import workload_checks
 from speclib.analysis.load.load_analysis import LoadAnalysis, analyze_load
 from speclib.analysis.load.recommend import Recommendation, sweep_recommendations
+from speclib.analysis.run_tpot import measure_run
 from speclib.analysis.speculation.drafting import drafting_warnings
 from speclib.analysis.speculation.kv_capacity import kv_capacity, server_memory
 from speclib.analysis.speculation.launches import (
@@ -61,12 +60,10 @@ from speclib.analysis.speculation.launches import (
 )
 from speclib.analysis.verdict.answer import Answer
 from speclib.analysis.verdict.comparisons import Comparison, compare_level
-from speclib.analysis.verdict.pairs import level_pairs
-from speclib.analysis.verdict.resolution import calibration
-from speclib.analysis.verdict.run_answer import run_answer, traffic_mix
-from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks, with_failed_arms
+from speclib.analysis.verdict.run_answer import run_answer
+from speclib.analysis.verdict.run_rules import with_failed_arms
 from speclib.analysis.verdict.series_table import series_table
-from speclib.analysis.verdict.tpot_verdict import decide_family, summary_of
+from speclib.analysis.verdict.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.params import (
     AA_ARM,
@@ -236,24 +233,6 @@ def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
         return {}
 
 
-def _without_wrong_mode(
-    df: pd.DataFrame, statuses: list[dict[str, Any]]
-) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Leave out the records of launches that did not run in the mode their params ask for
-    (speculation on for an experiment, off for the control); say so per series."""
-    problems: dict[str, str] = {}
-    bad = []
-    for s in statuses:
-        check = s.get("mode_check") or {}
-        if check and not check.get("ok", True):
-            bad.append(s["launch_id"])
-            why = "; ".join(check.get("problems") or ["mode check failed"])
-            problems[s["series"]] = f"launch {s['launch_id']} excluded: {why}"
-    if bad and len(df):
-        df = df[~df["launch_id"].isin(bad)]
-    return df, problems
-
-
 def _load_params(rd: RunDir, params_file: str | None) -> tuple[ExperimentParams, Redecision | None]:
     """The run's own params, with ``params_file``'s ``analysis`` section when given (which
     must describe the same experiment: :func:`speclib.core.params_override.redecision`)."""
@@ -309,14 +288,9 @@ def analyze_run(
     rd = RunDir.at(run_dir)
     integrity = require_whole(rd.root, allow_incomplete=allow_incomplete)
     params, change = _load_params(rd, params_file)
-    df = load_records(rd.root)
-    traffic = traffic_mix(params, df, mix)
-    statuses = rd.statuses()
-    df, mode_problems = _without_wrong_mode(df, statuses)
-    instrument = choose_instrument(df, [params.control_name, *params.experiments])
-    df = apply_instrument(df, instrument)
-    compiles = launch_compiles(rd.root)
-    df = mark_compiles(df, compiles)
+    measured = measure_run(rd, params, mix=mix)
+    df, statuses, instrument = measured.records, list(measured.statuses), measured.instrument
+    levels, level_conf, family = list(measured.levels), measured.confidence, measured.family
     agreement = launch_agreement(df, rd.root)
     exclusions = exclusion_table(df)
     lms = [launch_metrics(rd, s, df) for s in statuses]
@@ -326,7 +300,6 @@ def analyze_run(
     mem = server_memory(rd, statuses)
     for col in ("peak_gpu_bytes", "weights_gib", "kv_cache_gib"):
         rows[col] = [(mem.get(str(n)) or {}).get(col) for n in rows["series"]] if len(rows) else []
-    levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     plaus = _plausibility(rd, params)
     idle = idle_load_frame(rd.root, statuses)
     cores = int((rd.read_manifest().get("hardware") or {}).get("cpu_count") or os.cpu_count() or 1)
@@ -335,18 +308,7 @@ def analyze_run(
     problem = problem_of(checks)
     comps: list[Comparison] = []
     noise: list[dict[str, Any]] = []
-    n_blocks = int(df["replicate"].nunique()) if len(df) else 0
-    level_conf, look = decision_confidence(params, n_blocks)
-    aa_arm = AA_ARM if params.protocol.aa else None
-    family = decide_family(
-        {lvl: level_pairs(df, params, lvl) for lvl in levels},
-        experiments=[n for n in params.experiments if n != aa_arm],
-        aa_arm=aa_arm,
-        confidence=level_conf,
-        margin=params.analysis.margin,
-        looks=decision_looks(params, n_blocks),
-        mix=traffic,
-    )
+    aa_arm = measured.aa_arm
     lag = ttft_problems(agreement, {i: lv.label for i, lv in enumerate(params.workload.levels)})
     for lvl in levels:
         found, decided = compare_level(
@@ -358,7 +320,7 @@ def analyze_run(
             plaus,
             bench_problem=problem,
             confidence=level_conf,
-            mode_problems=mode_problems,
+            mode_problems=measured.mode_problems,
             decided=family.get(lvl),
             ttft_problem=lag.get(lvl),
         )
@@ -368,7 +330,7 @@ def analyze_run(
     comps = with_failed_arms(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
-    answer, worded = run_answer(df, params, comps, levels, level_conf, traffic)
+    answer, worded = run_answer(df, params, comps, levels, level_conf, measured.traffic)
     crosschecks = read_crosschecks(rd, statuses)
     stack = stack_facts(
         rd,
@@ -400,18 +362,18 @@ def analyze_run(
         instrument=instrument,
         agreement=agreement,
         exclusions=exclusions,
-        compiles=tuple(compile_table(df, compiles)),
+        compiles=tuple(compile_table(df, measured.compiles)),
         trust=bench_trust(checks, aa, params.analysis.margin, workload=workload),
         levels=tuple(noise),
         idle_load=idle,
         bench_problem=problem,
-        sequential_look=look,
+        sequential_look=measured.look,
         family=next((d.family for d in family.values() if d.family), ""),
         drift=drift_table(df, control=params.control_name, arms=params.experiments)
         if len(df)
         else pd.DataFrame(),
         recommendations=recs,
-        calibration=_calibration(params, aa),
+        calibration=measured.calibration(),
         load=analyze_load(params, df, comps, recs),
         stack=stack,
         integrity=integrity,
@@ -429,12 +391,3 @@ def _request_tokens(df: pd.DataFrame, params: ExperimentParams) -> int | None:
         return None
     longest = pd.to_numeric(df["prompt_tokens"], errors="coerce").max()
     return None if pd.isna(longest) else int(longest) + params.workload.max_tokens
-
-
-def _calibration(params: ExperimentParams, aa: list[Comparison]) -> dict[str, Any] | None:
-    """Whether a calibration run reached ``protocol.target_resolution`` (None otherwise)."""
-    target = params.protocol.target_resolution
-    if target is None:
-        return None
-    cis = [c.cis["tpot_s"] for c in aa if c.cis.get("tpot_s") is not None]
-    return calibration(cis, target=target).to_dict()  # type: ignore[arg-type]

@@ -4,9 +4,11 @@ Each block of the manifest (see :mod:`speclib.run.design`) is executed by the ``
 notebook (:func:`execute_block`, called by :func:`one_block`); a resumed run keeps the blocks
 whose launches all finished and moves the records of an unfinished block aside before
 running it again whole (:func:`prepare_block`). With ``protocol.max_replicates``,
-:func:`until_decided` analyses the records after each block and adds blocks while a verdict
-is inconclusive (a calibration run, ``protocol.target_resolution``: while the A/A
-resolution is coarser than its target); the analysis spends α over the looks. The Ray executor
+:func:`until_decided` looks at the TPOT verdicts after each block
+(:func:`speclib.analysis.run_tpot.look_at_run`) and adds blocks while one is inconclusive (a
+calibration run, ``protocol.target_resolution``: while the A/A resolution is coarser than
+its target); the analysis spends α over the looks. Every block added, and why the run
+stopped, is written to the manifest by its owner (:mod:`speclib.run.manifest`). The Ray executor
 (:mod:`speclib.app.ray_executor`) runs :func:`execute_block` on a worker and uses the same
 :func:`prepare_block` and :func:`report_block` around it.
 """
@@ -19,7 +21,8 @@ from typing import Any
 
 from speclib.app.kernel import execute_notebook
 from speclib.core.params import ExperimentParams
-from speclib.core.rundir import RunDir, failure_headline, write_json_atomic
+from speclib.core.rundir import RunDir, failure_headline
+from speclib.run.manifest import RunPlan, add_block, read_plan, update_manifest
 
 __all__ = [
     "BlockExecutor",
@@ -83,37 +86,11 @@ def _block_done(rd: RunDir, block: dict[str, Any]) -> bool:
     return all((rd.read_status(lid) or {}).get("ok") for lid in block["launch_ids"])
 
 
-def _look(rd: RunDir) -> tuple[bool, str]:
-    """Analyse the blocks so far (at this look's spending level): decided, and why."""
-    from speclib.analysis.run_analysis import analyze_run
-
-    an = analyze_run(rd.root, write=False)
-    if an.calibration is not None:
-        return _calibration_look(an.calibration)
-    words = {c.experiment: c.word for c in an.experiments or an.noise_floor}
-    if any(w == "untrustworthy" for w in words.values()):
-        return True, "stopped: the bench is untrustworthy (see the noise floor)"
-    if words and all(w != "inconclusive" for w in words.values()):
-        return True, "stopped: every experiment decided (" + ", ".join(
-            f"{n} {w}" for n, w in words.items()
-        ) + f"; {an.sequential_look})"
-    open_ = [n for n, w in words.items() if w == "inconclusive"]
-    return False, f"inconclusive: {', '.join(open_) or 'no experiment'}"
-
-
-def _calibration_look(found: dict[str, Any]) -> tuple[bool, str]:
-    """A calibration run's look: stop once the A/A resolution reached its target. The
-    width alone decides (never where the interval lies), so the looks spend no α."""
-    if found.get("reached"):
-        return True, f"stopped: {found['text']}"
-    return False, found["text"]
-
-
 def until_decided(
     params: ExperimentParams,
     pfile: str,
     rd: RunDir,
-    design: str,
+    plan: RunPlan,
     *,
     resume: bool,
     log: Callable[[str], None],
@@ -124,34 +101,33 @@ def until_decided(
     A calibration run (``protocol.target_resolution``) adds blocks until the A/A resolution
     reaches its target instead; stopped at the cap, its reason says how many blocks it would
     need. Each added block is run by ``execute``."""
+    from speclib.analysis.run_tpot import look_at_run
     from speclib.run.design import plan_blocks
 
     most, failed = params.protocol.max_replicates, []
     first = params.workload.replicates
     if not most or most <= first:
         return []
-    manifest = rd.read_manifest()
-    done = {b["block"] for b in manifest["blocks"]}
     reason = f"stopped: reached protocol.max_replicates = {most}"
     for rep in range(first, most + 1):
-        decided, why = _look(rd)
-        log(f"look after {rep} block(s): {why}")
-        if decided:
-            reason = why
+        look = look_at_run(rd, params)
+        log(f"look after {rep} block(s): {look.why}")
+        if look.decided:
+            reason = look.why
             break
         if rep == most:
-            reason += f"; {why}"
+            reason += f"; {look.why}"
             break
-        group_size = (manifest.get("design") or {}).get("group_size")
-        for block in plan_blocks(params, design, range(rep, rep + 1), group_size=group_size):
+        for block in plan_blocks(
+            params, plan.design, range(rep, rep + 1), group_size=plan.group_size
+        ):
             entry = block.to_dict()
-            if entry["block"] not in done:
-                manifest["blocks"].append(entry)
-                write_json_atomic(rd.manifest, manifest)
-            failed += one_block(pfile, rd, entry, design, resume=resume, log=log, execute=execute)
-    blocks = len({b["replicate"] for b in manifest["blocks"]})
-    manifest["stopping"] = {"blocks": blocks, "max_replicates": most, "reason": reason}
-    write_json_atomic(rd.manifest, manifest)
+            add_block(rd, entry)
+            failed += one_block(
+                pfile, rd, entry, plan.design, resume=resume, log=log, execute=execute
+            )
+    blocks = len({b["replicate"] for b in read_plan(rd).blocks})
+    update_manifest(rd, stopping={"blocks": blocks, "max_replicates": most, "reason": reason})
     log(f"run until decided: {blocks} block(s); {reason}")
     return failed
 

@@ -38,6 +38,7 @@ from speclib.core.records import RequestRecord, record_to_json
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.run.launch_record import SeriesResult
 from speclib.run.launching import is_external
+from speclib.run.manifest import update_manifest
 
 __all__ = ["RayExecutor", "block_resources", "block_task", "merge_block"]
 
@@ -249,15 +250,8 @@ class RayExecutor:
         self._write_states()
 
     def _write_states(self) -> None:
-        manifest = self.rd.read_manifest()
-        if not manifest:
-            return
-        manifest["executor"] = {
-            "executor": "ray",
-            "address": self.params.protocol.ray_address,
-            "blocks": self.states,
-        }
-        write_json_atomic(self.rd.manifest, manifest)
+        section = {"executor": "ray", "address": self.params.protocol.ray_address}
+        update_manifest(self.rd, executor={**section, "blocks": self.states})
 
     def run_blocks(
         self,

@@ -25,6 +25,7 @@ from speclib.app.block_loop import one_block, reap_all, until_decided
 from speclib.app.kernel import NOTEBOOKS_DIR, execute_notebook, signal_guard
 from speclib.core.params import ExperimentParams, load_params
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.run.manifest import read_plan, record_launches
 
 __all__ = [
     "NOTEBOOKS_DIR",
@@ -128,14 +129,13 @@ def run_experiment(
         log(f"run folder: {rd.root}")
         log("setup: environment, models, manifest")
         _setup(pfile, rd)
-        manifest = json.loads(rd.manifest.read_text("utf-8"))
-        design = manifest["design"]["design"]
-        log(f"design: {design} ({manifest['design']['reason']})")
+        plan = read_plan(rd)
+        log(f"design: {plan.design} ({plan.reason})")
         if params.protocol.executor == "ray":
-            failed = _run_on_ray(params, pfile, rd, manifest, resume, log, interrupted)
+            failed = _run_on_ray(params, pfile, rd, plan, resume, log, interrupted)
         else:
-            failed = _run_here(params, pfile, rd, manifest, resume, log, interrupted)
-        _record_launches(rd)
+            failed = _run_here(params, pfile, rd, plan, resume, log, interrupted)
+        record_launches(rd)
         run_analysis(rd.root, log=log)  # the params just recorded: no re-decision
     finally:
         reap_all(rd)
@@ -143,40 +143,28 @@ def run_experiment(
     return RunResult(rd.root, rd.report, rd.summary, tuple(failed))
 
 
-def _run_here(params, pfile, rd, manifest, resume, log, interrupted) -> list[str]:
+def _run_here(params, pfile, rd, plan, resume, log, interrupted) -> list[str]:
     """The blocks one after the other on this host (``protocol.executor: local``)."""
-    design, failed = manifest["design"]["design"], []
-    for block in manifest["blocks"]:
-        failed += one_block(pfile, rd, block, design, resume=resume, log=log)
+    failed = []
+    for block in plan.blocks:
+        failed += one_block(pfile, rd, block, plan.design, resume=resume, log=log)
         if interrupted():
             raise KeyboardInterrupt(f"block {block['block']} interrupted")
-    return failed + until_decided(params, pfile, rd, design, resume=resume, log=log)
+    return failed + until_decided(params, pfile, rd, plan, resume=resume, log=log)
 
 
-def _run_on_ray(params, pfile, rd, manifest, resume, log, interrupted) -> list[str]:
+def _run_on_ray(params, pfile, rd, plan, resume, log, interrupted) -> list[str]:
     """The blocks as parallel Ray tasks (``protocol.executor: ray``)."""
     from speclib.app.ray_executor import RayExecutor
 
-    design = manifest["design"]["design"]
     with RayExecutor(params, rd, log=log) as ray_run:
         failed = ray_run.run_blocks(
-            pfile, manifest["blocks"], design, resume=resume, interrupted=interrupted
+            pfile, list(plan.blocks), plan.design, resume=resume, interrupted=interrupted
         )
         failed += until_decided(
-            params, pfile, rd, design, resume=resume, log=log, execute=ray_run.run_one
+            params, pfile, rd, plan, resume=resume, log=log, execute=ray_run.run_one
         )
     return failed
-
-
-def _record_launches(rd: RunDir) -> None:
-    """Add every launch's server command line (secrets redacted) and times to the manifest."""
-    keep = ("launch_id", "series", "replicate", "ok", "command", "base_url", "started_at")
-    keep += ("ended_at", "server_ready_s")
-    manifest = rd.read_manifest()
-    if not manifest:
-        return
-    manifest["launches"] = [{k: s.get(k) for k in keep} for s in rd.statuses()]
-    write_json_atomic(rd.manifest, manifest)
 
 
 class AnalysisRefused(ValueError):

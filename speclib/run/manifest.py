@@ -4,8 +4,10 @@ The manifest holds the kit, vLLM, torch and Python versions, the CPU model and G
 ``nvidia-smi`` exists), each model's identity (a content hash for local folders, the
 resolved snapshot for hub models when it is in the local cache), the tokenizer and chat
 template hash, the prompt set's provenance (hash, format, records read and skipped, the
-sample drawn), sampling, the series order and start/end times. Server command lines are
-added per launch (secrets redacted) by the series runner.
+sample drawn), sampling, the series order and start/end times. Setup writes it
+(:mod:`speclib.run.preflight`); every later change goes through here: the blocks that
+run-until-decided adds and why it stopped, the Ray executor's block states, and each
+launch's server command line (secrets redacted) at the end of the blocks.
 """
 
 from __future__ import annotations
@@ -17,16 +19,28 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import LoadedPrompts, workload_prompts
 from speclib.core.params import ExperimentParams, resolve_model_ref
+from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.demo.packaged import SOURCE_FILE
 from speclib.run.history import history_provenance
 from speclib.serve.memory import nvidia_smi_rows
 
-__all__ = ["build_manifest", "folder_sha256", "model_identity", "package_versions"]
+__all__ = [
+    "RunPlan",
+    "add_block",
+    "build_manifest",
+    "folder_sha256",
+    "model_identity",
+    "package_versions",
+    "read_plan",
+    "record_launches",
+    "update_manifest",
+]
 
 _PACKAGES = (
     "speclib",
@@ -182,3 +196,44 @@ def build_manifest(
     if params.workload.multi_turn:
         manifest["multi_turn"] = history_provenance(params, prompts.prompts)
     return manifest
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What setup planned, read back from ``manifest.json``: the design (and why), the
+    servers per block when interleaved in groups, and the replicate blocks to run."""
+
+    design: str
+    reason: str
+    group_size: int | None
+    blocks: tuple[dict[str, Any], ...]
+
+
+def read_plan(rd: RunDir) -> RunPlan:
+    """The design and blocks of the run in ``rd`` (written by setup)."""
+    manifest = rd.read_manifest()
+    design = manifest["design"]
+    return RunPlan(
+        design["design"], design["reason"], design.get("group_size"), tuple(manifest["blocks"])
+    )
+
+
+def update_manifest(rd: RunDir, **sections: Any) -> None:
+    """Write ``sections`` into the run's ``manifest.json`` (nothing when it has none yet)."""
+    manifest = rd.read_manifest()
+    if manifest:
+        write_json_atomic(rd.manifest, {**manifest, **sections})
+
+
+def add_block(rd: RunDir, block: dict[str, Any]) -> None:
+    """Append a block that run-until-decided added to the manifest's blocks (once)."""
+    blocks = rd.read_manifest()["blocks"]
+    if block["block"] not in {b["block"] for b in blocks}:
+        update_manifest(rd, blocks=[*blocks, block])
+
+
+def record_launches(rd: RunDir) -> None:
+    """Add every launch's server command line (secrets redacted) and times to the manifest."""
+    keep = ("launch_id", "series", "replicate", "ok", "command", "base_url", "started_at")
+    keep += ("ended_at", "server_ready_s")
+    update_manifest(rd, launches=[{k: s.get(k) for k in keep} for s in rd.statuses()])

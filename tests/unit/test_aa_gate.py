@@ -326,12 +326,13 @@ def _hand_blocks(effects: list[float], target: float) -> int:
 
 def test_a_calibration_stops_when_its_target_resolution_is_reached(tmp_path: Path) -> None:
     from speclib.app.block_loop import until_decided
+    from speclib.run.manifest import read_plan
 
     params = _calibration_params(tmp_path)
     effects = [0.06, -0.06, 0.0, 0.0, 0.0, 0.0]  # ±16.1 % after 3 blocks, ±8.1 % after 4
     rd, execute, executed = _calibration_run(tmp_path, params, effects)
     logs: list[str] = []
-    until_decided(params, "p.yaml", rd, "interleaved", resume=False, log=logs.append,
+    until_decided(params, "p.yaml", rd, read_plan(rd), resume=False, log=logs.append,
                   execute=execute)  # fmt: skip
     assert executed == [3]
     stopping = rd.read_manifest()["stopping"]
@@ -348,11 +349,12 @@ def test_a_calibration_stops_when_its_target_resolution_is_reached(tmp_path: Pat
 
 def test_a_calibration_that_runs_out_of_blocks_says_how_many_it_would_need(tmp_path) -> None:
     from speclib.app.block_loop import until_decided
+    from speclib.run.manifest import read_plan
 
     params = _calibration_params(tmp_path)
     effects = [0.2, -0.2, 0.15, -0.15, 0.2, -0.2]
     rd, execute, executed = _calibration_run(tmp_path, params, effects)
-    until_decided(params, "p.yaml", rd, "interleaved", resume=False, log=lambda _: None,
+    until_decided(params, "p.yaml", rd, read_plan(rd), resume=False, log=lambda _: None,
                   execute=execute)  # fmt: skip
     assert executed == [3, 4, 5]
     need = _hand_blocks(effects, 0.10)
