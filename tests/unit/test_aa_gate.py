@@ -364,3 +364,70 @@ def test_a_calibration_that_runs_out_of_blocks_says_how_many_it_would_need(tmp_p
     assert f"target ±10.0 % not reached: would need {need} blocks" in reason
     found = analyze_run(rd.root).summary()["calibration"]
     assert not found["reached"] and found["blocks"] == 6 and found["blocks_needed"] == need
+
+
+def _experiment_run(tmp: Path, params: ExperimentParams, factor: float, block_sd: float):
+    """An experiment run folder whose first blocks are done, and an executor that writes each
+    added block: the spec arm's TPOT is the control's times ``factor`` and a block effect."""
+    from speclib.core.rundir import RunDir
+    from speclib.run.design import plan_blocks
+
+    run = tmp / "run"
+    run.mkdir()
+    (run / "params.resolved.json").write_text(json.dumps(params.model_dump()))
+    rng = np.random.default_rng(3)
+    base = rng.lognormal(np.log(0.02), 0.2, size=16)
+    executed: list[int] = []
+
+    def write_block(rep: int) -> None:
+        f = factor * float(np.exp(rng.normal(0, block_sd)))
+        with (run / "requests.jsonl").open("a") as fh:
+            for p in range(16):
+                for arm, g in (("control", 1.0), ("spec", f)):
+                    append_record(fh, _record(arm, rep, p, float(base[p] * g), 1e9 + rep))
+        for arm in ("control", "spec"):
+            lid = f"{arm}-r{rep}"
+            (run / "launches" / lid).mkdir(parents=True)
+            status = {"launch_id": lid, "series": arm, "replicate": rep, "ok": True}
+            (run / "launches" / lid / "status.json").write_text(
+                json.dumps({**status, "n_ok": 16, "n_failed": 0})
+            )
+
+    def execute(pfile, rd, block, design):
+        executed.append(block["replicate"])
+        write_block(block["replicate"])
+        return []
+
+    first = plan_blocks(params, "interleaved", range(params.workload.replicates))
+    for b in first:
+        write_block(b.replicate)
+    manifest = {"design": {"design": "interleaved", "reason": "test"},
+                "blocks": [b.to_dict() for b in first]}  # fmt: skip
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return RunDir.at(run), execute, executed
+
+
+@pytest.mark.parametrize(("factor", "word"), [(0.6, "adopt"), (1.5, "worse"), (1.0, "equivalent")])
+def test_an_experiment_runs_until_its_tpot_verdict_is_decided(tmp_path, factor, word) -> None:
+    """The look between blocks reads the TPOT verdicts: blocks are added while the arm is
+    inconclusive, the run stops at the first look that decides it, and the final analysis
+    of the same blocks says the same word (the look and the summary share one family)."""
+    from speclib.analysis.run_tpot import look_at_run
+    from speclib.app.block_loop import until_decided
+    from speclib.run.manifest import read_plan
+
+    params = _params(tmp_path, blocks=2, aa=False, max_replicates=6)
+    rd, execute, executed = _experiment_run(tmp_path, params, factor, block_sd=0.01)
+    assert not look_at_run(rd, params).decided  # 2 blocks, 1 df, a strict first look
+    logs: list[str] = []
+    until_decided(params, "p.yaml", rd, read_plan(rd), resume=False, log=logs.append,
+                  execute=execute)  # fmt: skip
+    stopping = rd.read_manifest()["stopping"]
+    assert executed and stopping["blocks"] == 2 + len(executed) < 6, logs
+    assert stopping["reason"].startswith(f"stopped: every experiment decided (spec {word}")
+    looks = [line for line in logs if line.startswith("look after")]
+    assert len(looks) == len(executed) + 1, logs
+    assert all(": inconclusive: spec" in line for line in looks[:-1]), looks
+    assert looks[-1].startswith(f"look after {stopping['blocks']} block(s): stopped"), looks
+    spec = _by(analyze_run(rd.root).summary())["spec"]
+    assert spec["tpot_decision"] == word
