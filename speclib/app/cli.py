@@ -83,7 +83,9 @@ def _series_label(s: Any) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from speclib.app.runner import RunFailed, default_run_dir, resume_params_file, run_experiment
+    from speclib.app.outcome import RunFailed
+    from speclib.app.run_folder import default_run_dir, resume_params_file
+    from speclib.app.runner import run_experiment
     from speclib.core.params import load_params
 
     if args.params is None and not args.resume:
@@ -143,7 +145,7 @@ def _check_mix(run_dir: str, mix: str) -> str | None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from speclib.app.runner import run_analysis
+    from speclib.app.analyze import run_analysis
 
     if args.mix is not None and (problem := _check_mix(args.run_dir, args.mix)):
         print(f"error: --mix: {problem}", file=sys.stderr)
@@ -405,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # expected failures: one message, no traceback
         from speclib.analysis.health.integrity import RunNotWhole
-        from speclib.app.runner import AnalysisRefused, RunFailed
+        from speclib.app.analyze import AnalysisRefused
+        from speclib.app.outcome import RunFailed
         from speclib.serve.process import PortInUseError, ServerStartError
 
         if isinstance(exc, AnalysisRefused | RunNotWhole):  # invalid input: nothing written

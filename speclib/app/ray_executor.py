@@ -25,7 +25,6 @@ import os
 import shutil
 import socket
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -35,8 +34,8 @@ from speclib.app.block_loop import execute_block, prepare_block, report_block
 from speclib.core.jsonutil import json_lines
 from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, record_to_json
-from speclib.core.rundir import RunDir, write_json_atomic
-from speclib.run.launch_record import SeriesResult
+from speclib.core.rundir import RunDir
+from speclib.run.launch_record import mark_unfinished, stamp_status
 from speclib.run.launching import is_external
 from speclib.run.manifest import update_manifest
 
@@ -120,41 +119,8 @@ def merge_block(rd: RunDir, block: dict[str, Any], result: dict[str, Any]) -> in
         os.replace(tmp, dest)
     where = {"host": result["host"], "node_id": result["node_id"]}
     for lid in block["launch_ids"]:
-        status = rd.read_status(lid)
-        if status is not None:
-            status["extra"] = {**(status.get("extra") or {}), "ray": where}
-            write_json_atomic(rd.status_path(lid), status)
+        stamp_status(rd, lid, ray=where)
     return len(lines)
-
-
-def _unfinished_status(
-    params: ExperimentParams, block: dict[str, Any], series: str, lid: str, design: str, why: str
-) -> dict[str, Any]:
-    """A failed ``status.json`` for a launch whose Ray task never returned."""
-    now = time.time()
-    return SeriesResult(
-        series=series,
-        replicate=block["replicate"],
-        launch_id=lid,
-        ok=False,
-        error=why,
-        started_at=now,
-        ended_at=now,
-        server_ready_s=None,
-        n_ok=0,
-        n_failed=0,
-        n_not_attempted=0,
-        aborted_reason=why,
-        mode_check={},
-        memory=None,
-        client={},
-        base_url=None,
-        command=None,
-        concurrency=params.workload.levels[0].concurrency,
-        block=block["block"],
-        design=design,
-        block_arms=list(block["arms"]),
-    ).to_dict()
 
 
 class RayExecutor:
@@ -243,9 +209,7 @@ class RayExecutor:
         return list(result["errors"])
 
     def _mark_unfinished(self, block: dict[str, Any], design: str, why: str, state: str) -> None:
-        for series, lid in zip(block["arms"], block["launch_ids"], strict=True):
-            status = _unfinished_status(self.params, block, series, lid, design, why)
-            write_json_atomic(self.rd.status_path(lid), status)
+        mark_unfinished(self.rd, self.params, block, design, why)
         self.states[block["block"]].update(state=state, why=why)
         self._write_states()
 

@@ -6,7 +6,9 @@ spec-decode counters, the per-request spec metrics, multi-token chunks and the s
 :func:`snapshot` / :func:`settled_snapshot` save ``/metrics`` to a launch's folder (a
 missing endpoint is data, not a crash). :func:`not_attempted` turns requests that were never
 sent into records that say why. :func:`crosscheck_arm` runs the optional ``vllm bench``
-cross-check on a launch's server after the kit's last snapshot.
+cross-check on a launch's server after the kit's last snapshot. A block that ran elsewhere
+(a Ray task) gets its statuses here too: :func:`mark_unfinished` when it never returned,
+:func:`stamp_status` to say where it ran.
 """
 
 from __future__ import annotations
@@ -21,18 +23,20 @@ from speclib.core.httpapi import fetch_metrics, served_model
 from speclib.core.params import ExperimentParams, SeriesParams
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord
-from speclib.core.rundir import LaunchDir, write_json_atomic
+from speclib.core.rundir import LaunchDir, RunDir, write_json_atomic
 from speclib.run.launching import api_key
 
 __all__ = [
     "SeriesResult",
     "crosscheck_arm",
     "external_model",
+    "mark_unfinished",
     "merge_clients",
     "not_attempted",
     "outcome_dict",
     "settled_snapshot",
     "snapshot",
+    "stamp_status",
     "verify_mode",
 ]
 
@@ -268,3 +272,44 @@ def crosscheck_arm(
         cache_salt=f"{lid}-vllm-bench-{secrets.token_hex(4)}" if salted else None,
     )
     return _crosscheck_brief(check)
+
+
+def mark_unfinished(
+    rd: RunDir, params: ExperimentParams, block: dict[str, Any], design: str, why: str
+) -> None:
+    """A failed ``status.json`` for every launch of ``block``, whose run never returned
+    (its Ray task failed or was cancelled): ``why`` is its error and abort reason."""
+    for series, lid in zip(block["arms"], block["launch_ids"], strict=True):
+        now = time.time()
+        status = SeriesResult(
+            series=series,
+            replicate=block["replicate"],
+            launch_id=lid,
+            ok=False,
+            error=why,
+            started_at=now,
+            ended_at=now,
+            server_ready_s=None,
+            n_ok=0,
+            n_failed=0,
+            n_not_attempted=0,
+            aborted_reason=why,
+            mode_check={},
+            memory=None,
+            client={},
+            base_url=None,
+            command=None,
+            concurrency=params.workload.levels[0].concurrency,
+            block=block["block"],
+            design=design,
+            block_arms=list(block["arms"]),
+        )
+        write_json_atomic(rd.status_path(lid), status.to_dict())
+
+
+def stamp_status(rd: RunDir, lid: str, **extra: Any) -> None:
+    """Add ``extra`` to the ``extra`` entry of a launch's ``status.json`` (none: nothing)."""
+    status = rd.read_status(lid)
+    if status is not None:
+        status["extra"] = {**(status.get("extra") or {}), **extra}
+        write_json_atomic(rd.status_path(lid), status)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
+from speclib.core.params import ExperimentParams, ParamsError, load_params, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.spec_compat import CompatReport, hub_cache_folder, params_checkpoint_report
@@ -46,6 +46,7 @@ __all__ = [
     "VocabMismatchError",
     "arm_weights_gib",
     "check_vocab",
+    "checked_params",
     "plan_design",
     "prepare_run",
     "require_checkpoints_fit",
@@ -113,6 +114,15 @@ def _vocab_of(folder: Path) -> dict[str, Any]:
         info["tokenizer_vocab_size"] = (max(ids) + 1) if ids else None
         info["special_tokens"] = sorted(t.get("content", "") for t in added if t.get("special"))
     return info
+
+
+def checked_params(params_file: str | Path) -> ExperimentParams:
+    """A run's params, checked before anything starts: valid, else :class:`ParamsError`;
+    so is a speculative checkpoint that does not fit its target
+    (:func:`require_checkpoints_fit`)."""
+    params = load_params(params_file)
+    require_checkpoints_fit(params, str(params_file))
+    return params
 
 
 def require_checkpoints_fit(

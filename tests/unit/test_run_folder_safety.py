@@ -243,17 +243,17 @@ def test_a_failed_analysis_leaves_the_current_result_and_keeps_its_notebook(
     import nbformat
     from papermill.exceptions import PapermillExecutionError
 
-    from speclib.app import runner
+    from speclib.app import analyze
 
     def failing(name, out_path, parameters, **_):
         assert Path(parameters["summary_file"]).parent == out_path.parent  # written aside
         nbformat.write(nbformat.v4.new_notebook(), out_path)
         raise PapermillExecutionError(0, 3, "", "ValueError", "boom", [])
 
-    monkeypatch.setattr(runner, "execute_notebook", failing)
+    monkeypatch.setattr(analyze, "execute_notebook", failing)
     before = digest(run)
-    with pytest.raises(runner.RunFailed, match=r"earlier summary\.json and report\.html are kept"):
-        runner.run_analysis(run, log=lambda _: None)
+    with pytest.raises(analyze.RunFailed, match=r"earlier summary\.json and report\.html are kept"):
+        analyze.run_analysis(run, log=lambda _: None)
     (failed,) = (run / "analyses").iterdir()
     assert failed.name.startswith("failed-")
     assert {p.name for p in failed.iterdir()} >= {"20_analysis.ipynb", "report.html"}

@@ -549,7 +549,7 @@ def test_short_reason_is_one_phrase(over, reason):
 def test_verdict_json_and_a_summary_without_comparisons(tmp_path):
     import io
 
-    from speclib.app.runner import RunResult
+    from speclib.app.outcome import RunResult
     from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
 
     row = _comparison("draft-k4")
