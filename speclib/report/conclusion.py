@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
+from speclib.analysis.verdict.answer import MIXED
 from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.wording import ratio_words, speed_words
@@ -203,6 +204,16 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
             f"No configuration is a clear win here at {_all_loads(an)}: keep speculative "
             "decoding off, or test other settings."
         )
+        whole = _best_for_the_whole(an)
+        if whole is not None:
+            headline = (
+                f"Best for this traffic as a whole: **{whole.experiment}** at "
+                f"{_load_words(whole, an)} — over all its requests it "
+                f"{_effect(whole.cis['tpot_s'])}, but not on every request (above). "
+                "This holds for this load and workload only."
+            )
+        elif pays := _where_it_pays(an):
+            headline = pays
         if failed:
             headline = (
                 f"No measured configuration is a clear win here at {_all_loads(an)}; "
@@ -232,6 +243,40 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
     sentences += [f"What to deploy {t}." if t.startswith("at ") else f"What to deploy: {t}."
                   for _, t in (deploy.advice if deploy else ())]  # fmt: skip
     return headline, sentences, note, _warning_pointer(an)
+
+
+def _best_for_the_whole(an: RunAnalysis) -> Comparison | None:
+    """The fastest "mixed" arm whose pooled verdict over all its requests is "adopt": the
+    one deployment that pays for the traffic as a whole, though not on every segment."""
+    arms = getattr(getattr(an, "answer", None), "arms", ())
+    pooled = {(a.arm, a.level) for a in arms if a.word == MIXED and a.pooled_word == "adopt"}
+    found = [c for c in an.experiments
+             if (c.experiment, c.level) in pooled and c.cis.get("tpot_s") is not None]  # fmt: skip
+    return min(found, key=lambda c: c.cis["tpot_s"].estimate, default=None)  # type: ignore[union-attr]
+
+
+def _where_it_pays(an: RunAnalysis) -> str | None:
+    """The headline when no arm wins for all the traffic but some kind of prompt has an arm
+    decided to pay on it (the answer's deployment choices): which kinds, with which arm,
+    and that the others are not shown to gain; None when no kind has one."""
+    deploy = getattr(getattr(an, "answer", None), "deploy", None)
+    choices = deploy.choices if deploy is not None else ()
+    on: dict[str, list[str]] = {}
+    for c in choices:
+        if c.choice == "on" and c.arm:
+            at = f" at {c.load}" if len(an.params.workload.levels) > 1 else ""
+            on.setdefault(c.category, []).append(f"{c.arm} ×{c.ratio:.2f}{at}")
+    if not on:
+        return None
+    rest = sorted({c.category for c in choices} - set(on))
+    pays = "; ".join(f"**{cat}** ({', '.join(arms)})" for cat, arms in on.items())
+    return (
+        f"No configuration is a clear win for all of this traffic at {_all_loads(an)}. "
+        f"Speculation pays on some kinds of prompt: {pays}"
+        + (f"; on {', '.join(rest)} no arm is shown to pay" if rest else "")
+        + ". A server runs one speculative config: route the kinds where it pays to a "
+        "deployment with it, and keep it off for the rest."
+    )
 
 
 def _warning_pointer(an: RunAnalysis) -> str | None:

@@ -419,3 +419,54 @@ def test_a_best_arm_that_changes_with_load_is_not_sold_as_a_k_schedule():
     onoff = {"fresh": [deploy.Choice(0, "c=1", "fresh", "on", "ngram-k4", 0.8, 0.5),
                        deploy.Choice(2, "c=32", "fresh", "off", None, None, 0.5)]}  # fmt: skip
     assert deploy._load_advice(onoff).startswith("the choice changes with load: vLLM can switch k")
+
+
+def test_the_mixed_sentence_says_which_segment_alone_is_not_decided() -> None:
+    """Rule (b) names two segments shown to differ: the sentence says "neither alone is
+    decided" only when neither is (the SmolLM2 demo: copy adopt ×0.45, code open)."""
+    from speclib.analysis.verdict.answer import _undecided_clause
+    from speclib.analysis.verdict.decision import Decision
+    from speclib.analysis.verdict.segments import SegmentResult
+
+    def seg(name: str, word: str) -> SegmentResult:
+        return SegmentResult(0, "ngram-k2", "category", name, 0.5, 6, 3, 0.5, None,
+                             Decision(word, "", 0.05, 0.95))  # fmt: skip
+
+    assert _undecided_clause([seg("copy", "adopt"), seg("code", "inconclusive")]) == (
+        ", though code alone is not decided"
+    )
+    both_open = [seg("copy", "inconclusive"), seg("code", "inconclusive")]
+    assert _undecided_clause(both_open) == ", though neither alone is decided"
+    assert _undecided_clause([seg("copy", "adopt"), seg("code", "worse")]) == ""
+
+
+def test_a_mixed_arm_that_pays_over_all_its_requests_is_best_for_the_whole(tmp_path) -> None:
+    """Echo ×0.5, fresh no gain: the arm is mixed (a segment gains nothing) but pays over all
+    its requests; the first screen names it for the traffic as a whole, not "keep it off"."""
+    from speclib.analysis.run_analysis import analyze_run
+    from speclib.report.conclusion import conclusion_parts
+
+    run = _write_run(tmp_path, effect={"echo": 0.5, "fresh": 1.0}, aa=False)
+    an = analyze_run(run)
+    arm = _arm(an.summary())
+    assert (arm["word"], arm["pooled_word"]) == (MIXED, "adopt")
+    headline = conclusion_parts(an)[0]
+    assert "Best for this traffic as a whole: **ngram-k4**" in headline, headline
+    assert "keep speculative decoding off" not in headline
+
+
+def test_where_no_arm_pays_over_all_the_headline_names_the_kinds_where_one_does(
+    tmp_path,
+) -> None:
+    """Echo ×0.5, fresh ×1.8: over all requests the arm does not pay, on echo it does; the
+    first screen says where, with the arm and its ratio, and that fresh has none."""
+    from speclib.analysis.run_analysis import analyze_run
+    from speclib.report.conclusion import conclusion_parts
+
+    run = _write_run(tmp_path, effect={"echo": 0.5, "fresh": 1.8}, aa=False)
+    an = analyze_run(run)
+    arm = _arm(an.summary())
+    assert arm["word"] == MIXED and arm["pooled_word"] != "adopt", arm["pooled_word"]
+    headline = conclusion_parts(an)[0]
+    assert "Speculation pays on some kinds of prompt: **echo** (ngram-k4 ×0.5" in headline
+    assert "on fresh no arm is shown to pay" in headline, headline

@@ -228,6 +228,18 @@ def _mixed(
     return _by_interaction(segs, hets, margin)
 
 
+def _undecided_clause(segs: Sequence[SegmentResult]) -> str:
+    """Which of the two segments the difference rests on is not decided by its own
+    interval: ", though neither alone is decided", ", though X alone is not decided", or
+    nothing when both are."""
+    open_ = [s.segment for s in segs if s.decision.word == "inconclusive"]
+    if len(open_) == len(segs):
+        return ", though neither alone is decided"
+    if open_:
+        return f", though {open_[0]} alone is not decided"
+    return ""
+
+
 def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity],
          margin: float) -> ArmAnswer:  # fmt: skip
     c = comparison
@@ -244,8 +256,8 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
         if apart is not None:
             slow = named[-1][1]
             sentence += (f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the "
-                         f"time per token of {named[0][1]}, beyond δ, though neither alone is "
-                         "decided")  # fmt: skip
+                         f"time per token of {named[0][1]}, beyond δ"
+                         + _undecided_clause([by_name[n] for _, n, _ in named]))  # fmt: skip
         sentence += f" (pooled {pooled_ratio}, {pooled}; segments by {cut})"
         word = MIXED
         reasons = (*reasons, sentence)
