@@ -278,6 +278,12 @@ def _calibration_params(tmp: Path, **protocol) -> ExperimentParams:
 def _calibration_run(tmp: Path, params: ExperimentParams, effects: list[float]):
     """A calibration run folder whose first blocks are done, and an executor that writes
     each added block: the A/A arm's TPOT is the control's times ``exp(effects[block])``."""
+    return _looked_run(tmp, params, lambda rep: {"aa": float(np.exp(effects[rep]))})
+
+
+def _looked_run(tmp: Path, params: ExperimentParams, factors):
+    """A run folder whose first blocks are done, and an executor that writes each added
+    block: arm ``a``'s TPOT in block ``rep`` is the control's times ``factors(rep)[a]``."""
     from speclib.core.rundir import RunDir
     from speclib.run.design import plan_blocks
 
@@ -288,11 +294,12 @@ def _calibration_run(tmp: Path, params: ExperimentParams, effects: list[float]):
     executed: list[int] = []
 
     def write_block(rep: int) -> None:
+        arms = {"control": 1.0, **factors(rep)}
         with (run / "requests.jsonl").open("a") as fh:
             for p in range(16):
-                for arm, f in (("control", 1.0), ("aa", float(np.exp(effects[rep])))):
+                for arm, f in arms.items():
                     append_record(fh, _record(arm, rep, p, float(base[p] * f), 1e9 + rep))
-        for arm in ("control", "aa"):  # a whole folder: each launch's status and counts
+        for arm in arms:  # a whole folder: each launch's status and counts
             lid = f"{arm}-r{rep}"
             (run / "launches" / lid).mkdir(parents=True)
             status = {"launch_id": lid, "series": arm, "replicate": rep, "ok": True}
@@ -369,42 +376,10 @@ def test_a_calibration_that_runs_out_of_blocks_says_how_many_it_would_need(tmp_p
 def _experiment_run(tmp: Path, params: ExperimentParams, factor: float, block_sd: float):
     """An experiment run folder whose first blocks are done, and an executor that writes each
     added block: the spec arm's TPOT is the control's times ``factor`` and a block effect."""
-    from speclib.core.rundir import RunDir
-    from speclib.run.design import plan_blocks
-
-    run = tmp / "run"
-    run.mkdir()
-    (run / "params.resolved.json").write_text(json.dumps(params.model_dump()))
     rng = np.random.default_rng(3)
-    base = rng.lognormal(np.log(0.02), 0.2, size=16)
-    executed: list[int] = []
-
-    def write_block(rep: int) -> None:
-        f = factor * float(np.exp(rng.normal(0, block_sd)))
-        with (run / "requests.jsonl").open("a") as fh:
-            for p in range(16):
-                for arm, g in (("control", 1.0), ("spec", f)):
-                    append_record(fh, _record(arm, rep, p, float(base[p] * g), 1e9 + rep))
-        for arm in ("control", "spec"):
-            lid = f"{arm}-r{rep}"
-            (run / "launches" / lid).mkdir(parents=True)
-            status = {"launch_id": lid, "series": arm, "replicate": rep, "ok": True}
-            (run / "launches" / lid / "status.json").write_text(
-                json.dumps({**status, "n_ok": 16, "n_failed": 0})
-            )
-
-    def execute(pfile, rd, block, design):
-        executed.append(block["replicate"])
-        write_block(block["replicate"])
-        return []
-
-    first = plan_blocks(params, "interleaved", range(params.workload.replicates))
-    for b in first:
-        write_block(b.replicate)
-    manifest = {"design": {"design": "interleaved", "reason": "test"},
-                "blocks": [b.to_dict() for b in first]}  # fmt: skip
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    return RunDir.at(run), execute, executed
+    return _looked_run(
+        tmp, params, lambda rep: {"spec": factor * float(np.exp(rng.normal(0, block_sd)))}
+    )
 
 
 @pytest.mark.parametrize(("factor", "word"), [(0.6, "adopt"), (1.5, "worse"), (1.0, "equivalent")])
