@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from speclib.app.kernel import execute_notebook
-from speclib.core.params import ExperimentParams
 from speclib.core.rundir import RunDir, failure_headline, write_json_atomic
+from speclib.params.experiment import ExperimentParams
 
 __all__ = [
     "BlockExecutor",

@@ -33,9 +33,9 @@ from typing import Any
 
 from speclib.app.block_loop import execute_block, prepare_block, report_block
 from speclib.core.jsonutil import json_lines
-from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, record_to_json
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.params.experiment import ExperimentParams
 from speclib.run.launch_record import SeriesResult
 from speclib.run.launching import is_external
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import LoadedPrompts, workload_prompts
-from speclib.core.params import ExperimentParams, resolve_model_ref
 from speclib.demo.packaged import SOURCE_FILE
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import resolve_model_ref
 from speclib.run.history import history_provenance
 from speclib.serve.memory import nvidia_smi_rows
 

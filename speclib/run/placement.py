@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.core.params import ExperimentParams, SeriesParams
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import SeriesParams
 
 __all__ = [
     "DEFAULT_SHARE",

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams, ParamsError, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
-from speclib.core.spec_compat import CompatReport, hub_cache_folder, params_checkpoint_report
-from speclib.core.validation import mix_problem
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError
+from speclib.params.server import resolve_model_ref
+from speclib.params.spec_compat import CompatReport, hub_cache_folder, params_checkpoint_report
+from speclib.params.validation import mix_problem
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.launching import arm_weights_gib
@@ -119,7 +121,7 @@ def require_checkpoints_fit(
     params: ExperimentParams, source: str, *, build: bool = False
 ) -> CompatReport:
     """Every series' speculative checkpoint against the target, as ``speclib validate``
-    checks it (:mod:`speclib.core.spec_compat`); a :class:`ParamsError` naming each field
+    checks it (:mod:`speclib.params.spec_compat`); a :class:`ParamsError` naming each field
     and both values when one does not fit. Demo models are read where built, and built
     first only with ``build`` (setup does; the CLI's process must not hold a GPU)."""
     from speclib.demo.models import built_demo_dir

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import yaml
 
-from speclib.core.spec_compat import checkpoint_problems, read_config, tensor_shapes
-from speclib.core.vllm_spec_source import installed_spec_facts, spec_facts_from
+from speclib.params.spec_compat import checkpoint_problems, read_config, tensor_shapes
+from speclib.vllm_facts.spec_source import installed_spec_facts, spec_facts_from
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(

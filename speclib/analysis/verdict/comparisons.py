@@ -69,7 +69,7 @@ from speclib.analysis.verdict.tpot_verdict import (
     decide_level,
 )
 from speclib.core.jsonutil import jsonable
-from speclib.core.params import AA_ARM, ExperimentParams
+from speclib.params.experiment import AA_ARM, ExperimentParams
 
 __all__ = [
     "Comparison",

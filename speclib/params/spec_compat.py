@@ -4,7 +4,7 @@ vLLM finds out that an EAGLE-3 head was trained for another target, or that a ta
 no MTP layers, only while it loads the models: minutes into a GPU start. Everything needed
 to know it earlier is on disk: the checkpoints' ``config.json`` and their safetensors headers
 (tensor shapes without loading a tensor), read here, and the installed vLLM's own source
-(:mod:`speclib.core.vllm_spec_source`: its registry of draft architectures, its
+(:mod:`speclib.vllm_facts.spec_source`: its registry of draft architectures, its
 ``SpeculativeConfig``'s MTP handling and EAGLE-3 target families).
 
 Checked, per method: **eagle / eagle3**: the head's architecture (after vLLM's own
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.core.params import ExperimentParams
-from speclib.core.vllm_spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
+from speclib.params.experiment import ExperimentParams
+from speclib.vllm_facts.spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
 
 __all__ = [
     "CompatReport",
