@@ -16,9 +16,8 @@ sweep also gets the recommended value of each sweep family at each load level
 folder whose records are not whole (:mod:`speclib.analysis.health.integrity`) unless the
 caller allows it, and then the result says what is missing; a re-decision under another
 params file's ``analysis`` section says which fields changed
-(:mod:`speclib.params.override`). The module is a little over 400 lines because it is
-one concept, the whole analysis of a run folder and its one result object; each step it
-calls lives in its own module.
+(:mod:`speclib.params.override`). Its one concept is the whole analysis of a run folder
+and its one result object; each step it calls lives in its own module.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ experiments, ``--per-request-spec-decode-metrics summary`` only where vLLM accep
 prefix caching per the protocol's cache policy), the server's environment (CPU KV-cache
 size, offline hub, a private temp and cache folder per launch, the API key passed through
 the environment only), and :func:`server_for`, which yields a ready server — or the
-external ``base_url`` — and always stops what it started. It is over 400 lines because
-an arm's placement (GPUs, share, KV cache) needs the weights of the models it serves, which
-are resolved here, beside the command they go into.
+external ``base_url`` — and always stops what it started. An arm's placement (GPUs, share,
+KV cache) needs the weights of the models it serves, so they are resolved here, beside the
+command they go into.
 """
 
 from __future__ import annotations

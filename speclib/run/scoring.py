@@ -19,8 +19,8 @@ record of every series into ``RUN_DIR/output_scores.jsonl`` (one line per output
 and flushed as each finishes), stop the server. The comparison of the scores is
 :mod:`speclib.analysis.speculation.sampling`'s; HTTP goes through :mod:`speclib.serve.httpapi`.
 
-The module is a little over 400 lines: the HTTP scorer, parsing vLLM's log-prob entries
-and the run step are one job (turn a run's outputs into scores) and change together.
+The HTTP scorer, parsing vLLM's log-prob entries and the run step are one job (turn a
+run's outputs into scores) and change together.
 """
 
 from __future__ import annotations
