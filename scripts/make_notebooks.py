@@ -66,7 +66,7 @@ run_dir: str = "../runs/interactive"  # run folder to write into
 """),
         new_code_cell(
             """
-from speclib.core.params import load_params
+from speclib.params.loader import load_params
 from speclib.run.preflight import prepare_run
 
 params = load_params(params_file)
@@ -96,7 +96,7 @@ block: str = ""  # block id from the manifest: r0 or r0.1 for a second group (em
 """),
         new_code_cell(
             """
-from speclib.core.params import load_params
+from speclib.params.loader import load_params
 from speclib.run.replicate_block import run_block
 
 params = load_params(params_file)

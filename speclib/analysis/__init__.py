@@ -1,6 +1,7 @@
-"""Layer 2 — pure functions of a run folder: pairing, statistics, decisions and gates,
+"""Layer 3 — pure functions of a run folder: pairing, statistics, decisions and gates,
 acceptance and agreement, sampling plausibility, cross-check comparison. Never starts or
-calls a server. Imports only :mod:`speclib.core`.
+calls a server. Imports :mod:`speclib.params`, :mod:`speclib.vllm_facts` and
+:mod:`speclib.core`.
 
 Its subpackages form layers (the import-linter contract in ``pyproject.toml``), each
 importing only those below it:

@@ -17,9 +17,8 @@ sweep also gets the recommended value of each sweep family at each load level
 folder whose records are not whole (:mod:`speclib.analysis.health.integrity`) unless the
 caller allows it, and then the result says what is missing; a re-decision under another
 params file's ``analysis`` section says which fields changed
-(:mod:`speclib.core.params_override`). The module is a little over 400 lines because it is
-one concept, the whole analysis of a run folder and its one result object; each step it
-calls lives in its own module.
+(:mod:`speclib.params.override`). Its one concept is the whole analysis of a run folder
+and its one result object; each step it calls lives in its own module.
 """
 
 from __future__ import annotations
@@ -65,14 +64,10 @@ from speclib.analysis.verdict.run_rules import with_failed_arms
 from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
-from speclib.core.params import (
-    AA_ARM,
-    ExperimentParams,
-    load_params,
-    recorded_params,
-)
-from speclib.core.params_override import Redecision, redecision
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.params.experiment import AA_ARM, ExperimentParams
+from speclib.params.loader import load_params, recorded_params
+from speclib.params.override import Redecision, redecision
 
 __all__ = [
     "RunAnalysis",
@@ -235,7 +230,7 @@ def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
 
 def _load_params(rd: RunDir, params_file: str | None) -> tuple[ExperimentParams, Redecision | None]:
     """The run's own params, with ``params_file``'s ``analysis`` section when given (which
-    must describe the same experiment: :func:`speclib.core.params_override.redecision`)."""
+    must describe the same experiment: :func:`speclib.params.override.redecision`)."""
     params = recorded_params(rd.params_resolved)
     if not params_file:
         return params, None

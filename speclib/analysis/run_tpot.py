@@ -34,8 +34,8 @@ from speclib.analysis.verdict.resolution import calibration
 from speclib.analysis.verdict.run_answer import traffic_mix
 from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks
 from speclib.analysis.verdict.tpot_verdict import LevelDecision, decide_family
-from speclib.core.params import AA_ARM, ExperimentParams
 from speclib.core.rundir import RunDir
+from speclib.params.experiment import AA_ARM, ExperimentParams
 
 __all__ = ["Look", "MeasuredRun", "look_at_run", "measure_run"]
 

@@ -1,1 +1,1 @@
-"""Layer 5 — the entry points: the batch runner (papermill) and the command-line interface."""
+"""Layer 6 — the entry points: the batch runner (papermill) and the command-line interface."""

@@ -18,8 +18,8 @@ from pathlib import Path
 from speclib.app.kernel import execute_notebook
 from speclib.app.outcome import RunFailed, RunResult, log_to_stderr
 from speclib.app.run_folder import write_resolved
-from speclib.core.params import load_params
 from speclib.core.rundir import RunDir
+from speclib.params.loader import load_params
 
 __all__ = ["AnalysisRefused", "run_analysis"]
 
@@ -39,8 +39,8 @@ def _check_inputs(rd: RunDir, params_file: str | None, *, allow_incomplete: bool
     (:mod:`speclib.analysis.health.integrity`) and the params override (valid, and of the
     same experiment as the run)."""
     from speclib.analysis.health.integrity import RunNotWhole, require_whole
-    from speclib.core.params import ParamsError, recorded_params
-    from speclib.core.params_override import redecision
+    from speclib.params.loader import ParamsError, recorded_params
+    from speclib.params.override import redecision
 
     try:
         require_whole(rd.root, allow_incomplete=allow_incomplete)
@@ -94,7 +94,7 @@ def run_analysis(
     (``"fresh=0.8,echo=0.2"``) re-decides for that traffic mix.
 
     Append-only for results: the inputs are checked first (:class:`AnalysisRefused`, or
-    :class:`~speclib.core.params.ParamsError`, before anything is written); the notebook,
+    :class:`~speclib.params.loader.ParamsError`, before anything is written); the notebook,
     ``summary.json`` and ``report.html`` are written into ``analyses/.new-<time>/`` and
     moved into place only when the analysis succeeded, after the previous ones were copied
     to ``analyses/<their time>/``. A failed analysis leaves its notebook and error page in

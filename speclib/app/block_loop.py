@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from speclib.app.kernel import execute_notebook
-from speclib.core.params import ExperimentParams
 from speclib.core.rundir import RunDir, failure_headline
+from speclib.params.experiment import ExperimentParams
 from speclib.run.manifest import RunPlan, add_block, read_plan, update_manifest
 
 __all__ = [

@@ -37,9 +37,9 @@ def _absolute_paths(args: argparse.Namespace) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from speclib.core.params import ParamsError
-    from speclib.core.validation import validate_params
     from speclib.demo.models import built_demo_dir
+    from speclib.params.loader import ParamsError
+    from speclib.params.validation import validate_params
     from speclib.run.cli_check import require_commands
     from speclib.run.manifest import hardware
     from speclib.run.preflight import plan_design, require_memory_plan
@@ -86,7 +86,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from speclib.app.outcome import RunFailed
     from speclib.app.run_folder import default_run_dir, resume_params_file
     from speclib.app.runner import run_experiment
-    from speclib.core.params import load_params
+    from speclib.params.loader import load_params
 
     if args.params is None and not args.resume:
         raise RunFailed("give a params file (speclib run PARAMS) or --resume RUN_DIR")
@@ -255,7 +255,7 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
     import os
 
     from speclib.analysis.health.bench_agreement import format_crosscheck
-    from speclib.core.params import load_params
+    from speclib.params.loader import load_params
     from speclib.run.bench_crosscheck import BenchCheckError, crosscheck_server
 
     params = load_params(args.params)
@@ -388,8 +388,8 @@ def _skip_iri_format_checker() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
     from speclib.app.out_guard import OutputRefused
-    from speclib.core.params import ParamsError
     from speclib.core.prompts import PromptSetError
+    from speclib.params.loader import ParamsError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     _skip_iri_format_checker()

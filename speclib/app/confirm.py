@@ -6,7 +6,7 @@ on the same prompts and load levels, the control, the **best fixed k** (the arm 
 the most levels, ties to the lower load) and the **schedule** (``num_speculative_tokens``
 = its largest k and ``num_speculative_tokens_per_batch_size``), interleaved in the same
 number of replicate blocks, so the schedule gets its own verdict against the control and
-stands beside the best fixed k. The file is validated (:func:`speclib.core.params.
+stands beside the best fixed k. The file is validated (:func:`speclib.params.loader.
 load_params`, which checks the ``speculative_config`` against the installed vLLM) before it
 is written; ``speclib schedule RUN --out FILE`` is the command.
 """
@@ -23,8 +23,8 @@ import yaml
 
 from speclib.analysis.load.k_schedule import KSchedule
 from speclib.analysis.run_analysis import analyze_run
-from speclib.core.params import ParamsError, load_params
 from speclib.core.rundir import RunDir
+from speclib.params.loader import ParamsError, load_params
 
 __all__ = ["ConfirmError", "confirmation_params", "write_confirmation"]
 

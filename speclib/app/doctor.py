@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from speclib.core.params import DEMO_PREFIX, ExperimentParams
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import DEMO_PREFIX
 
 __all__ = ["Check", "Facts", "diagnose", "gather_facts", "run_doctor"]
 
@@ -211,7 +212,7 @@ def diagnose(facts: Facts, params: ExperimentParams | None = None) -> list[Check
 def run_doctor(params_file: str | None = None, *, stream: TextIO | None = None) -> int:
     """Print the checks (params validated first); 1 when something the params need is
     missing, else 0."""
-    from speclib.core.params import load_params
+    from speclib.params.loader import load_params
 
     out = stream or sys.stdout
     params = load_params(params_file) if params_file else None

@@ -89,8 +89,8 @@ def arm_request_total(run_dir: str | Path) -> int | None:
     Read from ``params.resolved.json`` in the run folder; None when it cannot be read.
     """
     from speclib.core.datasets import workload_prompts
-    from speclib.core.params import ExperimentParams
     from speclib.core.turns import sent_prompt_count
+    from speclib.params.experiment import ExperimentParams
 
     rd = RunDir.at(run_dir)
     try:

@@ -32,9 +32,9 @@ from typing import Any
 
 from speclib.app.block_loop import execute_block, prepare_block, report_block
 from speclib.core.jsonutil import json_lines
-from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, record_to_json
 from speclib.core.rundir import RunDir
+from speclib.params.experiment import ExperimentParams
 from speclib.run.launch_record import mark_unfinished, stamp_status
 from speclib.run.launching import is_external
 from speclib.run.manifest import update_manifest

@@ -22,8 +22,8 @@ from pathlib import Path
 from speclib.app.block_loop import reap_all
 from speclib.app.kernel import execute_notebook
 from speclib.app.outcome import RunFailed
-from speclib.core.params import ExperimentParams
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.params.experiment import ExperimentParams
 from speclib.run.manifest import RunPlan, read_plan
 
 __all__ = ["ReadyRun", "default_run_dir", "ready_run", "resume_params_file", "write_resolved"]

@@ -1,2 +1,3 @@
-"""Layer 0 — the kit's vocabulary: params, prompts, request records, the run-folder contract,
-Prometheus text parsing and the one place for control-plane HTTP. Imports nothing above it."""
+"""Layer 0 — the kit's vocabulary: prompts and prompt formats, request records, the
+run-folder contract, Prometheus text parsing, scores, ratio wording, the auth header. No
+process spawning, no network. Imports nothing above it."""

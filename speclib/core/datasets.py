@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from speclib.core.datasets_conversations import read_questions, read_sharegpt
-from speclib.core.datasets_records import DatasetRead, ReadOptions
+from speclib.core.datasets_records import DatasetRead, ReadOptions, WorkloadSection
 from speclib.core.datasets_tabular import read_csv, read_hf_disk, read_jsonl
-from speclib.core.params import WorkloadParams
 from speclib.core.prompt_sampling import PromptSample, sample_prompts
 from speclib.core.prompts import Prompt, load_prompts
 
@@ -64,7 +63,7 @@ class _HasWorkload(Protocol):
     """What :func:`workload_prompts` needs of an ``ExperimentParams``."""
 
     @property
-    def workload(self) -> WorkloadParams: ...
+    def workload(self) -> WorkloadSection: ...
 
     def resolve_path(self, value: str) -> Path: ...
 
@@ -126,7 +125,7 @@ def _provenance(path: Path, fmt: str, read: DatasetRead, sample: PromptSample) -
     }
 
 
-def load_workload_prompts(path: str | Path, workload: WorkloadParams) -> LoadedPrompts:
+def load_workload_prompts(path: str | Path, workload: WorkloadSection) -> LoadedPrompts:
     """The prompts ``workload`` sends, read from ``path`` (already resolved), with provenance."""
     path = Path(path)
     read = read_dataset(path, workload.format, options=ReadOptions.of(workload))

@@ -15,15 +15,15 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from speclib.core.params import WorkloadParams
 from speclib.core.prompts import Prompt, PromptSetError
 
 __all__ = [
     "DatasetRead",
     "Located",
     "ReadOptions",
+    "WorkloadSection",
     "finish_read",
     "json_list_records",
     "jsonl_records",
@@ -39,16 +39,39 @@ __all__ = [
 _ROLES = ("system", "user", "assistant")
 
 
+class WorkloadSection(Protocol):
+    """The fields of a params file's ``workload`` section that reading its prompts uses
+    (the section itself, :class:`speclib.params.workload.WorkloadParams`, sits in a layer
+    above: the prompt formats do not import the params)."""
+
+    @property
+    def format(self) -> str: ...
+    @property
+    def sharegpt_turns(self) -> str: ...
+    @property
+    def prompt_column(self) -> str: ...
+    @property
+    def category_column(self) -> str | None: ...
+    @property
+    def num_prompts(self) -> int | None: ...
+    @property
+    def sample(self) -> str: ...
+    @property
+    def sample_seed(self) -> int: ...
+    @property
+    def multi_turn(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class ReadOptions:
-    """The format-specific options of ``workload`` (see :class:`WorkloadParams`)."""
+    """The format-specific options of ``workload`` (see :class:`WorkloadSection`)."""
 
     sharegpt_turns: str = "first"  # "first" | "history"
     prompt_column: str = "prompt"  # csv
     category_column: str | None = None  # csv; None: "category" when the file has it
 
     @classmethod
-    def of(cls, workload: WorkloadParams) -> ReadOptions:
+    def of(cls, workload: WorkloadSection) -> ReadOptions:
         """The options a ``workload`` section sets."""
         return cls(workload.sharegpt_turns, workload.prompt_column, workload.category_column)
 

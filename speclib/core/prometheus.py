@@ -1,7 +1,7 @@
 """Server counters: read vLLM's Prometheus ``/metrics`` and turn two snapshots into deltas.
 
 A report compares what the client saw with what the server counted. This module parses the
-Prometheus text exposition (fetched by :func:`speclib.core.httpapi.fetch_metrics`) into a flat
+Prometheus text exposition (fetched by :func:`speclib.serve.httpapi.fetch_metrics`) into a flat
 mapping ``(name, frozenset(labels)) -> value`` (:func:`parse_prometheus`), and subtracts a
 snapshot taken before a measured window from one taken after it (:func:`metrics_delta`).
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import WorkloadParams
+from speclib.core.datasets_records import WorkloadSection
 from speclib.core.prompts import Prompt
 from speclib.core.rundir import RunDir
 
@@ -178,7 +178,7 @@ def expand_turns(questions: Sequence[Prompt], answers: Mapping[str, Sequence[str
     return out
 
 
-def sent_prompt_count(questions: Sequence[Prompt], workload: WorkloadParams) -> int:
+def sent_prompt_count(questions: Sequence[Prompt], workload: WorkloadSection) -> int:
     """Prompts a block sends per load level and repeat: one per question, or one per turn
     of every question with ``workload.multi_turn``."""
     if not workload.multi_turn:
@@ -237,7 +237,7 @@ def history_answers(
 
 class _HasWorkload(Protocol):
     @property
-    def workload(self) -> WorkloadParams: ...
+    def workload(self) -> WorkloadSection: ...
 
     def resolve_path(self, value: str) -> Path: ...
 

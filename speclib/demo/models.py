@@ -24,8 +24,8 @@ This module is the cached folder: the cache key, the lock, the atomic publish an
 ``speclib build-demo`` command. What is built is said by :mod:`speclib.demo.recipe`; the
 chat format and tokenizer are :mod:`speclib.demo.tokenizer`; the training is
 :mod:`speclib.demo.training`. torch, transformers and tokenizers are imported only when a
-build is needed. The module is over 400 lines because the cache (its key, lock and atomic
-publish) serves the CPU pair and the synthetic models alike, and ``build-demo`` is its CLI.
+build is needed. The cache (its key, lock and atomic publish) serves the CPU pair and the
+synthetic models alike, and ``build-demo`` is its CLI.
 """
 
 from __future__ import annotations

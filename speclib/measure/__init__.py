@@ -1,4 +1,4 @@
-"""Layer 2 — the measuring instrument: the streaming timing client that turns prepared
+"""Layer 3 — the measuring instrument: the streaming timing client that turns prepared
 requests into raw per-request records. Imports only :mod:`speclib.core`.
 
 :func:`build_request_body` encodes a streaming ``/v1/chat/completions`` request once,

@@ -20,7 +20,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from speclib.core.httpapi import auth_headers
+from speclib.core.auth import auth_headers
 from speclib.measure.http1 import HttpResponse
 
 __all__ = ["Connection", "Endpoint", "Http1Transport", "Pool"]

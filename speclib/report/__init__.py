@@ -1,2 +1,2 @@
-"""Layer 4 — presentation: figures, the report's HTML sections, the HTML export and the
+"""Layer 5 — presentation: figures, the report's HTML sections, the HTML export and the
 side-by-side table of several runs. Reads analysis results; never measures."""

@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.core.params import AA_ARM
+from speclib.params.experiment import AA_ARM
 from speclib.report.figure_base import FigureWithCaption, new_figure, resolve_palette
 
 __all__ = ["FOREST_COLUMNS", "forest_figure", "forest_frame", "plot_forest"]

@@ -4,7 +4,7 @@ Two facts change how far a verdict can be trusted and must be read before it: th
 were not whole and the run was decided on what was there (``--allow-incomplete``: what is
 missing, from :class:`~speclib.analysis.health.integrity.Integrity`), or the rule was
 changed after the run (``analyze --params``: which fields, from
-:class:`~speclib.core.params_override.Redecision`). :func:`record_notice_html` renders both;
+:class:`~speclib.params.override.Redecision`). :func:`record_notice_html` renders both;
 it is empty for a whole run decided under its own params.
 """
 

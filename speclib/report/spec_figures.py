@@ -6,9 +6,8 @@ ratio with its CI at each concurrency level, server memory over time, and the sa
 check's per-output log-probabilities. Each function returns a captioned figure; statistics
 come in, they are drawn, not recomputed (a prompt's steps are read by
 :mod:`speclib.analysis.speculation.drafting`).
-The module is a little over 400 lines because the load figure carries its own log ratio axis
-and break-even marks; each figure is one piece of what speculation gains or costs, so taking
-one out would split by line count, not along a seam.
+Each figure is one piece of one concept, what speculation gains or costs; the load figure
+carries its own log ratio axis and break-even marks.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.core.params_sweep import sweep_sort_key
+from speclib.params.sweep import sweep_sort_key
 from speclib.report.figure_base import (
     FigureWithCaption,
     new_figure,

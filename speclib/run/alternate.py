@@ -21,9 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from speclib.core.params import ExperimentParams, LoadLevel
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.rundir import RunDir
+from speclib.params.experiment import ExperimentParams
+from speclib.params.protocol import LoadLevel
 from speclib.run.arms import Arm, cache_salt, level_warmup_count, send, stamp, warm_up_level
 from speclib.run.design import Slot, plan_slots, slot_size
 from speclib.run.launch_record import (

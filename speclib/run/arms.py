@@ -22,10 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from speclib.core.params import ExperimentParams, LoadLevel, SeriesParams
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.rundir import LaunchDir, RunDir
+from speclib.params.experiment import ExperimentParams
+from speclib.params.protocol import LoadLevel
+from speclib.params.server import SeriesParams
 from speclib.run.launch_record import external_model
 from speclib.run.launching import api_key, is_external, server_for, starts_together
 from speclib.run.requests import make_request_specs, warmup_prompts

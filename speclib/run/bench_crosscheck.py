@@ -33,13 +33,15 @@ from speclib.analysis.health.bench_agreement import (
 )
 from speclib.analysis.health.bench_result import BenchCheckError, BenchResult, merge_bench_results
 from speclib.core.datasets import workload_prompts
-from speclib.core.httpapi import fetch_metrics, served_model, server_root
-from speclib.core.params import ExperimentParams, load_params, resolve_model_ref
 from speclib.core.prometheus import spec_counters_delta
 from speclib.core.records import append_record, tpot_s
 from speclib.core.rundir import LaunchDir
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import load_params
+from speclib.params.server import resolve_model_ref
 from speclib.run.requests import make_request_specs, warmup_prompts
 from speclib.run.vllm_bench import run_vllm_bench
+from speclib.serve.httpapi import fetch_metrics, served_model, server_root
 
 __all__ = ["BenchCheckError", "crosscheck_launch", "crosscheck_server"]
 

@@ -1,12 +1,12 @@
 """Every server command a params file implies, checked against the installed vLLM's parser.
 
 The kit adds flags of its own to each ``vllm serve`` command. Two of them only measure
-(``OPTIONAL_FLAGS`` of :mod:`speclib.core.vllm_cli`): where the installed vLLM lacks one,
+(``OPTIONAL_FLAGS`` of :mod:`speclib.vllm_facts.cli_flags`): where the installed vLLM lacks one,
 it is left out of every command, and the run says so, with what is measured instead.
 Every other flag of a command comes from the params (a field the kit turns into a flag,
 or ``server.extra_args``): where vLLM lacks it, :func:`check_commands` names the field
 and the flag before any server starts, instead of a server exiting with argparse's code
-2. The flags are read from vLLM's own parser (:mod:`speclib.core.vllm_cli`), never from
+2. The flags are read from vLLM's own parser (:mod:`speclib.vllm_facts.cli_flags`), never from
 a table of versions. With ``server.launcher`` set, the vLLM that runs may not be the one
 installed here, and nothing is checked or left out.
 """
@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speclib.core.params import ExperimentParams, ParamsError, SeriesParams
-from speclib.core.vllm_cli import OPTIONAL_FLAGS, CliFlags, cli_flag, installed_cli_flags
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError
+from speclib.params.server import SeriesParams
+from speclib.vllm_facts.cli_flags import OPTIONAL_FLAGS, CliFlags, cli_flag, installed_cli_flags
 
 __all__ = ["CommandCheck", "OmittedFlag", "check_commands", "require_commands"]
 

@@ -29,8 +29,8 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from speclib.core.params import ExperimentParams
 from speclib.core.rundir import launch_id
+from speclib.params.experiment import ExperimentParams
 from speclib.run.placement import DEFAULT_SHARE, SHARE_LIMIT
 
 __all__ = [

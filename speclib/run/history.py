@@ -23,7 +23,6 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from speclib.core.params import ExperimentParams
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord
 from speclib.core.rundir import TURN_HISTORY_FILE, RunDir
@@ -38,6 +37,7 @@ from speclib.core.turns import (
     turn_prompt_id,
     write_turn_history,
 )
+from speclib.params.experiment import ExperimentParams
 from speclib.run.arms import Arm
 from speclib.run.launching import api_key
 from speclib.run.requests import history_request_specs

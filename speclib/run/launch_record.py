@@ -19,12 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speclib.core.httpapi import fetch_metrics, served_model
-from speclib.core.params import ExperimentParams, SeriesParams
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord
 from speclib.core.rundir import LaunchDir, RunDir, write_json_atomic
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import SeriesParams
 from speclib.run.launching import api_key
+from speclib.serve.httpapi import fetch_metrics, served_model
 
 __all__ = [
     "SeriesResult",

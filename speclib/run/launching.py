@@ -6,9 +6,9 @@ experiments, ``--per-request-spec-decode-metrics summary`` only where vLLM accep
 prefix caching per the protocol's cache policy), the server's environment (CPU KV-cache
 size, offline hub, a private temp and cache folder per launch, the API key passed through
 the environment only), and :func:`server_for`, which yields a ready server — or the
-external ``base_url`` — and always stops what it started. It is over 400 lines because
-an arm's placement (GPUs, share, KV cache) needs the weights of the models it serves, which
-are resolved here, beside the command they go into.
+external ``base_url`` — and always stops what it started. An arm's placement (GPUs, share,
+KV cache) needs the weights of the models it serves, so they are resolved here, beside the
+command they go into.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from speclib.core.params import ExperimentParams, SeriesParams, resolve_model_ref
-from speclib.core.params_server import SECRET_NAME
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import SECRET_NAME, SeriesParams, resolve_model_ref
 from speclib.run import compile_cache as warm
 from speclib.run.placement import (
     Placement,
@@ -258,9 +258,9 @@ def build_launch_spec(
     """The launch of ``series``: argv without secrets, env, port, readiness probe model.
 
     Measurement flags the installed vLLM lacks are left out
-    (:func:`speclib.core.vllm_cli.fit_argv`).
+    (:func:`speclib.vllm_facts.cli_flags.fit_argv`).
     """
-    from speclib.core.vllm_cli import fit_argv, installed_cli_flags
+    from speclib.vllm_facts.cli_flags import fit_argv, installed_cli_flags
 
     sp = params.server
     port = sp.port or srv.free_port(sp.host if sp.host != "0.0.0.0" else "127.0.0.1")
@@ -391,7 +391,7 @@ def uses_shared_cache(params: ExperimentParams, series: SeriesParams) -> bool:
 def config_key(params: ExperimentParams, series: SeriesParams) -> str:
     """This arm's server configuration as :mod:`speclib.run.compile_cache` keys it: its
     arguments as the params imply them (models unresolved) and the installed vLLM."""
-    from speclib.core.vllm_cli import installed_cli_flags
+    from speclib.vllm_facts.cli_flags import installed_cli_flags
 
     args = command_args(params, series, model=served_model_ref(params, series), port=1)
     return warm.config_key(args, installed_cli_flags().vllm_version)

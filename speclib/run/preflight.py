@@ -14,18 +14,27 @@ personal data or secrets, and writes ``manifest.json`` with the launch order.
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams, ParamsError, load_params, resolve_model_ref
 from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
-from speclib.core.spec_compat import CompatReport, hub_cache_folder, params_checkpoint_report
-from speclib.core.validation import mix_problem
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError, load_params
+from speclib.params.server import resolve_model_ref
+from speclib.params.spec_compat import (
+    VOCAB_HINT,
+    CompatReport,
+    hub_cache_folder,
+    params_checkpoint_report,
+    same_vocab_needed,
+    vocab_of,
+    vocab_problems,
+)
+from speclib.params.validation import mix_problem
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.launching import arm_weights_gib
@@ -95,27 +104,6 @@ def vllm_available() -> str | None:
     return "vllm (unknown version)"
 
 
-def _vocab_of(folder: Path) -> dict[str, Any]:
-    info: dict[str, Any] = {"config_vocab_size": None, "tokenizer_vocab_size": None}
-    cfg = folder / "config.json"
-    if cfg.is_file():
-        data = json.loads(cfg.read_text("utf-8"))
-        text_cfg = data.get("text_config") or {}
-        info["config_vocab_size"] = data.get("vocab_size") or text_cfg.get("vocab_size")
-        info["eos_token_id"] = data.get("eos_token_id")
-        info["bos_token_id"] = data.get("bos_token_id")
-    tok = folder / "tokenizer.json"
-    if tok.is_file():
-        data = json.loads(tok.read_text("utf-8"))
-        vocab = data.get("model", {}).get("vocab") or {}
-        added = data.get("added_tokens") or []
-        ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
-        ids += [t.get("id", 0) for t in added]
-        info["tokenizer_vocab_size"] = (max(ids) + 1) if ids else None
-        info["special_tokens"] = sorted(t.get("content", "") for t in added if t.get("special"))
-    return info
-
-
 def checked_params(params_file: str | Path) -> ExperimentParams:
     """A run's params, checked before anything starts: valid, else :class:`ParamsError`;
     so is a speculative checkpoint that does not fit its target
@@ -129,7 +117,7 @@ def require_checkpoints_fit(
     params: ExperimentParams, source: str, *, build: bool = False
 ) -> CompatReport:
     """Every series' speculative checkpoint against the target, as ``speclib validate``
-    checks it (:mod:`speclib.core.spec_compat`); a :class:`ParamsError` naming each field
+    checks it (:mod:`speclib.params.spec_compat`); a :class:`ParamsError` naming each field
     and both values when one does not fit. Demo models are read where built, and built
     first only with ``build`` (setup does; the CLI's process must not hold a GPU)."""
     from speclib.demo.models import built_demo_dir
@@ -151,28 +139,19 @@ def require_checkpoints_fit(
 
 
 def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
-    """Compare target and draft vocabularies and special tokens of two local folders.
+    """Compare target and draft vocabularies and special tokens of two local folders, as
+    ``speclib validate`` does (:func:`speclib.params.spec_compat.vocab_problems`), and
+    return the comparison for the manifest.
 
     Raises :class:`VocabMismatchError` naming both sizes when they differ. Hub models that
     are not local folders are not checked here (vLLM checks them at start).
     """
-    t, d = _vocab_of(target_dir), _vocab_of(draft_dir)
+    t, d = vocab_of(target_dir), vocab_of(draft_dir)
     result = {"target": str(target_dir), "draft": str(draft_dir), "target_info": t, "draft_info": d}
-    problems = []
-    for key in ("config_vocab_size", "tokenizer_vocab_size"):
-        if t.get(key) is not None and d.get(key) is not None and t[key] != d[key]:
-            problems.append(f"{key}: target {t[key]} vs draft {d[key]}")
-    if t.get("special_tokens") != d.get("special_tokens") and t.get("special_tokens"):
-        problems.append(
-            f"special tokens differ: target {t.get('special_tokens')} vs draft "
-            f"{d.get('special_tokens')}"
-        )
-    if problems:
+    if problems := vocab_problems(t, d):
         raise VocabMismatchError(
             f"draft {draft_dir} does not share the target's vocabulary ({'; '.join(problems)}). "
-            "draft_model speculation needs one tokenizer; vLLM's use_heterogeneous_vocab can "
-            "bridge different vocabularies but only with greedy draft sampling — choose a draft "
-            "of the same family, or set it explicitly. The kit never switches drafts for you."
+            + VOCAB_HINT
         )
     result["ok"] = True
     return result
@@ -250,10 +229,7 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
         if isinstance(spec.get("model"), str) and not s.base_url:
             models[spec["model"]] = resolve_model(spec["model"], params)
             target, draft = Path(models.get(params.server.model, "")), Path(models[spec["model"]])
-            same_vocab_needed = spec.get("method") == "draft_model" and not spec.get(
-                "use_heterogeneous_vocab"
-            )
-            if same_vocab_needed and target.is_dir() and draft.is_dir():
+            if same_vocab_needed(spec) and target.is_dir() and draft.is_dir():
                 checks.append({"series": s.name, **check_vocab(target, draft)})
     checkpoints = require_checkpoints_fit(params, f"params {params.name!r}", build=True)
     loaded = workload_prompts(params)

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams
 from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.turns import sent_prompt_count
 from speclib.measure.worker import shared_worker
+from speclib.params.experiment import ExperimentParams
 from speclib.run.alternate import measure_levels
 from speclib.run.arms import Arm, stamp, start_all, warm_up
 from speclib.run.design import Block, block_id, group_launch_id

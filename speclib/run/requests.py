@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from speclib.core.params import ExperimentParams
 from speclib.core.prompts import Prompt
+from speclib.params.experiment import ExperimentParams
 
 __all__ = ["arrival_offsets", "history_request_specs", "make_request_specs", "warmup_prompts"]
 

@@ -17,10 +17,10 @@ The run step (:func:`score_run`): after all series, launch the target without sp
 (the control's launch, :mod:`speclib.run.launching`), score every successful measured
 record of every series into ``RUN_DIR/output_scores.jsonl`` (one line per output, appended
 and flushed as each finishes), stop the server. The comparison of the scores is
-:mod:`speclib.analysis.speculation.sampling`'s; HTTP goes through :mod:`speclib.core.httpapi`.
+:mod:`speclib.analysis.speculation.sampling`'s; HTTP goes through :mod:`speclib.serve.httpapi`.
 
-The module is a little over 400 lines: the HTTP scorer, parsing vLLM's log-prob entries
-and the run step are one job (turn a run's outputs into scores) and change together.
+The HTTP scorer, parsing vLLM's log-prob entries and the run step are one job (turn a
+run's outputs into scores) and change together.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from speclib.analysis.speculation.nucleus import expected_logprob, outside_nucleus
-from speclib.core.httpapi import HTTPError, request_bytes, served_model
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
 from speclib.core.turns import measured_prompts
 from speclib.run.launching import api_key, server_for
+from speclib.serve.httpapi import HTTPError, request_bytes, served_model
 
 __all__ = [
     "ensure_scored",
@@ -396,7 +396,7 @@ def ensure_scored(run_dir: str | os.PathLike[str]) -> str:
     and refuses to adopt. Outputs already scored are skipped, so a re-analysis starts no
     server.
     """
-    from speclib.core.params import recorded_params
+    from speclib.params.loader import recorded_params
 
     rd = RunDir.at(run_dir)
     params = recorded_params(rd.params_resolved)

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from speclib.core.params import ExperimentParams, SeriesParams
 from speclib.core.records import RequestRecord
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import SeriesParams
 
 __all__ = ["acceptance_truth"]
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from speclib.analysis.health.bench_result import BenchCheckError, BenchResult, load_bench_result
-from speclib.core.httpapi import server_root
+from speclib.serve.httpapi import server_root
 from speclib.serve.logtail import tail
 from speclib.serve.supervisor import start_supervised, stop_supervised
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speclib.core.httpapi import http_ok
+from speclib.serve.httpapi import http_ok
 from speclib.serve.logtail import root_cause, tail
 from speclib.serve.pidfile import reap_pidfile, write_pidfile
 from speclib.serve.priority import place

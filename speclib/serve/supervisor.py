@@ -29,9 +29,9 @@ supervisor then exits 127). The server's stdout and stderr are the supervisor's 
 (the launch's log file); the supervisor notes why it stopped there too. Linux-first: the
 prctl calls are skipped where libc has none; psutil (a dependency) walks the descendants.
 
-Both ends of the protocol live here, which is why the module is a little over 400 lines:
-:func:`start_supervised` and :func:`stop_supervised` are the kit's side (used by
-:mod:`speclib.serve.process`), :func:`main` the supervisor's.
+Both ends of the protocol live here, since they change together: :func:`start_supervised`
+and :func:`stop_supervised` are the kit's side (used by :mod:`speclib.serve.process`),
+:func:`main` the supervisor's.
 """
 
 from __future__ import annotations

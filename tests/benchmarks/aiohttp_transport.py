@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from speclib.core.httpapi import auth_headers
+from speclib.core.auth import auth_headers
 from speclib.measure.http1 import DONE_GRACE_S, DONE_TAILS, ERROR_BODY_BYTES
 
 __all__ = ["AiohttpTransport", "StreamedResponse"]

@@ -35,7 +35,7 @@ import yaml
 
 from speclib.analysis.frames import load_records, pair_frame
 from speclib.analysis.stats.paired import paired_ratio_ci
-from speclib.core.params import AA_ARM
+from speclib.params.experiment import AA_ARM
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = REPO / "params" / "cpu-demo-aa.yaml"

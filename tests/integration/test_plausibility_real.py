@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 
 from speclib.analysis.speculation.sampling import METRICS, compare_plausibility
-from speclib.core.params import ExperimentParams
 from speclib.core.prompts import load_prompts
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir
 from speclib.core.scores import OutputScore, ScoreItem, read_scores
+from speclib.params.experiment import ExperimentParams
 from speclib.run.launching import server_for
 from speclib.run.scoring import score_outputs, score_run
 

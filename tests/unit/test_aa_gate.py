@@ -14,8 +14,8 @@ import pytest
 
 from speclib.analysis.run_analysis import analyze_run
 from speclib.analysis.verdict.run_rules import decision_confidence
-from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, append_record
+from speclib.params.experiment import ExperimentParams
 
 REPO = Path(__file__).resolve().parents[2]
 N_TOKENS = 33

@@ -484,7 +484,7 @@ def _params_file(tmp: Path, levels: object = 1) -> Path:
 def test_a_launch_is_cross_checked_on_its_first_closed_loop_level(
     tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from speclib.core.params import load_params
+    from speclib.params.loader import load_params
     from speclib.run.bench_crosscheck import crosscheck_launch
 
     params = load_params(_params_file(tmp_path, [2, 4]))

@@ -126,8 +126,8 @@ def test_bad_arguments_are_named() -> None:
 def _write_run(tmp: Path, *, blocks: int = 3) -> Path:
     """An interleaved run of control, aa and spec: spec halves TPOT on "repeat" prompts,
     leaves "unseen" ones alone, and "known" prompts are too few for an interval."""
-    from speclib.core.params import ExperimentParams
     from speclib.core.records import RequestRecord, append_record
+    from speclib.params.experiment import ExperimentParams
 
     cats = ["repeat"] * 8 + ["unseen"] * 6 + ["known"] * 1
     prompts = tmp / "prompts.jsonl"

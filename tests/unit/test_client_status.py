@@ -65,8 +65,8 @@ def test_a_fallback_to_in_process_shows_next_to_the_worker() -> None:
 
 
 def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) -> None:
-    from speclib.core.params import load_params
     from speclib.measure.worker import close_shared_worker
+    from speclib.params.loader import load_params
     from speclib.run.replicate_block import run_block
     from tests.unit.test_robustness import _params
 

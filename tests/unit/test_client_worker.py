@@ -260,7 +260,7 @@ def test_without_a_worker_the_run_happens_in_process_and_says_why(server, monkey
 
 
 def test_send_appends_each_record_while_the_run_goes(server, tmp_path) -> None:
-    from speclib.core.params import load_params
+    from speclib.params.loader import load_params
     from speclib.run.arms import Arm, send
     from tests.unit.test_robustness import _params
 

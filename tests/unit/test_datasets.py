@@ -27,16 +27,12 @@ from speclib.core.datasets import (
     read_dataset,
     workload_prompts,
 )
-from speclib.core.params import (
-    PROMPT_FORMATS,
-    ExperimentParams,
-    ParamsError,
-    WorkloadParams,
-    load_params,
-)
 from speclib.core.prompt_sampling import sample_prompts, stratified_quotas
 from speclib.core.prompts import Prompt, PromptSetError, load_prompts, prompts_sha256
-from speclib.core.validation import validate_params
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError, load_params
+from speclib.params.validation import validate_params
+from speclib.params.workload import PROMPT_FORMATS, WorkloadParams
 
 pytestmark = pytest.mark.unit
 
@@ -402,7 +398,7 @@ def test_random_sample_is_reproducible_and_depends_on_the_seed():
 def test_sampling_does_not_depend_on_the_process_hash_seed():
     code = (
         "from speclib.core.datasets import load_workload_prompts as f; "
-        "from speclib.core.params import WorkloadParams as W; "
+        "from speclib.params.workload import WorkloadParams as W; "
         "p = 'tests/fixtures/datasets/spec-bench/question.jsonl'; "
         "w = W(prompts=p, format='spec-bench', num_prompts=5, sample='stratified'); "
         "print(','.join(x.id for x in f(p, w).prompts))"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib.core.params import load_params
+from speclib.params.loader import load_params
 from speclib.run.design import choose_design, plan_blocks, plan_slots, slot_size
 
 REPO = Path(__file__).resolve().parents[2]

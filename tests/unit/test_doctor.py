@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from speclib.app.doctor import Facts, diagnose
-from speclib.core.params import load_params
+from speclib.params.loader import load_params
 from tests.conftest import write_params
 
 REPO = Path(__file__).resolve().parents[2]

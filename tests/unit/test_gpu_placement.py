@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib.core.params import ParamsError, load_params
+from speclib.params.loader import ParamsError, load_params
 from speclib.run.placement import GpuInfo, memory_plan, placements, start_after
 from tests.helpers import fake_servers_left
 from tests.unit.test_robustness import _params, _run

@@ -20,7 +20,8 @@ import yaml
 
 from speclib.analysis.health.compile_windows import REASON, compile_table, mark_compiles
 from speclib.core.compile_events import CompileEvent, compile_events, overlaps
-from speclib.core.params import LoadLevel, load_params
+from speclib.params.loader import load_params
+from speclib.params.protocol import LoadLevel
 from speclib.run.arms import level_warmup_count
 from tests.helpers import fake_servers_left
 from tests.unit.test_robustness import _lines, _params, _run
@@ -116,7 +117,7 @@ def test_a_run_warms_each_level_measures_four_waves_and_leaves_out_a_compile(
 
 @pytest.mark.parametrize("bad", [0, -1])
 def test_min_waves_must_be_positive(tmp_path: Path, bad: int) -> None:
-    from speclib.core.params import ParamsError
+    from speclib.params.loader import ParamsError
 
     path = _params(tmp_path, n_prompts=4)
     data = yaml.safe_load(path.read_text())

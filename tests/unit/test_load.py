@@ -28,7 +28,7 @@ from speclib.analysis.load.goodput import (
 )
 from speclib.analysis.load.k_schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.analysis.load.recommend import Recommendation
-from speclib.core.params import ParamsError, load_params
+from speclib.params.loader import ParamsError, load_params
 from tests.helpers import fake_servers_left
 from tests.unit.test_robustness import REPO, _params
 from tests.unit.test_sweep import ngram_sweep

@@ -12,7 +12,6 @@ from typing import ClassVar
 
 import pytest
 
-from speclib.core.httpapi import fetch_metrics
 from speclib.core.prometheus import (
     ACCEPTED_PER_POS,
     NUM_DRAFTS,
@@ -25,6 +24,7 @@ from speclib.core.prometheus import (
     prefix_cache_delta,
     spec_counters_delta,
 )
+from speclib.serve.httpapi import fetch_metrics
 
 pytestmark = pytest.mark.unit
 

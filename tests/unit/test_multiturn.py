@@ -18,7 +18,6 @@ from speclib.analysis.frames import pair_frame, records_frame
 from speclib.analysis.verdict.categories import TURN_NOTE, turn_ratios
 from speclib.app.verdicts import MAX_LINE, turn_lines
 from speclib.core.datasets import read_dataset
-from speclib.core.params import ExperimentParams, ParamsError, load_params
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord, read_records, record_to_json
 from speclib.core.rundir import RunDir
@@ -35,8 +34,10 @@ from speclib.core.turns import (
     turn_prompt_id,
     write_turn_history,
 )
-from speclib.core.validation import validate_params
 from speclib.core.wording import ratio_words
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError, load_params
+from speclib.params.validation import validate_params
 
 pytestmark = pytest.mark.unit
 
@@ -226,7 +227,7 @@ def test_sequential_multi_turn_runs_open_with_the_control(tmp_path) -> None:
 
 
 def _workload(**over):
-    from speclib.core.params import WorkloadParams
+    from speclib.params.workload import WorkloadParams
 
     return WorkloadParams(prompts=str(MT_BENCH), format="mt-bench", **over)
 

@@ -102,9 +102,9 @@ def _check_turn2_everywhere(servers: dict[str, list[dict]], answers: dict[str, s
 
 def test_the_history_is_the_controls_greedy_answers_turn_by_turn(tmp_path) -> None:
     """Three turns: turn 2's history request carries the answer to turn 1."""
-    from speclib.core.params import ExperimentParams
     from speclib.core.prompts import Prompt
     from speclib.core.rundir import RunDir
+    from speclib.params.experiment import ExperimentParams
     from speclib.run.arms import Arm
     from speclib.run.history import generate_history
     from tests.fakeserver import FakeServer, Script
@@ -134,10 +134,10 @@ def test_the_history_is_the_controls_greedy_answers_turn_by_turn(tmp_path) -> No
 
 def test_a_failed_history_request_stops_the_block_with_its_cause(tmp_path) -> None:
     """No measured turn 2 without the whole history: a 500 from the control is named."""
-    from speclib.core.params import ExperimentParams
     from speclib.core.prompts import Prompt
     from speclib.core.rundir import RunDir
     from speclib.core.turns import TurnHistoryError
+    from speclib.params.experiment import ExperimentParams
     from speclib.run.arms import Arm
     from speclib.run.history import generate_history
     from tests.fakeserver import FakeServer, Script

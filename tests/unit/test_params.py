@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib.core.params import ParamsError, load_params
+from speclib.params.loader import ParamsError, load_params
 
 REPO = Path(__file__).resolve().parents[2]
 

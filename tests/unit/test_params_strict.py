@@ -164,7 +164,7 @@ def test_prompt_lookup_for_a_draft_model_is_refused_naming_the_method(tmp_path: 
 def test_a_secret_is_told_by_the_words_of_its_name() -> None:
     """HF_TOKEN or OPENAI_API_KEY hold secrets; MAX_TOKENS or FAKE_VLLM_TOKENS hold counts
     (a stand-in's knob the kit's own tests set in server.env), VLLM_KEY_CACHE a setting."""
-    from speclib.core.params_server import SECRET_NAME
+    from speclib.params.server import SECRET_NAME
 
     for name in ("HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASS", "APIKEY"):
         assert SECRET_NAME.search(name), name

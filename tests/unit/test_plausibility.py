@@ -15,9 +15,9 @@ from speclib.analysis.speculation.agreement import classify_output
 from speclib.analysis.speculation.nucleus import expected_logprob, outside_nucleus
 from speclib.analysis.speculation.sampling import compare_plausibility, compare_run
 from speclib.analysis.stats.base import DegenerateDataWarning
-from speclib.core.params import ExperimentParams
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
+from speclib.params.experiment import ExperimentParams
 from speclib.run.scoring import items_from_records, score_outputs, score_run, scoring_enabled
 from tests.fake_scorer import DIST, ScorerServer, logprob_of, tokenize_text
 

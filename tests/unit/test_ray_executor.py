@@ -197,7 +197,7 @@ def test_ctrl_c_cancels_the_tasks_leaves_no_process_and_resume_finishes(tmp_path
 def test_executor_ray_without_ray_names_the_field_and_the_extra(tmp_path, monkeypatch):
     import importlib.util
 
-    from speclib.core.params import ParamsError, load_params
+    from speclib.params.loader import ParamsError, load_params
 
     path = _params(tmp_path)
     data = yaml.safe_load(path.read_text())
@@ -216,7 +216,7 @@ def test_executor_ray_without_ray_names_the_field_and_the_extra(tmp_path, monkey
 
 def test_a_block_reserves_cpus_per_server_and_its_gpus(tmp_path):
     from speclib.app.ray_executor import block_resources
-    from speclib.core.params import load_params
+    from speclib.params.loader import load_params
 
     path = _params(tmp_path)
     data = yaml.safe_load(path.read_text())

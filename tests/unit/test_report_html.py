@@ -20,7 +20,7 @@ from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import CATEGORY_NOTE
 from speclib.analysis.verdict.decision import Decision
 from speclib.analysis.verdict.gates import Verdict
-from speclib.core.params import LoadLevel
+from speclib.params.protocol import LoadLevel
 from speclib.report.export import NOTEBOOK_ONLY, export_report, page_title
 from speclib.report.sections import (
     answer_html,

@@ -279,6 +279,7 @@ def test_setup_failure_is_one_message_before_any_server(tmp_path):
     # the checkpoints are read before setup: invalid input (exit 2) naming both vocabularies
     assert proc.returncode == 2, proc.stderr
     assert "vocab_size 32000 vs target vocab_size 4096" in proc.stderr
+    assert "use_heterogeneous_vocab" in proc.stderr  # what to do about it
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "launches").exists()
 

@@ -35,8 +35,8 @@ def _write_run(
 ) -> Path:  # fmt: skip
     """An interleaved run of control (and aa) and an n-gram arm whose TPOT ratio is
     ``effect[category]``; the arm's chunks carry 3 tokens where it is faster, else 1."""
-    from speclib.core.params import ExperimentParams
     from speclib.core.records import RequestRecord, append_record
+    from speclib.params.experiment import ExperimentParams
 
     n = n or {"echo": 8, "fresh": 8}
     cats = [c for c, k in n.items() for _ in range(k)]
@@ -229,7 +229,7 @@ def test_a_bad_mix_on_the_command_line_exits_2_naming_the_category(tmp_path) -> 
 def test_workload_mix_is_validated_by_the_params_model() -> None:
     from pydantic import ValidationError
 
-    from speclib.core.params_workload import WorkloadParams
+    from speclib.params.workload import WorkloadParams
 
     ok = WorkloadParams.model_validate({"prompts": "p.jsonl", "mix": {"a": 0.25, "b": 0.75}})
     assert ok.mix == {"a": 0.25, "b": 0.75}
@@ -305,8 +305,8 @@ def test_segments_that_differ_by_nothing_are_not_called_different_too_often() ->
 
 def test_a_mix_naming_a_category_the_prompts_lack_is_refused_before_any_server(tmp_path) -> None:
     from speclib.core.datasets import workload_prompts
-    from speclib.core.params import ExperimentParams
-    from speclib.core.validation import mix_problem
+    from speclib.params.experiment import ExperimentParams
+    from speclib.params.validation import mix_problem
 
     run = _write_run(tmp_path)
     data = json.loads((run / "params.resolved.json").read_text())

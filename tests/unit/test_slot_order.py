@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib.core.params import load_params
 from speclib.core.prompts import load_prompts
 from speclib.core.rundir import RunDir
+from speclib.params.loader import load_params
 from speclib.run.alternate import prepare_level, slot_offsets
 from speclib.run.arms import Arm
 from speclib.run.design import plan_slots

@@ -19,8 +19,14 @@ import numpy as np
 import pytest
 import yaml
 
-from speclib.core.spec_compat import checkpoint_problems, read_config, tensor_shapes
-from speclib.core.vllm_spec_source import installed_spec_facts, spec_facts_from
+from speclib.params.spec_compat import (
+    VOCAB_HINT,
+    checkpoint_problems,
+    read_config,
+    tensor_shapes,
+    vocab_of,
+)
+from speclib.vllm_facts.spec_source import installed_spec_facts, spec_facts_from
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -168,6 +174,51 @@ def test_a_draft_models_vocabulary_is_compared(facts) -> None:
         facts=facts,
     )
     assert ok.problems == ()
+    assert report.hints == (VOCAB_HINT,) and "use_heterogeneous_vocab" in VOCAB_HINT
+    assert "use_heterogeneous_vocab" in report.message("p.yaml", "t")
+
+
+def _model_folder(root: Path, vocab_size: int, tokens: list[str]) -> Path:
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps({"vocab_size": vocab_size, "eos_token_id": 2}))
+    added = [{"id": 100 + i, "content": t, "special": True} for i, t in enumerate(tokens)]
+    tok = {"model": {"vocab": {"a": 0, "b": 1}}, "added_tokens": added}
+    (root / "tokenizer.json").write_text(json.dumps(tok))
+    return root
+
+
+def test_setup_and_validate_compare_a_drafts_vocabulary_alike(tmp_path: Path, facts) -> None:
+    """One comparison serves ``speclib validate`` (the checkpoint report) and run setup
+    (``check_vocab``, which also records it for the manifest): the tokenizers' special tokens
+    count, and the refusal says what to do."""
+    from speclib.run.preflight import VocabMismatchError, check_vocab
+
+    target = _model_folder(tmp_path / "t", 128, ["<s>", "</s>"])
+    draft = _model_folder(tmp_path / "d", 128, ["<|im_start|>", "</s>"])
+    spec = {"method": "draft_model", "model": "x", "num_speculative_tokens": 3}
+    report = checkpoint_problems(
+        spec,
+        target=read_config(target),
+        draft=read_config(draft),
+        draft_shapes=None,
+        facts=facts,
+        target_tokens=vocab_of(target),
+        draft_tokens=vocab_of(draft),
+    )
+    assert report.problems == (
+        "special tokens: draft ['</s>', '<|im_start|>'] vs target ['</s>', '<s>']",
+    )
+    with pytest.raises(VocabMismatchError, match="special tokens: draft") as err:
+        check_vocab(target, draft)
+    assert VOCAB_HINT in str(err.value)
+    same = check_vocab(target, _model_folder(tmp_path / "d2", 128, ["<s>", "</s>"]))
+    assert same["ok"] and same["target_info"] == {
+        "config_vocab_size": 128,
+        "tokenizer_vocab_size": 102,
+        "eos_token_id": 2,
+        "bos_token_id": None,
+        "special_tokens": ["</s>", "<s>"],
+    }
 
 
 def test_a_vllm_that_keeps_an_eagle3_family_list_is_held_to_it(tmp_path: Path, facts) -> None:

@@ -18,8 +18,9 @@ import yaml
 from speclib.analysis.frames import pair_frame
 from speclib.analysis.load.recommend import OUTCOMES, SweepArm, recommend
 from speclib.analysis.stats.block_summary import block_summary
-from speclib.core.params import ExperimentParams, ParamsError, load_params
-from speclib.core.params_sweep import sweep_name
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError, load_params
+from speclib.params.sweep import sweep_name
 from speclib.run.design import Block, choose_design, plan_blocks, plan_groups
 from tests.helpers import fake_servers_left
 from tests.unit.test_robustness import REPO, _params
@@ -92,7 +93,7 @@ def test_a_bad_value_names_the_expanded_series_and_the_key(tmp_path) -> None:
 
 
 def test_the_installed_vllm_check_sees_the_expanded_configs(tmp_path) -> None:
-    from speclib.core.vllm_schema import installed_spec_schema
+    from speclib.vllm_facts.spec_schema import installed_spec_schema
 
     if installed_spec_schema().schema is None:
         pytest.skip("vLLM is not installed here: only the kit's own rules apply")

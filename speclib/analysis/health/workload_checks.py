@@ -42,7 +42,7 @@ from speclib.analysis.health.prompt_checks import (
 )
 from speclib.analysis.health.trust import FAIL, NOT_ASSESSED, PASS, TrustCheck
 from speclib.analysis.verdict.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
-from speclib.core.params import ExperimentParams
+from speclib.params.experiment import ExperimentParams
 
 __all__ = [
     "CUT_SHARE_LIMIT",
@@ -306,7 +306,7 @@ def workload_checks(
     params: ExperimentParams, records: pd.DataFrame, manifest: Mapping[str, Any]
 ) -> list[TrustCheck]:
     """The five workload checks of a run, in the order of the module docstring: ``params``
-    the run's :class:`~speclib.core.params.ExperimentParams`, ``records`` its measured
+    the run's :class:`~speclib.params.experiment.ExperimentParams`, ``records`` its measured
     requests (:func:`speclib.analysis.frames.load_records`), ``manifest`` its manifest."""
     w = params.workload
     provenance = manifest.get("prompts")

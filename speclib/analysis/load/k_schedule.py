@@ -41,7 +41,7 @@ from typing import Any
 
 from speclib.analysis.load.recommend import Recommendation
 from speclib.core.jsonutil import jsonable
-from speclib.core.vllm_schema import SCHEDULE_KEY
+from speclib.vllm_facts.spec_schema import SCHEDULE_KEY
 
 __all__ = [
     "DRAFT_FREE_METHODS",
@@ -180,11 +180,11 @@ def validate_schedule(
     ``build_dynamic_sd_schedule_lookup`` accept it.
 
     Returns ``(what validated it, the dense batch-size → k lookup)``; raises ``ValueError``
-    with :func:`speclib.core.vllm_schema.schedule_problem`'s message (vLLM's own, or a k
+    with :func:`speclib.vllm_facts.spec_schema.schedule_problem`'s message (vLLM's own, or a k
     above ``num_speculative_tokens``) when it is refused. Without vLLM (or without the feature) the
     lookup is None and the text says the schedule was not validated.
     """
-    from speclib.core.vllm_schema import (
+    from speclib.vllm_facts.spec_schema import (
         installed_spec_schema,
         schedule_problem,
         vllm_dynamic_sd_module,

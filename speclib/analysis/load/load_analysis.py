@@ -29,7 +29,7 @@ from speclib.analysis.load.k_schedule import KSchedule, k_schedule
 from speclib.analysis.load.recommend import Recommendation
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.jsonutil import jsonable
-from speclib.core.params import AA_ARM, ExperimentParams
+from speclib.params.experiment import AA_ARM, ExperimentParams
 
 __all__ = ["LoadAnalysis", "analyze_load", "load_notes", "server_max_num_seqs"]
 

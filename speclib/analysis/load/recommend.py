@@ -1,7 +1,7 @@
 """Which value of a sweep to use: the rule declared before the run, with its interval.
 
 Among the arms of one sweep family (the series a params file wrote with ``sweep``, see
-:mod:`speclib.core.params_sweep`) at one load level, the **recommended** value is the
+:mod:`speclib.params.sweep`) at one load level, the **recommended** value is the
 smallest one (smallest ``k``) whose TPOT ratio is shown to be within δ
 (``analysis.margin``) of the best arm's, **and** which itself pays: its verdict against the
 control is ADOPT. When no arm of the family is ADOPT the answer is "no k pays" (``None``).
@@ -42,8 +42,8 @@ from scipy import special
 from speclib.analysis.stats.block_summary import BlockSummary, summarize_blocks
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.jsonutil import jsonable
-from speclib.core.params import ExperimentParams
-from speclib.core.params_sweep import sweep_sort_key
+from speclib.params.experiment import ExperimentParams
+from speclib.params.sweep import sweep_sort_key
 
 __all__ = [
     "OUTCOMES",

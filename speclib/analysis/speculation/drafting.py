@@ -35,10 +35,9 @@ in practice. At c>1 vLLM's output collector merges a request's outputs of severa
 into one chunk when its API process falls behind (``RequestOutputCollector.put``), and a
 client that reads late sees several chunks at once; then chunks undercount steps, the
 stream's accepted drafts exceed the counters' and :func:`launch_drafting` says so.
-Pure functions of recorded data; nothing talks to a server. The module is a little over 400
-lines because it is one count at three scales (a request, a launch, an arm) and that count
-checked against the server's (:func:`stream_check`); the check cannot live apart from what
-it checks.
+Pure functions of recorded data; nothing talks to a server. Its one concept is one count at
+three scales (a request, a launch, an arm) and that count checked against the server's
+(:func:`stream_check`); the check cannot live apart from what it checks.
 """
 
 from __future__ import annotations

@@ -39,9 +39,9 @@ this module holds the statistics, pure functions of those scores.
 
 The per-position maths (:func:`~speclib.analysis.speculation.nucleus.expected_logprob`,
 :func:`~speclib.analysis.speculation.nucleus.outside_nucleus`) and the nucleus sign test are in
-:mod:`speclib.analysis.speculation.nucleus`. The module is still a few lines over 400 because the
-comparison is one rule: its result record, its input validation and the reason text
-belong together, and this docstring states the whole rule.
+:mod:`speclib.analysis.speculation.nucleus`. The comparison is one rule: its result record,
+its input validation and the reason text belong together, and this docstring states the
+whole rule.
 
 Example::
 

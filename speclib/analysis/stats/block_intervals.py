@@ -62,8 +62,8 @@ own block-to-block variance of ``d`` with the pooled one (an F ratio; approximat
 the arm's residuals are part of the pool): information, not a gate.
 
 The per-block summaries it starts from are :mod:`speclib.analysis.stats.block_summary`.
-The module is over 400 lines because this docstring (about 80 lines) states the model,
-its reference and its degrees of freedom; the code is about 340 lines.
+This docstring states the model, its reference and its degrees of freedom, so that the
+code can be read against them.
 
 Example::
 

@@ -14,9 +14,9 @@ the verdict.
 
 The pairs of a level and their intervals are in :mod:`speclib.analysis.verdict.pairs`, the
 acceptance, the why and the sampling check's gate inputs in
-:mod:`speclib.analysis.verdict.explain`. The module is still over 400 lines because a
-comparison's record (:class:`Comparison`, about 150 lines with its ``summary.json`` entry)
-and its assembly from pairs, intervals and gates (:func:`compare_level`) change together.
+:mod:`speclib.analysis.verdict.explain`. A comparison's record (:class:`Comparison`, with
+its ``summary.json`` entry) and its assembly from pairs, intervals and gates
+(:func:`compare_level`) are one concept and change together.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from speclib.analysis.verdict.tpot_verdict import (
     decide_level,
 )
 from speclib.core.jsonutil import jsonable
-from speclib.core.params import AA_ARM, ExperimentParams
+from speclib.params.experiment import AA_ARM, ExperimentParams
 
 __all__ = [
     "Comparison",

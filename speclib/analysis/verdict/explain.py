@@ -33,7 +33,7 @@ from speclib.analysis.speculation.why import (
 )
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.pairs import pair_ratio_ci
-from speclib.core.params import ExperimentParams
+from speclib.params.experiment import ExperimentParams
 
 __all__ = [
     "acceptance_summary",

@@ -23,7 +23,8 @@ from speclib.analysis.verdict.tpot_verdict import (
     as_ratio_ci,
     block_analysis,
 )
-from speclib.core.params import AnalysisParams, ExperimentParams
+from speclib.params.experiment import ExperimentParams
+from speclib.params.protocol import AnalysisParams
 
 __all__ = [
     "GATE_METRICS",

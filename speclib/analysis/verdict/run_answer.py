@@ -24,7 +24,7 @@ from speclib.analysis.verdict.segments import (
     heterogeneity,
     label_pairs,
 )
-from speclib.core.params import AA_ARM, ExperimentParams
+from speclib.params.experiment import AA_ARM, ExperimentParams
 
 __all__ = ["run_answer", "traffic_mix"]
 

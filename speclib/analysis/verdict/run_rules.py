@@ -16,7 +16,7 @@ from speclib.analysis.stats.sequential import spending_plan
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.analysis.verdict.decision import Decision
 from speclib.analysis.verdict.gates import Verdict
-from speclib.core.params import ExperimentParams
+from speclib.params.experiment import ExperimentParams
 
 __all__ = [
     "decision_confidence",

@@ -14,10 +14,8 @@ import pandas as pd
 from speclib.analysis.frames import finite_median
 from speclib.analysis.speculation.agreement import count_bad_outputs
 from speclib.analysis.speculation.chunks import tokens_per_chunk_distribution
-from speclib.core.params import (
-    ExperimentParams,
-    SeriesParams,
-)
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import SeriesParams
 
 __all__ = [
     "series_row",

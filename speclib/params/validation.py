@@ -1,11 +1,11 @@
 """``speclib validate``: everything that can be checked about an experiment before any server
 starts, as one function of the params file.
 
-On top of :func:`speclib.core.params.load_params` (the schema, the installed vLLM's
+On top of :func:`speclib.params.loader.load_params` (the schema, the installed vLLM's
 ``SpeculativeConfig``, files that must exist) it reads the whole prompt set in its
 ``workload.format`` (every record parses, ids unique, messages well formed; a malformed
 record is named by file and line), each series' speculative checkpoint against the target
-(:mod:`speclib.core.spec_compat`: EAGLE/EAGLE-3 heads, MTP layers, a draft's vocabulary, read
+(:mod:`speclib.params.spec_compat`: EAGLE/EAGLE-3 heads, MTP layers, a draft's vocabulary, read
 from the config files and the installed vLLM's source) and, when the target's tokenizer is on this
 machine (a local folder, a built demo pair, or a hub id already in the local cache), renders
 every prompt with the chat template and checks that prompt + ``max_tokens`` fits
@@ -27,17 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from speclib.core.datasets import workload_prompts
-from speclib.core.params import (
-    SPEC_METHODS,
-    ExperimentParams,
-    ParamsError,
-    load_params,
-    resolve_model_ref,
-)
 from speclib.core.prompts import Prompt, PromptSetError
-from speclib.core.spec_compat import hub_cache_folder, params_checkpoint_report
 from speclib.core.turns import expand_turns, sent_prompt_count
-from speclib.core.vllm_schema import installed_spec_schema
+from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError, load_params
+from speclib.params.server import SPEC_METHODS, resolve_model_ref
+from speclib.params.spec_compat import hub_cache_folder, params_checkpoint_report
+from speclib.vllm_facts.spec_schema import installed_spec_schema
 
 __all__ = [
     "DemoResolver",

@@ -2,11 +2,11 @@
 
 :class:`WorkloadParams` is what is sent: the same prompts, in the same order, to every
 series, at one or more load levels (:attr:`WorkloadParams.levels`, each a
-:class:`~speclib.core.params_protocol.LoadLevel`). How the arms are run and judged (the
-``protocol`` and ``analysis`` sections) is in :mod:`speclib.core.params_protocol`. Every
+:class:`~speclib.params.protocol.LoadLevel`). How the arms are run and judged (the
+``protocol`` and ``analysis`` sections) is in :mod:`speclib.params.protocol`. Every
 field is described, since the descriptions are the params file's documentation.
 
-Import these names from :mod:`speclib.core.params`, the public face of the params file.
+Import these names from :mod:`speclib.params.loader`, the public face of the params file.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from speclib.core.params_protocol import LoadLevel
-from speclib.core.params_server import StrictModel
+from speclib.params.protocol import LoadLevel
+from speclib.params.server import StrictModel
 
 __all__ = [
     "PROMPT_FORMATS",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.core.params_experiment import ExperimentParams
+from speclib.params.experiment import ExperimentParams
 
 __all__ = ["Redecision", "redecision"]
 

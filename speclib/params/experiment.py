@@ -1,14 +1,14 @@
 """The top-level model of a params file: :class:`ExperimentParams`, the sections together.
 
-Each section is checked by its own model (:mod:`speclib.core.params_server`,
-:mod:`speclib.core.params_workload`, :mod:`speclib.core.params_protocol`); the rules here
+Each section is checked by its own model (:mod:`speclib.params.server`,
+:mod:`speclib.params.workload`, :mod:`speclib.params.protocol`); the rules here
 are those that span sections (one control, distinct series names, the A/A arm, the
 run-until-decided and calibration bounds, what needs a loopback server or the local
 executor), and the arms derived from the whole file (:attr:`ExperimentParams.arms`: the
 series, the A/A arm, the draft-alone arms). Reading a file into this model, and the
-checks against the file system and the installed vLLM, are in :mod:`speclib.core.params`.
+checks against the file system and the installed vLLM, are in :mod:`speclib.params.loader`.
 
-Import these names from :mod:`speclib.core.params`, the public face of the params file.
+Import these names from :mod:`speclib.params.loader`, the public face of the params file.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from speclib.core.params_protocol import AnalysisParams, ProtocolParams
-from speclib.core.params_server import SeriesParams, ServerParams, StrictModel, is_loopback
-from speclib.core.params_sweep import expand_sweeps
-from speclib.core.params_workload import WorkloadParams
+from speclib.params.protocol import AnalysisParams, ProtocolParams
+from speclib.params.server import SeriesParams, ServerParams, StrictModel, is_loopback
+from speclib.params.sweep import expand_sweeps
+from speclib.params.workload import WorkloadParams
 
 __all__ = [
     "AA_ARM",
@@ -48,7 +48,7 @@ class ExperimentParams(StrictModel):
     series: list[SeriesParams] = Field(
         min_length=1,
         description="The control and the experiments; a series with `sweep` stands for one "
-        "series per value (expanded before validation, see speclib.core.params_sweep).",
+        "series per value (expanded before validation, see speclib.params.sweep).",
     )
     workload: WorkloadParams
     analysis: AnalysisParams = Field(default_factory=AnalysisParams)

@@ -15,7 +15,7 @@ and ``.`` become ``_``; ``true``/``false`` for booleans.
 
 An expanded series remembers its family (the base name, ``sweep_family``) and its value
 (``sweep_value``, ``{key: value}``); both are set here, and a params file that writes them
-is refused by :func:`speclib.core.params.load_params`.
+is refused by :func:`speclib.params.loader.load_params`.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ interleaved or sequential design, the A/A arm, run-until-decided) and where the 
 :class:`AnalysisParams` is how the comparison is decided, declared before the run
 (confidence, equivalence margin, gates), with an optional :class:`SloParams`
 (``analysis.slo``). :class:`LoadLevel` is one load level a run measures at (built from the
-workload by :attr:`speclib.core.params_workload.WorkloadParams.levels`). Every field is
+workload by :attr:`speclib.params.workload.WorkloadParams.levels`). Every field is
 described, since the descriptions are the params file's documentation.
 
-Import these names from :mod:`speclib.core.params`, the public face of the params file.
+Import these names from :mod:`speclib.params.loader`, the public face of the params file.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from speclib.core.params_server import StrictModel
+from speclib.params.server import StrictModel
 
 __all__ = [
     "AnalysisParams",

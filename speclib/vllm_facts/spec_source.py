@@ -1,6 +1,6 @@
 """What the installed vLLM's source says about draft checkpoints, read without importing it.
 
-:mod:`speclib.core.spec_compat` holds a series' checkpoint against its target with facts
+:mod:`speclib.params.spec_compat` holds a series' checkpoint against its target with facts
 that only vLLM's code knows. They are read here from the installed package's files with
 :mod:`ast` (no vLLM import: it pulls in torch; no table kept by hand):
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from speclib.core.vllm_schema import vllm_location
+from speclib.vllm_facts.spec_schema import vllm_location
 
 __all__ = ["VllmSpecFacts", "installed_spec_facts", "spec_facts_from", "supports_eagle3"]
 

@@ -4,7 +4,7 @@ vLLM builds its server's parser with ``make_arg_parser(FlexibleArgumentParser())
 (``vllm/entrypoints/openai/cli_args.py`` up to the 0.2x releases,
 ``vllm/entrypoints/launchers/cli_args.py`` later); an unknown flag makes the server exit
 with argparse's code 2 before it starts. This module builds that parser in a child
-process (``python -m speclib.core.vllm_cli OUT``: importing it pulls in torch) and keeps
+process (``python -m speclib.vllm_facts.cli_flags OUT``: importing it pulls in torch) and keeps
 every option string it registers, cached on disk (under ``$SPECLIB_CACHE``, default
 ``~/.cache/speclib``, keyed by the interpreter and the installed files that define the
 parser) and per process, so a command line can be checked against exactly the vLLM that
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.core.vllm_child import cache_file, read_cache, run_child, write_cache
-from speclib.core.vllm_schema import close_matches, vllm_location
+from speclib.vllm_facts.child import cache_file, read_cache, run_child, write_cache
+from speclib.vllm_facts.spec_schema import close_matches, vllm_location
 
 __all__ = [
     "CLI_FORMAT",
@@ -166,7 +166,7 @@ def installed_cli_flags() -> CliFlags:
     data = read_cache(cache, fmt=CLI_FORMAT)
     if data is None or not isinstance(data.get("flags"), list):
         try:
-            data = run_child("speclib.core.vllm_cli", timeout_s=_TIMEOUT_S)
+            data = run_child("speclib.vllm_facts.cli_flags", timeout_s=_TIMEOUT_S)
         except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
             return CliFlags(None, None, f"could not build vLLM's server parser ({exc})")
         write_cache(cache, data)

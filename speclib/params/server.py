@@ -5,11 +5,11 @@ one arm of the comparison: the control (no ``speculative_config``) or an experim
 kit's own rules for a ``speculative_config`` (a method, a positive
 ``num_speculative_tokens``, a draft ``model`` where the method needs one, plain JSON) are
 checked here; its keys against the installed vLLM are checked when the file is loaded
-(:func:`speclib.core.params.load_params`). Also here: :class:`StrictModel`, the base of
+(:func:`speclib.params.loader.load_params`). Also here: :class:`StrictModel`, the base of
 every params section (unknown keys refused, frozen), and the two helpers that classify a
 host (:func:`is_loopback`) and a model reference (:func:`resolve_model_ref`).
 
-Import these names from :mod:`speclib.core.params`, the public face of the params file.
+Import these names from :mod:`speclib.params.loader`, the public face of the params file.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class SeriesParams(StrictModel):
 
     In a params file a series may also carry ``sweep`` (values of speculative_config keys);
     it is expanded into one series per value before validation
-    (:mod:`speclib.core.params_sweep`), and each expanded series carries ``sweep_family``
+    (:mod:`speclib.params.sweep`), and each expanded series carries ``sweep_family``
     and ``sweep_value``.
     """
 
@@ -336,7 +336,7 @@ def _check_gpus(value: list[int] | None) -> list[int] | None:
 
 def _validate_spec_config(spec: dict[str, Any]) -> None:
     """The kit's own rules; keys, types and method names are checked by load_params against
-    the installed vLLM's SpeculativeConfig (see :mod:`speclib.core.vllm_schema`)."""
+    the installed vLLM's SpeculativeConfig (see :mod:`speclib.vllm_facts.spec_schema`)."""
     if "tensor_parallel_size" in spec:
         raise ValueError(
             "'tensor_parallel_size' is not valid inside speculative_config: "

@@ -5,7 +5,7 @@ from vLLM (its ``SpeculativeConfig``, its server's parser) in a child process
 (``python -m MODULE OUT``, which writes JSON to ``OUT``) and caches the result under
 ``$SPECLIB_CACHE`` (default ``~/.cache/speclib``), keyed by the interpreter, the vLLM
 folder and the size and time of the files the fact comes from. Used by
-:mod:`speclib.core.vllm_schema` and :mod:`speclib.core.vllm_cli`.
+:mod:`speclib.vllm_facts.spec_schema` and :mod:`speclib.vllm_facts.cli_flags`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ a method does not read: a ``model`` given with ``method: ngram`` is dropped (vLL
 model to ``"ngram"`` itself), ``prompt_lookup_*`` means nothing to a draft model. A params
 file that sets such a field describes an experiment other than the one that runs, so it is
 refused, naming the method. The field families are read from the installed vLLM's
-``SpeculativeConfig`` (:class:`~speclib.core.vllm_schema.SpecSchema`): its fields named
+``SpeculativeConfig`` (:class:`~speclib.vllm_facts.spec_schema.SpecSchema`): its fields named
 ``prompt_lookup_*`` configure the n-gram proposer and ``suffix_decoding_*`` suffix decoding
 (vLLM's own grouping, ``# Ngram proposer configuration`` / ``# Suffix decoding
 configuration``); the draft model's own fields mean nothing to the model-free methods.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from speclib.core.vllm_schema import KeyProblem
+from speclib.vllm_facts.spec_schema import KeyProblem
 
 __all__ = ["ignored_field_problems"]
 

@@ -4,7 +4,7 @@ vLLM finds out that an EAGLE-3 head was trained for another target, or that a ta
 no MTP layers, only while it loads the models: minutes into a GPU start. Everything needed
 to know it earlier is on disk: the checkpoints' ``config.json`` and their safetensors headers
 (tensor shapes without loading a tensor), read here, and the installed vLLM's own source
-(:mod:`speclib.core.vllm_spec_source`: its registry of draft architectures, its
+(:mod:`speclib.vllm_facts.spec_source`: its registry of draft architectures, its
 ``SpeculativeConfig``'s MTP handling and EAGLE-3 target families).
 
 Checked, per method: **eagle / eagle3**: the head's architecture (after vLLM's own
@@ -19,8 +19,10 @@ implements ``SupportsEagle3``); a dtype that differs from the target's
 is a note (vLLM runs the draft in the target's dtype). **mtp**: the target (or the series'
 ``model``) is of a family vLLM has an MTP path for and declares its MTP layers under one of
 the keys vLLM reads, and k is at most that count or a multiple of it (vLLM's rule).
-**draft_model**: the draft's ``vocab_size`` is the target's (the tokenizer files are
-compared again at run setup, :func:`speclib.run.preflight.check_vocab`). Each problem names
+**draft_model** (unless ``use_heterogeneous_vocab``): the draft's vocabulary is the
+target's: ``vocab_size`` in ``config.json``, the ids of ``tokenizer.json`` and its special
+tokens where both folders hold one (:func:`vocab_problems`, the one comparison: run setup
+records it per series with :func:`speclib.run.preflight.check_vocab`). Each problem names
 the field and both values; what cannot be read (a hub model not in the local cache, a vLLM
 whose source lacks a list) is a note, never a silent pass.
 """
@@ -34,18 +36,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.core.params import ExperimentParams
-from speclib.core.vllm_spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
+from speclib.params.experiment import ExperimentParams
+from speclib.vllm_facts.spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
 
 __all__ = [
+    "VOCAB_HINT",
     "CompatReport",
     "Locate",
     "checkpoint_problems",
     "hub_cache_folder",
     "params_checkpoint_report",
     "read_config",
+    "same_vocab_needed",
     "tensor_shapes",
+    "vocab_of",
+    "vocab_problems",
 ]
+
+VOCAB_HINT = (
+    "draft_model speculation needs one tokenizer; vLLM's use_heterogeneous_vocab can "
+    "bridge different vocabularies but only with greedy draft sampling — choose a draft "
+    "of the same family, or set it explicitly. The kit never switches drafts for you."
+)
+"""What to do about a draft whose vocabulary is not the target's (the refusal's last line)."""
 
 
 @dataclass(frozen=True)
@@ -54,11 +67,17 @@ class CompatReport:
 
     problems: tuple[str, ...]
     notes: tuple[str, ...]
+    hints: tuple[str, ...] = ()
+    """What to do about the problems (a draft's vocabulary: :data:`VOCAB_HINT`)."""
 
     def message(self, source: str, target: str) -> str:
-        """The refusal: the params file, the target, one line per problem."""
+        """The refusal: the params file, the target, one line per problem, then the hints."""
         lines = "\n  - ".join(self.problems)
-        return f"{source}: a speculative checkpoint does not fit the target ({target})\n  - {lines}"
+        hints = "".join(f"\n  {h}" for h in self.hints)
+        return (
+            f"{source}: a speculative checkpoint does not fit the target ({target})\n  - {lines}"
+            f"{hints}"
+        )
 
 
 # --- the checkpoints on disk ----------------------------------------------------------------
@@ -95,6 +114,65 @@ def tensor_shapes(folder: str | Path) -> dict[str, tuple[int, ...]] | None:
     except (OSError, ValueError, struct.error):
         return None
     return shapes
+
+
+def _tokenizer_vocab(folder: Path) -> dict[str, Any]:
+    """The id count and special tokens of a folder's ``tokenizer.json`` ({}: none readable)."""
+    try:
+        data = json.loads((folder / "tokenizer.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    vocab = data.get("model", {}).get("vocab") or {}
+    added = data.get("added_tokens") or []
+    ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+    ids += [t.get("id", 0) for t in added]
+    return {
+        "tokenizer_vocab_size": (max(ids) + 1) if ids else None,
+        "special_tokens": sorted(t.get("content", "") for t in added if t.get("special")),
+    }
+
+
+def _tokens_of(folder: Path | None) -> dict[str, Any] | None:
+    return _tokenizer_vocab(folder) if folder is not None else None
+
+
+def vocab_of(folder: str | Path) -> dict[str, Any]:
+    """A model folder's vocabulary as :func:`vocab_problems` compares it (and the manifest
+    records it): ``config_vocab_size``, ``tokenizer_vocab_size``, the special tokens and the
+    eos/bos ids, each where the folder's ``config.json`` / ``tokenizer.json`` says."""
+    info: dict[str, Any] = {"config_vocab_size": None, "tokenizer_vocab_size": None}
+    cfg = read_config(folder)
+    if cfg is not None:
+        info["config_vocab_size"] = _config_vocab_size(cfg)
+        info["eos_token_id"] = cfg.get("eos_token_id")
+        info["bos_token_id"] = cfg.get("bos_token_id")
+    return {**info, **_tokenizer_vocab(Path(folder))}
+
+
+def _config_vocab_size(cfg: Mapping[str, Any]) -> Any:
+    return _get(cfg, "vocab_size")
+
+
+def same_vocab_needed(spec: Mapping[str, Any]) -> bool:
+    """A ``draft_model`` series without ``use_heterogeneous_vocab``: its draft must share
+    the target's vocabulary."""
+    return spec.get("method") == "draft_model" and not spec.get("use_heterogeneous_vocab")
+
+
+def vocab_problems(target: Mapping[str, Any], draft: Mapping[str, Any]) -> list[str]:
+    """Where a draft's vocabulary (:func:`vocab_of`) is not the target's: ``vocab_size``,
+    the tokenizer's id count, its special tokens; each compared only where both are known."""
+    problems = []
+    t, d = target.get("config_vocab_size"), draft.get("config_vocab_size")
+    if t is not None and d is not None and t != d:
+        problems.append(f"vocabulary: draft vocab_size {d} vs target vocab_size {t}")
+    t, d = target.get("tokenizer_vocab_size"), draft.get("tokenizer_vocab_size")
+    if t is not None and d is not None and t != d:
+        problems.append(f"tokenizer: draft tokenizer.json has {d} ids vs the target's {t}")
+    t, d = target.get("special_tokens"), draft.get("special_tokens")
+    if t and d is not None and t != d:
+        problems.append(f"special tokens: draft {d} vs target {t}")
+    return problems
 
 
 # --- the checks -------------------------------------------------------------------------------
@@ -274,9 +352,12 @@ def checkpoint_problems(
     draft_shapes: Mapping[str, tuple[int, ...]] | None,
     facts: VllmSpecFacts,
     draft_label: str = "the head",
+    target_tokens: Mapping[str, Any] | None = None,
+    draft_tokens: Mapping[str, Any] | None = None,
 ) -> CompatReport:
     """The problems of one series' ``speculative_config`` against its target, from the
-    configs (``None``: not readable here, said in a note)."""
+    configs (``None``: not readable here, said in a note); a draft model's tokenizer too,
+    where ``target_tokens`` / ``draft_tokens`` carry it (:func:`vocab_of`'s fields)."""
     method = str(spec.get("method"))
     problems: list[str] = []
     notes: list[str] = []
@@ -294,17 +375,13 @@ def checkpoint_problems(
             notes.append(f"mtp: {label}'s config.json is not on this machine: not checked")
         else:
             problems = _mtp_problems(source, spec.get("num_speculative_tokens"), facts, label)
-    elif method == "draft_model" and target is not None and draft is not None:
-        t_vocab, d_vocab = _get(target, "vocab_size"), _get(draft, "vocab_size")
-        if (
-            t_vocab is not None
-            and d_vocab is not None
-            and t_vocab != d_vocab
-            and not spec.get("use_heterogeneous_vocab")
-        ):
-            problems.append(
-                f"vocabulary: draft vocab_size {d_vocab} vs target vocab_size {t_vocab}"
-            )
+    elif same_vocab_needed(spec) and target is not None and draft is not None:
+        problems = vocab_problems(
+            {"config_vocab_size": _config_vocab_size(target), **(target_tokens or {})},
+            {"config_vocab_size": _config_vocab_size(draft), **(draft_tokens or {})},
+        )
+        hints = (VOCAB_HINT,) if problems else ()
+        return CompatReport(tuple(problems), tuple(notes), hints)
     return CompatReport(tuple(problems), tuple(notes))
 
 
@@ -352,23 +429,28 @@ def params_checkpoint_report(params: ExperimentParams, locate: Locate) -> Compat
     target = read_config(target_dir) if target_dir is not None else None
     problems: list[str] = []
     notes: list[str] = []
+    hints: list[str] = []
     for name, spec in specs:
         model = spec.get("model")
         draft_dir = locate(model) if isinstance(model, str) else None
         method = spec.get("method")
+        tokens = same_vocab_needed(spec)  # the tokenizers too, where the folders hold them
         report = checkpoint_problems(
             spec,
             target=target,
             draft=read_config(draft_dir) if draft_dir is not None else None,
             draft_shapes=tensor_shapes(draft_dir) if draft_dir is not None else None,
             facts=facts,
+            target_tokens=_tokens_of(target_dir) if tokens else None,
+            draft_tokens=_tokens_of(draft_dir) if tokens else None,
         )
         problems += [f"series {name} ({method}): {p}" for p in report.problems]
         notes += [f"series {name}: {n}" for n in report.notes]
+        hints += [h for h in report.hints if h not in hints]
     if not problems:
         notes.insert(
             0,
             f"speculative checkpoints checked against the target and vLLM {facts.version}'s "
             "source (architectures, hidden size, vocabulary, taps, MTP layers)",
         )
-    return CompatReport(tuple(problems), tuple(notes))
+    return CompatReport(tuple(problems), tuple(notes), tuple(hints))

@@ -7,7 +7,7 @@ Schema) and the ``method`` ``Literal`` from the installed vLLM, so a params file
 checked against exactly the version that will run, before anything starts.
 
 Importing ``vllm.config`` takes ~5 s and ~450 MiB (it pulls in torch), so it happens in a
-child process (``python -m speclib.core.vllm_schema OUT``); the result is cached on disk
+child process (``python -m speclib.vllm_facts.spec_schema OUT``); the result is cached on disk
 (under ``$SPECLIB_CACHE``, default ``~/.cache/speclib``, keyed by the interpreter and the
 installed ``vllm/config/speculative.py``) and per process. When vLLM is not installed (a
 client-only install) or cannot be introspected, :func:`installed_spec_schema` says why and
@@ -34,7 +34,7 @@ from typing import Any
 
 import fastjsonschema
 
-from speclib.core.vllm_child import cache_file, read_cache, run_child, write_cache
+from speclib.vllm_facts.child import cache_file, read_cache, run_child, write_cache
 
 __all__ = [
     "SCHEDULE_KEY",
@@ -195,7 +195,7 @@ def installed_spec_schema() -> SchemaLookup:
     data = read_cache(cache, fmt=SCHEMA_FORMAT)
     if data is None:
         try:
-            data = run_child("speclib.core.vllm_schema", timeout_s=_INTROSPECT_TIMEOUT_S)
+            data = run_child("speclib.vllm_facts.spec_schema", timeout_s=_INTROSPECT_TIMEOUT_S)
         except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
             return SchemaLookup(None, f"could not read vLLM's SpeculativeConfig ({exc})")
         write_cache(cache, data)

@@ -1,12 +1,13 @@
-"""Control-plane HTTP: the one place that builds the auth header and calls a server's
-non-measured endpoints (``/health``, ``/metrics``, ``/v1/models``, ``/tokenize``,
-``/reset_prefix_cache``, a readiness probe, the scorer's completions).
+"""Control-plane HTTP: the one place that calls a server's non-measured endpoints
+(``/health``, ``/metrics``, ``/v1/models``, ``/tokenize``, ``/reset_prefix_cache``, a
+readiness probe, the scorer's completions).
 
 The measured chat requests do not go through here: the timing client in
-:mod:`speclib.measure` encodes its own request bytes before any clock starts, and takes only
-:func:`auth_headers` from this module. Everything here is stdlib (``urllib``), synchronous
-and bounded by a timeout. The API key is passed in by the caller (read from the environment
-variable the params name) and only ever placed in a request header.
+:mod:`speclib.measure` encodes its own request bytes before any clock starts, and shares
+only the auth header with this module (:func:`speclib.core.auth.auth_headers`). Everything
+here is stdlib (``urllib``), synchronous and bounded by a timeout. The API key is passed in
+by the caller (read from the environment variable the params name) and only ever placed in a
+request header. The analysis never imports this module (an import-linter contract).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from speclib.core.auth import auth_headers
+
 __all__ = [
     "HTTPError",
-    "auth_headers",
     "fetch_metrics",
     "get_json",
     "http_ok",
@@ -31,11 +33,6 @@ __all__ = [
 ]
 
 HTTPError = urllib.error.HTTPError
-
-
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """``{"Authorization": "Bearer <key>"}`` when a key is set, else ``{}``."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def server_root(base_url: str) -> str:

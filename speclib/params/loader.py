@@ -6,14 +6,13 @@ which workload to send and how to analyse it. Everything is checked here, before
 starts: unknown keys are refused, and every error names the file, the field and the bad
 value. Relative paths inside a params file are resolved against the file's own folder.
 
-This module is the public face of the params file: reading one (:func:`load_params`,
-:func:`recorded_params`) and its errors (:class:`ParamsError`: pydantic's errors turned into
-lines naming the field and the value, then the checks against the file system and the
-installed vLLM) live here, and every model is imported from here too. The models are
-defined in :mod:`speclib.core.params_experiment` (the top-level :class:`ExperimentParams`
-and its cross-section rules), :mod:`speclib.core.params_server` (``server``, ``series``,
-model references), :mod:`speclib.core.params_workload` (``workload``) and
-:mod:`speclib.core.params_protocol` (``protocol``, ``analysis``).
+This module reads one (:func:`load_params`, :func:`recorded_params`) and says what is wrong
+with it (:class:`ParamsError`: pydantic's errors turned into lines naming the field and the
+value, then the checks against the file system and the installed vLLM). The models are
+defined in :mod:`speclib.params.experiment` (the top-level :class:`ExperimentParams`
+and its cross-section rules), :mod:`speclib.params.server` (``server``, ``series``,
+model references), :mod:`speclib.params.workload` (``workload``) and
+:mod:`speclib.params.protocol` (``protocol``, ``analysis``), and imported from there.
 """
 
 from __future__ import annotations
@@ -27,44 +26,18 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from speclib.core.params_experiment import AA_ARM, DRAFT_ALONE_SUFFIX, ExperimentParams
-from speclib.core.params_protocol import AnalysisParams, LoadLevel, ProtocolParams, SloParams
-from speclib.core.params_server import (
-    DEMO_PREFIX,
+from speclib.params.experiment import ExperimentParams
+from speclib.params.server import (
     SECRET_NAME,
     SPEC_METHODS,
-    SeriesParams,
-    ServerParams,
-    is_loopback,
     resolve_model_ref,
 )
-from speclib.core.params_sweep import SweepError, expand_file_series
-from speclib.core.params_workload import PROMPT_FORMATS, TURN_FORMATS, WorkloadParams
-from speclib.core.params_yaml import DuplicateKeyError, load_yaml
-from speclib.core.spec_method_fields import ignored_field_problems
-from speclib.core.vllm_schema import KeyProblem, installed_spec_schema, spec_config_problems
+from speclib.params.spec_method_fields import ignored_field_problems
+from speclib.params.strict_yaml import DuplicateKeyError, load_yaml
+from speclib.params.sweep import SweepError, expand_file_series
+from speclib.vllm_facts.spec_schema import KeyProblem, installed_spec_schema, spec_config_problems
 
-__all__ = [
-    "AA_ARM",
-    "DEMO_PREFIX",
-    "DRAFT_ALONE_SUFFIX",
-    "PROMPT_FORMATS",
-    "SPEC_METHODS",
-    "TURN_FORMATS",
-    "AnalysisParams",
-    "ExperimentParams",
-    "LoadLevel",
-    "ParamsError",
-    "ProtocolParams",
-    "SeriesParams",
-    "ServerParams",
-    "SloParams",
-    "WorkloadParams",
-    "is_loopback",
-    "load_params",
-    "recorded_params",
-    "resolve_model_ref",
-]
+__all__ = ["ParamsError", "load_params", "recorded_params"]
 
 
 class ParamsError(ValueError):
@@ -278,7 +251,7 @@ def load_params(
     ``check_vllm``: every ``speculative_config`` against the installed vLLM's
     ``SpeculativeConfig`` (keys, types, bounds, method names; the kit's own method list when
     vLLM is not installed). The prompt file's content (in its ``workload.format``) and
-    prompt lengths are checked by :func:`speclib.core.validation.validate_params`.
+    prompt lengths are checked by :func:`speclib.params.validation.validate_params`.
     """
     source = str(path)
     try:
