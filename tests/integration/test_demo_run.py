@@ -197,8 +197,9 @@ def test_summary_traces_back_to_records(demo_run):
             "untrustworthy",
             "mixed",  # the segment answer (issue 44): one kind of request gains, another not
         )
-        assert c["pooled_decision"] in ("adopt", "equivalent", "worse", "inconclusive",
-                                        "reject", "untrustworthy")  # fmt: skip
+        if c["role"] != "aa":  # the A/A row is a bench check, with no segment answer
+            assert c["pooled_decision"] in ("adopt", "equivalent", "worse", "inconclusive",
+                                            "reject", "untrustworthy")  # fmt: skip
         assert c["ci_method"].startswith("blocks")
     draft = by["draft-k4"]
     exp_median = statistics.median(tpot(r) for r in recs if r.series == "draft-k4")
