@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,6 +28,7 @@ __all__ = [
     "ScoreItem",
     "append_score",
     "read_scores",
+    "sequence_of",
 ]
 
 SCORE_VERSION = 1
@@ -135,3 +136,17 @@ def read_scores(path: str | os.PathLike[str]) -> list[OutputScore]:
         score = OutputScore.from_json(data)
         latest[score.key] = score
     return list(latest.values())
+
+
+def sequence_of(value: Any, cls: type, name: str) -> list[Any]:
+    """``value`` as a list of ``cls`` objects (the scorer's items, the scores), else a
+    ValueError naming the argument ``name`` and what it got."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"`{name}` must be a sequence of {cls.__name__} (got {type(value).__name__})"
+        )
+    items = list(value)
+    bad = [type(x).__name__ for x in items if not isinstance(x, cls)]
+    if bad:
+        raise ValueError(f"`{name}` must hold only {cls.__name__} objects (got {bad[0]})")
+    return items

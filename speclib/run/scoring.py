@@ -39,7 +39,7 @@ from typing import Any
 from speclib.analysis.speculation.nucleus import expected_logprob, outside_nucleus
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
-from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores
+from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores, sequence_of
 from speclib.core.turns import measured_prompts
 from speclib.run.launching import api_key, server_for
 from speclib.serve.httpapi import HTTPError, request_bytes, served_model
@@ -238,12 +238,7 @@ def _messages_key(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _validate_items(items: Any) -> list[ScoreItem]:
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise ValueError(f"`items` must be a sequence of ScoreItem (got {type(items).__name__})")
-    items = list(items)
-    bad = [type(x).__name__ for x in items if not isinstance(x, ScoreItem)]
-    if bad:
-        raise ValueError(f"`items` must hold only ScoreItem objects (got {bad[0]})")
+    items = sequence_of(items, ScoreItem, "items")
     keys = [x.key for x in items]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)

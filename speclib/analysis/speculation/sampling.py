@@ -57,7 +57,7 @@ import functools
 import math
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -74,7 +74,7 @@ from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.paired import MIN_PAIRS_BCA, paired_mean_interval
 from speclib.core.jsonutil import jsonable
 from speclib.core.rundir import RunDir
-from speclib.core.scores import OutputKey, OutputScore, read_scores
+from speclib.core.scores import OutputKey, OutputScore, read_scores, sequence_of
 
 __all__ = [
     "DEFAULT_DEGENERATE_QUANTILE",
@@ -165,12 +165,7 @@ def _check_number(value: Any, name: str, *, low: float, high: float, what: str) 
 def _validate_compare(
     scores: Any, control: Any, experiment: Any, n_resamples: Any, rng: Any
 ) -> list[OutputScore]:
-    if isinstance(scores, (str, bytes)) or not isinstance(scores, Iterable):
-        raise ValueError(f"`scores` must be a sequence of OutputScore (got {type(scores)})")
-    scores = list(scores)
-    bad = [type(s).__name__ for s in scores if not isinstance(s, OutputScore)]
-    if bad:
-        raise ValueError(f"`scores` must hold only OutputScore objects (got {bad[0]})")
+    scores = sequence_of(scores, OutputScore, "scores")
     for name, value in (("control", control), ("experiment", experiment)):
         if not isinstance(value, str) or not value:
             raise ValueError(f"`{name}` must be a series name (got {value!r})")
