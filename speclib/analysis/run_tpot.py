@@ -32,7 +32,11 @@ from speclib.analysis.health.integrity import require_whole
 from speclib.analysis.verdict.pairs import level_pairs
 from speclib.analysis.verdict.resolution import calibration
 from speclib.analysis.verdict.run_answer import traffic_mix
-from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks
+from speclib.analysis.verdict.run_rules import (
+    decision_confidence,
+    decision_looks,
+    failed_outright,
+)
 from speclib.analysis.verdict.tpot_verdict import LevelDecision, decide_family
 from speclib.core.rundir import RunDir
 from speclib.params.experiment import AA_ARM, ExperimentParams
@@ -150,9 +154,7 @@ def _word(measured: MeasuredRun, arm: str, found: LevelDecision) -> str:
     override each other: "failed" (none of its launches ended well: more blocks would not
     decide it), "untrustworthy" (the A/A arm showed an effect), "reject" (a launch of the
     arm or of the control ran in the wrong mode), else its TPOT decision."""
-    mine = [s for s in measured.statuses if s.get("series") == arm]
-    wrong_mode = any((s.get("mode_check") or {}).get("ok") is False for s in mine)
-    if mine and not wrong_mode and not any(s.get("ok") for s in mine):
+    if failed_outright([s for s in measured.statuses if s.get("series") == arm]):
         return "failed"
     if found.bench_effect:
         return "untrustworthy"

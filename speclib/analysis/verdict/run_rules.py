@@ -9,6 +9,7 @@ cause.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +22,7 @@ from speclib.params.experiment import ExperimentParams
 __all__ = [
     "decision_confidence",
     "decision_looks",
+    "failed_outright",
     "with_failed_arms",
 ]
 
@@ -75,6 +77,13 @@ def decision_looks(params: ExperimentParams, n_blocks: int) -> list[tuple[int, f
     return seen or [(plan.looks[0], plan.confidence_levels[0])]
 
 
+def failed_outright(launches: Sequence[dict[str, Any]]) -> bool:
+    """Whether an arm failed outright: it has launches, none ended well, and none ran in the
+    wrong mode (such an arm keeps its "reject": the mode gate says why)."""
+    wrong_mode = any((s.get("mode_check") or {}).get("ok") is False for s in launches)
+    return bool(launches) and not wrong_mode and not any(s.get("ok") for s in launches)
+
+
 def with_failed_arms(
     comps: list[Comparison], statuses: list[dict[str, Any]], *, margin: float, confidence: float
 ) -> list[Comparison]:
@@ -88,8 +97,7 @@ def with_failed_arms(
     out = []
     for c in comps:
         launches = by_series.get(c.experiment) or []
-        wrong_mode = any((s.get("mode_check") or {}).get("ok") is False for s in launches)
-        if not launches or wrong_mode or any(s.get("ok") for s in launches):
+        if not failed_outright(launches):
             out.append(c)
             continue
         first = launches[0]
