@@ -80,6 +80,7 @@ def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) ->
     path.write_text(yaml.safe_dump(data))
     rd = RunDir.at(tmp_path / "run")
     write_record(load_params(path), rd)  # what a run's setup records: the block reads it
+    path.unlink()  # the block needs no params file
     try:
         results = run_block(rd.root, 0, show_progress=False)
     finally:
