@@ -134,7 +134,7 @@ def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
 
 
 def _advisories(version: str | None) -> list[dict[str, str]]:
-    from speclib.core.advisories import affecting
+    from speclib.vllm_facts.advisories import affecting
 
     found = affecting(version.split()[-1] if version else None)
     for adv in found:
