@@ -61,16 +61,14 @@ save(
             "with the replicate blocks to run."
         ),
         params_cell("""
-params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
 run_dir: str = "../runs/interactive"  # run folder to write into
+params_file: str = "../params/cpu-demo.yaml"  # params to record in run_dir first ("": the run's)
 """),
         new_code_cell(
             """
-from speclib.params.loader import load_params
 from speclib.run.preflight import prepare_run
 
-params = load_params(params_file)
-setup = prepare_run(params, run_dir)
+setup = prepare_run(run_dir, params_file=params_file)  # checks and records params_file
 setup
 """.strip()
         ),
@@ -87,8 +85,7 @@ save(
             "`/metrics`, checks each arm's mode and stops the servers."
         ),
         params_cell("""
-params_file: str = "../params/cpu-demo.yaml"  # experiment params (YAML)
-run_dir: str = "../runs/interactive"  # run folder (records are appended to requests.jsonl)
+run_dir: str = "../runs/interactive"  # run folder (its params record; requests.jsonl)
 replicate: int = 0  # replicate index of the block (one server per arm and replicate)
 arms: str = ""  # names of the arms in this block separated by spaces (empty: every arm)
 design: str = "interleaved"  # interleaved: arms alternate per prompt; sequential: one arm
@@ -96,11 +93,9 @@ block: str = ""  # block id from the manifest: r0 or r0.1 for a second group (em
 """),
         new_code_cell(
             """
-from speclib.params.loader import load_params
 from speclib.run.replicate_block import run_block
 
-params = load_params(params_file)
-results = run_block(params, run_dir, replicate, arms.split(), design=design, block=block)
+results = run_block(run_dir, replicate, arms.split(), design=design, block=block)
 results
 """.strip()
         ),

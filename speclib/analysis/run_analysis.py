@@ -66,8 +66,9 @@ from speclib.analysis.verdict.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.params.experiment import AA_ARM, ExperimentParams
-from speclib.params.loader import load_params, recorded_params
+from speclib.params.loader import load_params
 from speclib.params.override import Redecision, redecision
+from speclib.params.run_record import recorded_params
 
 __all__ = [
     "RunAnalysis",

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from speclib.app.kernel import execute_notebook
 from speclib.app.outcome import RunFailed, RunResult, log_to_stderr
-from speclib.app.run_folder import write_resolved
 from speclib.core.rundir import RunDir
 from speclib.params.loader import load_params
+from speclib.params.run_record import recorded_params, write_record
 
 __all__ = ["AnalysisRefused", "run_analysis"]
 
@@ -39,7 +39,7 @@ def _check_inputs(rd: RunDir, params_file: str | None, *, allow_incomplete: bool
     (:mod:`speclib.analysis.health.integrity`) and the params override (valid, and of the
     same experiment as the run)."""
     from speclib.analysis.health.integrity import RunNotWhole, require_whole
-    from speclib.params.loader import ParamsError, recorded_params
+    from speclib.params.loader import ParamsError
     from speclib.params.override import redecision
 
     try:
@@ -110,7 +110,7 @@ def run_analysis(
         params_file = str(Path(params_file).expanduser().resolve())
     _check_inputs(rd, params_file, allow_incomplete=allow_incomplete)
     if params_file and not rd.params_resolved.exists():  # records only: the file describes them
-        write_resolved(load_params(params_file, check_files=False), rd)
+        write_record(load_params(params_file, check_files=False), rd)
     log("analysis: statistics, figures, report")
     stage = rd.analysis_staging(_stamp())
     stage.mkdir(parents=True, exist_ok=True)

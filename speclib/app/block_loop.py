@@ -1,16 +1,21 @@
 """Running the replicate blocks of a run: one notebook per block, resume, run until decided.
 
-Each block of the manifest (see :mod:`speclib.run.design`) is executed by the ``10_series``
-notebook (:func:`execute_block`, called by :func:`one_block`); a resumed run keeps the blocks
-whose launches all finished and moves the records of an unfinished block aside before
-running it again whole (:func:`prepare_block`). With ``protocol.max_replicates``,
-:func:`until_decided` looks at the TPOT verdicts after each block
+:class:`LocalBlocks` runs the blocks of a ready run (:class:`speclib.app.run_folder.ReadyRun`)
+on this host, one after the other; the Ray executor (:mod:`speclib.app.ray_executor`) is
+the same loop with each block a Ray task. Either way, :meth:`LocalBlocks.run_all` is the
+whole blocks step: the blocks the manifest planned, then, with ``protocol.max_replicates``,
+:func:`until_decided`, which looks at the TPOT verdicts after each block
 (:func:`speclib.analysis.run_tpot.look_at_run`) and adds blocks while one is inconclusive (a
 calibration run, ``protocol.target_resolution``: while the A/A resolution is coarser than
-its target); the analysis spends α over the looks. Every block added, and why the run
-stopped, is written to the manifest by its owner (:mod:`speclib.run.manifest`). The Ray executor
-(:mod:`speclib.app.ray_executor`) runs :func:`execute_block` on a worker and uses the same
-:func:`prepare_block` and :func:`report_block` around it.
+its target; the analysis spends α over the looks), and last every launch's server command
+recorded. Every block added, and why the run stopped, goes to the manifest through its owner
+(:mod:`speclib.run.manifest`).
+
+One block is the ``10_series`` notebook (:func:`execute_block`), handed the run folder and
+the block: the params come from the folder's record (:mod:`speclib.params.run_record`). A
+resumed run keeps the blocks whose launches all finished and moves the records of an
+unfinished block aside before running it again whole (:func:`prepare_block`). Leaving the
+loop, every server of the run folder is reaped.
 """
 
 from __future__ import annotations
@@ -20,38 +25,69 @@ from collections.abc import Callable
 from typing import Any
 
 from speclib.app.kernel import execute_notebook
+from speclib.app.run_folder import ReadyRun
 from speclib.core.rundir import RunDir, failure_headline
-from speclib.params.experiment import ExperimentParams
-from speclib.run.manifest import RunPlan, add_block, read_plan, update_manifest
+from speclib.run.manifest import add_block, read_plan, record_launches, update_manifest
+from speclib.serve.pidfile import reap_run
 
 __all__ = [
     "BlockExecutor",
+    "LocalBlocks",
     "execute_block",
     "one_block",
     "prepare_block",
-    "reap_all",
     "report_block",
     "until_decided",
 ]
 
-BlockExecutor = Callable[[str, RunDir, dict[str, Any], str], list[str]]
-"""Runs one block ``(params_file, run_dir, block, design)``; returns ``launch_id: error``
-of its failed launches (:func:`execute_block` here, a Ray task with ``executor: ray``)."""
+BlockExecutor = Callable[[dict[str, Any]], list[str]]
+"""Runs one block of the manifest; returns ``launch_id: error`` of its failed launches
+(:meth:`LocalBlocks.run_one`, a Ray task with ``executor: ray``)."""
 
 
-def reap_all(rd: RunDir) -> None:
-    """Stop every server of this run that a killed kernel or kit left behind."""
-    from speclib.serve.process import reap_pidfile
+class LocalBlocks:
+    """The blocks step of one run on this host (``protocol.executor: local``).
 
-    for pidfile in rd.pidfiles():
-        reap_pidfile(pidfile)
+    A context manager: leaving it reaps every server of the run folder, whatever happened.
+    """
+
+    def __init__(self, run: ReadyRun, *, log: Callable[[str], None]) -> None:
+        self.run, self.log = run, log
+
+    def __enter__(self) -> LocalBlocks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        reap_run(self.run.rd)
+
+    def run_all(self, *, interrupted: Callable[[], bool]) -> list[str]:
+        """Every block of the run: those planned, those added until decided; then every
+        launch's command recorded in the manifest. Failed launch ids."""
+        failed = self.planned_blocks(interrupted=interrupted)
+        failed += until_decided(self.run, execute=self.run_one, log=self.log)
+        record_launches(self.run.rd)
+        return failed
+
+    def planned_blocks(self, *, interrupted: Callable[[], bool]) -> list[str]:
+        """The blocks setup planned, one after the other; failed launch ids."""
+        failed = []
+        for block in self.run.plan.blocks:
+            failed += one_block(self.run, block, execute=self.run_one, log=self.log)
+            if interrupted():
+                raise KeyboardInterrupt(f"block {block['block']} interrupted")
+        return failed
+
+    def run_one(self, block: dict[str, Any]) -> list[str]:
+        """One block here (a :data:`BlockExecutor`)."""
+        return execute_block(self.run.rd, block, self.run.plan.design)
 
 
-def execute_block(params_file: str, rd: RunDir, block: dict[str, Any], design: str) -> list[str]:
+def execute_block(rd: RunDir, block: dict[str, Any], design: str) -> list[str]:
     """Execute the series notebook for one block into ``rd``; ``launch_id: error`` of failures.
 
-    This is the whole of one block on this host: the ``10_series`` notebook, then every
-    server of the run folder left behind reaped.
+    This is the whole of one block on this host: the ``10_series`` notebook, handed the run
+    folder (whose record holds the params) and the block, then every server of the run
+    folder left behind reaped.
     """
     from papermill.exceptions import PapermillExecutionError
 
@@ -62,7 +98,6 @@ def execute_block(params_file: str, rd: RunDir, block: dict[str, Any], design: s
             "10_series",
             out,
             {
-                "params_file": params_file,
                 "run_dir": str(rd.root),
                 "replicate": block["replicate"],
                 "arms": " ".join(block["arms"]),
@@ -73,7 +108,7 @@ def execute_block(params_file: str, rd: RunDir, block: dict[str, Any], design: s
     except PapermillExecutionError as exc:
         error = f"{exc.ename}: {exc.evalue}"
     finally:
-        reap_all(rd)
+        reap_run(rd)
     failed = []
     for lid in block["launch_ids"]:
         status = rd.read_status(lid) or {}
@@ -82,19 +117,8 @@ def execute_block(params_file: str, rd: RunDir, block: dict[str, Any], design: s
     return failed
 
 
-def _block_done(rd: RunDir, block: dict[str, Any]) -> bool:
-    return all((rd.read_status(lid) or {}).get("ok") for lid in block["launch_ids"])
-
-
 def until_decided(
-    params: ExperimentParams,
-    pfile: str,
-    rd: RunDir,
-    plan: RunPlan,
-    *,
-    resume: bool,
-    log: Callable[[str], None],
-    execute: BlockExecutor = execute_block,
+    run: ReadyRun, *, execute: BlockExecutor, log: Callable[[str], None]
 ) -> list[str]:
     """Run until decided: add replicate blocks while a verdict is inconclusive, up to
     ``protocol.max_replicates``; the analysis spends α over the looks (O'Brien-Fleming).
@@ -104,6 +128,7 @@ def until_decided(
     from speclib.analysis.run_tpot import look_at_run
     from speclib.run.design import plan_blocks
 
+    params, rd, plan = run.params, run.rd, run.plan
     most, failed = params.protocol.max_replicates, []
     first = params.workload.replicates
     if not most or most <= first:
@@ -123,9 +148,7 @@ def until_decided(
         ):
             entry = block.to_dict()
             add_block(rd, entry)
-            failed += one_block(
-                pfile, rd, entry, plan.design, resume=resume, log=log, execute=execute
-            )
+            failed += one_block(run, entry, execute=execute, log=log)
     blocks = len({b["replicate"] for b in read_plan(rd).blocks})
     update_manifest(rd, stopping={"blocks": blocks, "max_replicates": most, "reason": reason})
     log(f"run until decided: {blocks} block(s); {reason}")
@@ -133,19 +156,16 @@ def until_decided(
 
 
 def one_block(
-    pfile: str,
-    rd: RunDir,
+    run: ReadyRun,
     block: dict[str, Any],
-    design: str,
     *,
-    resume: bool,
+    execute: BlockExecutor,
     log: Callable[[str], None],
-    execute: BlockExecutor = execute_block,
 ) -> list[str]:
     """Run one block of the manifest (kept when a resumed run finished it); failed launch ids."""
-    if not prepare_block(rd, block, resume=resume, log=log):
+    if not prepare_block(run.rd, block, resume=run.resume, log=log):
         return []
-    return report_block(block, execute(pfile, rd, block, design), log=log)
+    return report_block(block, execute(block), log=log)
 
 
 def prepare_block(
@@ -163,6 +183,10 @@ def prepare_block(
     arms = ", ".join(block["arms"])
     log(f"block {name}: starting {len(block['arms'])} server(s) ({arms}) and sending requests")
     return True
+
+
+def _block_done(rd: RunDir, block: dict[str, Any]) -> bool:
+    return all((rd.read_status(lid) or {}).get("ok") for lid in block["launch_ids"])
 
 
 def report_block(

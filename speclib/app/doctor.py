@@ -6,7 +6,7 @@ it), whether Chromium is there for the browser test. :func:`diagnose`, a pure fu
 those facts and the params, turns them into :class:`Check` lines: the memory the params'
 servers need (through :func:`speclib.run.design.choose_design`, the same decision a run
 makes), the known security advisories of the installed vLLM
-(:func:`speclib.core.advisories.affecting`). :func:`run_doctor` prints them and returns 1,
+(:func:`speclib.vllm_facts.advisories.affecting`). :func:`run_doctor` prints them and returns 1,
 with one line naming what is missing, when something the params need is not there.
 """
 
@@ -182,7 +182,7 @@ def _demo_check(facts: Facts, params: ExperimentParams | None) -> Check:
 
 
 def _advisory_check(facts: Facts) -> Check:
-    from speclib.core.advisories import affecting
+    from speclib.vllm_facts.advisories import affecting
 
     if facts.vllm is None:
         return Check("advisories", "info", "no vLLM installed")

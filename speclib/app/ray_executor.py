@@ -4,7 +4,8 @@ Each block is one Ray task in its own placement group: one bundle, packed on one
 holding the CPUs and GPUs the block's servers need (:func:`block_resources`). Blocks run in
 parallel wherever the cluster has room. On the worker the task runs the very code a local
 run runs for a block (:func:`speclib.app.block_loop.execute_block`: the ``10_series`` notebook,
-then reaping) into a temporary run folder, and returns the block's records and files
+then reaping) into a temporary run folder that holds the run's params record (handed to the
+task: the worker needs no params file), and returns the block's records and files
 (:func:`block_task`). The driver writes them into the one run folder (:func:`merge_block`):
 records appended to ``requests.jsonl`` in one place, each stamped with the worker's host;
 ``launches/<id>/`` and the executed notebook copied. A block runs on one host, so every
@@ -30,7 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from speclib.app.block_loop import execute_block, prepare_block, report_block
+from speclib.app.block_loop import LocalBlocks, execute_block, prepare_block, report_block
+from speclib.app.run_folder import ReadyRun
 from speclib.core.jsonutil import json_lines
 from speclib.core.records import RequestRecord, record_to_json
 from speclib.core.rundir import RunDir
@@ -63,8 +65,10 @@ def block_resources(
     return bundle
 
 
-def block_task(params_file: str, block: dict[str, Any], design: str) -> dict[str, Any]:
+def block_task(record: str, block: dict[str, Any], design: str) -> dict[str, Any]:
     """On a Ray worker: run one block into a temporary run folder and return what it wrote.
+
+    ``record``: the run's ``params.resolved.json`` (its text), written into that folder.
 
     Returns ``host``, ``node_id``, ``errors`` (``launch_id: error`` of failed launches),
     ``requests`` (the block's ``requests.jsonl`` text) and ``files`` (relative path → bytes
@@ -75,7 +79,8 @@ def block_task(params_file: str, block: dict[str, Any], design: str) -> dict[str
     tmp = Path(tempfile.mkdtemp(prefix="speclib-ray-"))
     try:
         rd = RunDir.at(tmp)
-        errors = execute_block(params_file, rd, block, design)
+        rd.params_resolved.write_text(record, encoding="utf-8")
+        errors = execute_block(rd, block, design)
         files = {}
         for path in sorted(tmp.rglob("*")):
             rel = path.relative_to(tmp)
@@ -123,16 +128,20 @@ def merge_block(rd: RunDir, block: dict[str, Any], result: dict[str, Any]) -> in
     return len(lines)
 
 
-class RayExecutor:
-    """The Ray side of one run: connection, one task per block, merge, cancel, shutdown.
+class RayExecutor(LocalBlocks):
+    """The blocks step of one run as Ray tasks: connection, one task per block, merge,
+    cancel, shutdown.
 
-    Use as a context manager around the blocks of a run. :meth:`run_blocks` runs blocks in
-    parallel; :meth:`run_one` is a :data:`speclib.app.block_loop.BlockExecutor` (one block,
-    waited for) for the blocks added by run-until-decided.
+    Use as a context manager, as :class:`~speclib.app.block_loop.LocalBlocks`, whose
+    :meth:`~speclib.app.block_loop.LocalBlocks.run_all` it keeps: :meth:`planned_blocks`
+    runs the planned blocks in parallel; :meth:`run_one` (one block, waited for) runs the
+    blocks added by run-until-decided.
     """
 
-    def __init__(self, params: ExperimentParams, rd: RunDir, *, log: Callable[[str], None]) -> None:
-        self.params, self.rd, self.log = params, rd, log
+    def __init__(self, run: ReadyRun, *, log: Callable[[str], None]) -> None:
+        super().__init__(run, log=log)
+        self.params, self.rd = run.params, run.rd
+        self.design = run.plan.design
         self.own_cluster = False
         self.cluster_gpus = 0.0
         self.states: dict[str, dict[str, Any]] = {}
@@ -166,8 +175,9 @@ class RayExecutor:
                     continue
             if self.own_cluster:
                 ray.shutdown()
+            super().__exit__(*exc)
 
-    def _submit(self, pfile: str, block: dict[str, Any], design: str) -> Any:
+    def _submit(self, block: dict[str, Any]) -> Any:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -184,9 +194,10 @@ class RayExecutor:
         )
         self.states[block["block"]] = {"state": "submitted", "resources": bundle}
         self.log(f"block {block['block']}: Ray task submitted, reserving {bundle}")
-        return task.remote(pfile, block, design)
+        record = self.rd.params_resolved.read_text("utf-8")
+        return task.remote(record, block, self.design)
 
-    def _finish(self, ref: Any, block: dict[str, Any], design: str) -> list[str]:
+    def _finish(self, ref: Any, block: dict[str, Any]) -> list[str]:
         """Merge a finished task's block into the run folder; ``launch_id: error`` failures."""
         import ray
 
@@ -195,7 +206,7 @@ class RayExecutor:
             result = ray.get(ref)
         except Exception as exc:  # the task or its worker died: the block failed whole
             why = f"Ray task of block {name} failed: {type(exc).__name__}: {exc}"[-4000:]
-            self._mark_unfinished(block, design, why, "failed")
+            self._mark_unfinished(block, why, "failed")
             return [f"{lid}: {why}" for lid in block["launch_ids"]]
         n = merge_block(self.rd, block, result)
         state.update(
@@ -208,8 +219,8 @@ class RayExecutor:
         self.log(f"block {name}: {n} records from {result['host']} merged into the run folder")
         return list(result["errors"])
 
-    def _mark_unfinished(self, block: dict[str, Any], design: str, why: str, state: str) -> None:
-        mark_unfinished(self.rd, self.params, block, design, why)
+    def _mark_unfinished(self, block: dict[str, Any], why: str, state: str) -> None:
+        mark_unfinished(self.rd, self.params, block, self.design, why)
         self.states[block["block"]].update(state=state, why=why)
         self._write_states()
 
@@ -217,25 +228,18 @@ class RayExecutor:
         section = {"executor": "ray", "address": self.params.protocol.ray_address}
         update_manifest(self.rd, executor={**section, "blocks": self.states})
 
-    def run_blocks(
-        self,
-        pfile: str,
-        blocks: list[dict[str, Any]],
-        design: str,
-        *,
-        resume: bool,
-        interrupted: Callable[[], bool],
-    ) -> list[str]:
-        """Run ``blocks`` as parallel Ray tasks; failed launch ids. Blocks a resumed run
-        finished are kept. An interrupt cancels every unfinished task and is re-raised."""
+    def planned_blocks(self, *, interrupted: Callable[[], bool]) -> list[str]:
+        """The blocks setup planned, as parallel Ray tasks; failed launch ids. Blocks a
+        resumed run finished are kept. An interrupt cancels every unfinished task and is
+        re-raised."""
         import ray
 
         pending: dict[Any, dict[str, Any]] = {}
         failed: list[str] = []
         try:
-            for block in blocks:
-                if prepare_block(self.rd, block, resume=resume, log=self.log):
-                    pending[self._submit(pfile, block, design)] = block
+            for block in self.run.plan.blocks:
+                if prepare_block(self.rd, block, resume=self.run.resume, log=self.log):
+                    pending[self._submit(block)] = block
                 else:
                     self.states[block["block"]] = {"state": "kept"}
             while pending:
@@ -244,26 +248,26 @@ class RayExecutor:
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
                 for ref in done:
                     block = pending.pop(ref)
-                    failed += report_block(block, self._finish(ref, block, design), log=self.log)
+                    failed += report_block(block, self._finish(ref, block), log=self.log)
         except BaseException as exc:
-            self._cancel(pending, design, exc)
+            self._cancel(pending, exc)
             raise
         return failed
 
-    def run_one(self, pfile: str, rd: RunDir, block: dict[str, Any], design: str) -> list[str]:
+    def run_one(self, block: dict[str, Any]) -> list[str]:
         """Run one block as a Ray task and wait for it (a ``BlockExecutor``)."""
         import ray
 
-        ref = self._submit(pfile, block, design)
+        ref = self._submit(block)
         try:
             while not ray.wait([ref], timeout=_POLL_S)[0]:
                 pass
         except BaseException as exc:
-            self._cancel({ref: block}, design, exc)
+            self._cancel({ref: block}, exc)
             raise
-        return self._finish(ref, block, design)
+        return self._finish(ref, block)
 
-    def _cancel(self, pending: dict[Any, dict[str, Any]], design: str, exc: BaseException) -> None:
+    def _cancel(self, pending: dict[Any, dict[str, Any]], exc: BaseException) -> None:
         """Force-cancel every unfinished task; its launches get a failed status saying why."""
         import ray
 
@@ -275,5 +279,5 @@ class RayExecutor:
             "gone): run it again with --resume"
         )
         for block in pending.values():
-            self._mark_unfinished(block, design, why, "cancelled")
+            self._mark_unfinished(block, why, "cancelled")
             self.log(f"block {block['block']}: Ray task cancelled, its records were not kept")

@@ -1,42 +1,42 @@
-"""Making a run folder ready for its blocks: placed, filled, setup executed.
+"""Making a run folder ready for its blocks: placed, the params recorded, setup executed.
 
 The folder is ``output_dir``, else ``runs/<name>-<time>`` (:func:`default_run_dir`).
 :func:`ready_run` is the first step of a batch run once the params passed their checks, in
 one call: every server a killed run left in the folder is reaped; the folder is refused
-when it holds an earlier run and ``--resume`` was not given; the params file is copied in
-and its resolved form written (:func:`write_resolved`, also used by ``speclib analyze``);
-``00_setup`` (environment, models, the design, the manifest) is executed and the plan it
-wrote read back (:class:`ReadyRun`). :func:`resume_params_file` finds the params file an
-interrupted run was started with.
+when it holds an earlier run and ``--resume`` was not given; the params are recorded in it
+(:func:`speclib.params.run_record.write_record`: ``params.yaml`` and
+``params.resolved.json``, which every later step reads); ``00_setup`` (environment, models,
+the design, the manifest) is executed on the folder and the plan it wrote read back
+(:class:`ReadyRun`). :func:`resume_params_file` finds the params file an interrupted run
+was started with.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from speclib.app.block_loop import reap_all
 from speclib.app.kernel import execute_notebook
 from speclib.app.outcome import RunFailed
-from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.rundir import RunDir
 from speclib.params.experiment import ExperimentParams
+from speclib.params.run_record import write_record
 from speclib.run.manifest import RunPlan, read_plan
+from speclib.serve.pidfile import reap_run
 
-__all__ = ["ReadyRun", "default_run_dir", "ready_run", "resume_params_file", "write_resolved"]
+__all__ = ["ReadyRun", "default_run_dir", "ready_run", "resume_params_file"]
 
 
 @dataclass(frozen=True)
 class ReadyRun:
     """A run whose folder is ready and whose setup ran: what the blocks step needs.
 
-    ``params_file``: the absolute path handed to every notebook."""
+    ``params``: as checked and recorded in ``rd`` (every notebook reads that record)."""
 
     params: ExperimentParams
-    params_file: str
     rd: RunDir
     plan: RunPlan
     resume: bool
@@ -51,50 +51,34 @@ def default_run_dir(params: ExperimentParams) -> Path:
 
 def ready_run(
     params: ExperimentParams,
-    params_file: str | Path,
-    rd: RunDir,
     *,
+    out: str | Path | None,
     resume: bool,
     log: Callable[[str], None],
 ) -> ReadyRun:
-    """Make ``rd`` ready for the blocks: every server a killed run left there reaped, the
-    folder refused when it holds an earlier run (unless resumed), the params copied and
-    resolved, ``00_setup`` executed and its plan read back."""
-    reap_all(rd)
-    _fill(params, rd, resume=resume)
-    log(f"run folder: {rd.root}")
-    log("setup: environment, models, manifest")
-    pfile = str(Path(params_file).resolve())
-    plan = _setup(pfile, rd)
-    log(f"design: {plan.design} ({plan.reason})")
-    return ReadyRun(params, pfile, rd, plan, resume)
-
-
-def _fill(params: ExperimentParams, rd: RunDir, *, resume: bool) -> None:
-    """Refuse a folder that holds an earlier run (unless resumed); copy the params file in
-    and write its resolved form."""
+    """Make the run folder (``out``, else :func:`default_run_dir`) ready for the blocks:
+    every server a killed run left there reaped, the folder refused when it holds an earlier
+    run (unless resumed), the params recorded, ``00_setup`` executed and its plan read back."""
+    rd = RunDir.at(out or default_run_dir(params))
+    reap_run(rd)
     if rd.root.exists() and any(p != rd.run_log for p in rd.root.iterdir()) and not resume:
         raise RunFailed(f"run folder {rd.root} is not empty: use --resume or another --out")
-    rd.root.mkdir(parents=True, exist_ok=True)
-    if params.source and not rd.params_copy.exists():
-        shutil.copyfile(params.source, rd.params_copy)
-    write_resolved(params, rd)
+    write_record(params, rd)
+    log(f"run folder: {rd.root}")
+    log("setup: environment, models, manifest")
+    plan = _setup(rd)
+    log(f"design: {plan.design} ({plan.reason})")
+    return ReadyRun(params, rd, plan, resume)
 
 
-def write_resolved(params: ExperimentParams, rd: RunDir) -> None:
-    """``params.resolved.json``: the params as validated, the prompts' path made absolute."""
-    data = params.model_dump()
-    data["workload"]["prompts"] = str(params.resolve_path(params.workload.prompts))
-    write_json_atomic(rd.params_resolved, data)
-
-
-def _setup(params_file: str, rd: RunDir) -> RunPlan:
-    """Execute ``00_setup`` into the run folder; the design and blocks it planned."""
+def _setup(rd: RunDir) -> RunPlan:
+    """Execute ``00_setup`` on the run folder: no params file, the params it records are
+    the run's. The design and blocks it planned."""
     from papermill.exceptions import PapermillExecutionError
 
     nb = rd.notebooks / "00_setup.ipynb"
     try:
-        execute_notebook("00_setup", nb, {"params_file": params_file, "run_dir": str(rd.root)})
+        execute_notebook("00_setup", nb, {"run_dir": str(rd.root), "params_file": ""})
     except PapermillExecutionError as exc:
         raise RunFailed(
             f"setup failed, no server was started: {exc.ename}: {exc.evalue} (notebook: {nb})"

@@ -6,7 +6,8 @@ which workload to send and how to analyse it. Everything is checked here, before
 starts: unknown keys are refused, and every error names the file, the field and the bad
 value. Relative paths inside a params file are resolved against the file's own folder.
 
-This module reads one (:func:`load_params`, :func:`recorded_params`) and says what is wrong
+This module reads one (:func:`load_params`; a run folder's record of it:
+:mod:`speclib.params.run_record`) and says what is wrong
 with it (:class:`ParamsError`: pydantic's errors turned into lines naming the field and the
 value, then the checks against the file system and the installed vLLM). The models are
 defined in :mod:`speclib.params.experiment` (the top-level :class:`ExperimentParams`
@@ -37,7 +38,7 @@ from speclib.params.strict_yaml import DuplicateKeyError, load_yaml
 from speclib.params.sweep import SweepError, expand_file_series
 from speclib.vllm_facts.spec_schema import KeyProblem, installed_spec_schema, spec_config_problems
 
-__all__ = ["ParamsError", "load_params", "recorded_params"]
+__all__ = ["ParamsError", "load_params"]
 
 
 class ParamsError(ValueError):
@@ -288,19 +289,3 @@ def load_params(
     if problems:
         raise ParamsError(f"{source}: invalid parameters\n" + "\n".join(problems))
     return params
-
-
-def recorded_params(path: str | os.PathLike[str]) -> ExperimentParams:
-    """The params a run recorded (``params.resolved.json``), validated again.
-
-    Settings this version of the kit no longer has are dropped, so a run folder written by
-    an older kit can be re-analysed (with today's defaults for what changed).
-    """
-    data = json.loads(Path(path).read_text("utf-8"))
-    data["source"] = None
-    kept = {k: v for k, v in data.items() if k in ExperimentParams.model_fields}
-    for name, info in ExperimentParams.model_fields.items():
-        model, section = info.annotation, kept.get(name)
-        if isinstance(section, dict) and hasattr(model, "model_fields"):
-            kept[name] = {k: v for k, v in section.items() if k in model.model_fields}
-    return ExperimentParams.model_validate(kept)

@@ -37,16 +37,21 @@ from pathlib import Path
 from typing import Any
 
 from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError
+from speclib.params.server import resolve_model_ref
 from speclib.vllm_facts.spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
 
 __all__ = [
     "VOCAB_HINT",
     "CompatReport",
+    "DemoResolver",
     "Locate",
     "checkpoint_problems",
     "hub_cache_folder",
+    "model_locator",
     "params_checkpoint_report",
     "read_config",
+    "require_checkpoints_fit",
     "same_vocab_needed",
     "tensor_shapes",
     "vocab_of",
@@ -391,6 +396,9 @@ def _which(target: Any, draft: Any) -> str:
 
 
 Locate = Callable[[str], "Path | None"]
+DemoResolver = Callable[[str], "Path | None"]
+"""A demo model's name (``"target"``) → its folder: where it is built (else None), or
+built first (run setup); the params layer cannot build one."""
 """Maps a model reference of the params to its folder on this machine, or None."""
 
 _CHECKED = ("eagle", "eagle3", "mtp", "draft_model")
@@ -408,6 +416,34 @@ def hub_cache_folder(repo_id: str) -> Path | None:
     except Exception:  # an id the hub library refuses: the server would refuse it too
         return None
     return Path(found).parent if isinstance(found, str) else None
+
+
+def model_locator(base_dir: Path, resolve_demo: DemoResolver | None) -> Locate:
+    """Where a model reference's files are on this machine: a local folder (relative to
+    ``base_dir``), a demo model (through ``resolve_demo``; None without it), a hub model in
+    the local cache (nothing is downloaded), else None."""
+
+    def locate(ref: str) -> Path | None:
+        kind, where = resolve_model_ref(ref, base_dir)
+        if kind == "local":
+            return Path(where) if Path(where).is_dir() else None
+        if kind == "demo":
+            return resolve_demo(where) if resolve_demo else None
+        return hub_cache_folder(where)
+
+    return locate
+
+
+def require_checkpoints_fit(
+    params: ExperimentParams, source: str, *, resolve_demo: DemoResolver | None
+) -> CompatReport:
+    """Every series' speculative checkpoint against the target, as ``speclib validate``
+    and run setup check it; a :class:`~speclib.params.loader.ParamsError` naming each field
+    and both values when one does not fit."""
+    report = params_checkpoint_report(params, model_locator(params.base_dir, resolve_demo))
+    if report.problems:
+        raise ParamsError(report.message(source, params.server.model))
+    return report
 
 
 def params_checkpoint_report(params: ExperimentParams, locate: Locate) -> CompatReport:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from speclib.core.turns import expand_turns, sent_prompt_count
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError, load_params
 from speclib.params.server import SPEC_METHODS, resolve_model_ref
-from speclib.params.spec_compat import hub_cache_folder, params_checkpoint_report
+from speclib.params.spec_compat import DemoResolver, require_checkpoints_fit
 from speclib.vllm_facts.spec_schema import installed_spec_schema
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
     "validate_params",
 ]
 
-DemoResolver = Callable[[str], "Path | None"]
 """Maps a demo model name ("target", "draft") to its folder if already built, else None."""
 
 
@@ -77,9 +76,7 @@ def validate_params(
     source = str(path)
     params = load_params(path)
     notes = _spec_notes(params)
-    checkpoints = params_checkpoint_report(params, _locator(params, resolve_demo))
-    if checkpoints.problems:
-        raise ParamsError(checkpoints.message(source, params.server.model))
+    checkpoints = require_checkpoints_fit(params, source, resolve_demo=resolve_demo)
     notes += checkpoints.notes
     prompt_file = params.resolve_path(params.workload.prompts)
     try:
@@ -173,23 +170,6 @@ def _spec_notes(params: ExperimentParams) -> list[str]:
             "server.launcher is set: the vLLM it runs may differ from the one checked here"
         )
     return notes
-
-
-def _locator(
-    params: ExperimentParams, resolve_demo: DemoResolver | None
-) -> Callable[[str], Path | None]:
-    """Where a model reference's files are on this machine: a local folder, a built demo
-    model, a hub model in the local cache (nothing is downloaded or built), else None."""
-
-    def locate(ref: str) -> Path | None:
-        kind, where = resolve_model_ref(ref, params.base_dir)
-        if kind == "local":
-            return Path(where) if Path(where).is_dir() else None
-        if kind == "demo":
-            return resolve_demo(where) if resolve_demo else None
-        return hub_cache_folder(where)
-
-    return locate
 
 
 def _local_target(

@@ -5,11 +5,12 @@ server can be started here (vLLM importable as a module — the CPU wheel's ``vl
 script is not used), builds the embedded demo pair when the params name it, compares the
 target and draft vocabularies of every ``draft_model`` series (a mismatch stops the run with
 both sizes named) and every speculative checkpoint against the target
-(:func:`require_checkpoints_fit`: EAGLE/EAGLE-3 heads, MTP layers), checks every server
-command against the installed vLLM's parser and the memory plan of the servers that share a
-GPU (:mod:`speclib.run.cli_check`, :mod:`speclib.run.placement`: a refused flag or a plan
-that cannot fit stops the run before any server starts), warns about prompts that look like
-personal data or secrets, and writes ``manifest.json`` with the launch order.
+(:func:`speclib.params.spec_compat.require_checkpoints_fit`: EAGLE/EAGLE-3 heads, MTP
+layers), checks every server command against the installed vLLM's parser and the memory
+plan of the servers that share a GPU (:mod:`speclib.run.cli_check`,
+:mod:`speclib.run.placement`: a refused flag or a plan that cannot fit stops the run before
+any server starts), warns about prompts that look like personal data or secrets, and writes
+``manifest.json`` with the launch order.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError, load_params
-from speclib.params.server import resolve_model_ref
+from speclib.params.run_record import recorded_params, write_record
 from speclib.params.spec_compat import (
     VOCAB_HINT,
-    CompatReport,
-    hub_cache_folder,
-    params_checkpoint_report,
+    require_checkpoints_fit,
     same_vocab_needed,
     vocab_of,
     vocab_problems,
@@ -58,7 +57,6 @@ __all__ = [
     "checked_params",
     "plan_design",
     "prepare_run",
-    "require_checkpoints_fit",
     "require_memory_plan",
     "vllm_available",
 ]
@@ -107,35 +105,13 @@ def vllm_available() -> str | None:
 def checked_params(params_file: str | Path) -> ExperimentParams:
     """A run's params, checked before anything starts: valid, else :class:`ParamsError`;
     so is a speculative checkpoint that does not fit its target
-    (:func:`require_checkpoints_fit`)."""
-    params = load_params(params_file)
-    require_checkpoints_fit(params, str(params_file))
-    return params
-
-
-def require_checkpoints_fit(
-    params: ExperimentParams, source: str, *, build: bool = False
-) -> CompatReport:
-    """Every series' speculative checkpoint against the target, as ``speclib validate``
-    checks it (:mod:`speclib.params.spec_compat`); a :class:`ParamsError` naming each field
-    and both values when one does not fit. Demo models are read where built, and built
-    first only with ``build`` (setup does; the CLI's process must not hold a GPU)."""
+    (:func:`~speclib.params.spec_compat.require_checkpoints_fit`; a demo model is read where
+    built, never built here: the CLI's process must not hold a GPU)."""
     from speclib.demo.models import built_demo_dir
-    from speclib.run.launching import resolve_model
 
-    def locate(ref: str) -> Path | None:
-        kind, where = resolve_model_ref(ref, params.base_dir)
-        if kind == "hub":
-            return hub_cache_folder(where)
-        if kind == "demo" and not build:
-            return built_demo_dir(where)
-        folder = Path(resolve_model(ref, params))
-        return folder if folder.is_dir() else None
-
-    report = params_checkpoint_report(params, locate)
-    if report.problems:
-        raise ParamsError(report.message(source, params.server.model))
-    return report
+    params = load_params(params_file)
+    require_checkpoints_fit(params, str(params_file), resolve_demo=built_demo_dir)
+    return params
 
 
 def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
@@ -158,7 +134,7 @@ def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:
 
 
 def _advisories(version: str | None) -> list[dict[str, str]]:
-    from speclib.core.advisories import affecting
+    from speclib.vllm_facts.advisories import affecting
 
     found = affecting(version.split()[-1] if version else None)
     for adv in found:
@@ -207,12 +183,19 @@ def plan_design(params: ExperimentParams, hw: dict[str, Any]) -> tuple[DesignCho
     return choice, plan_blocks(params, choice.design, group_size=choice.group_size)
 
 
-def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
+def prepare_run(run_dir: str | Path, *, params_file: str | Path | None = None) -> SetupReport:
     """Resolve models, preflight vocabularies, scan prompts, choose the design (memory
-    checked before any launch) and write ``manifest.json`` with the blocks to run."""
+    checked before any launch) and write ``manifest.json`` with the blocks to run.
+
+    The params are those recorded in ``run_dir`` (:mod:`speclib.params.run_record`; the
+    batch runner records them); ``params_file`` checks a file and records it there first
+    (the notebook run by hand)."""
     from speclib.run.launching import resolve_model
 
     rd = RunDir.at(run_dir)
+    if params_file:
+        write_record(checked_params(params_file), rd)
+    params = recorded_params(rd.params_resolved)
     external = params.server.base_url is not None
     version = vllm_available()
     if version is None and not external and not all(s.base_url for s in params.series):
@@ -231,7 +214,10 @@ def prepare_run(params: ExperimentParams, run_dir: str | Path) -> SetupReport:
             target, draft = Path(models.get(params.server.model, "")), Path(models[spec["model"]])
             if same_vocab_needed(spec) and target.is_dir() and draft.is_dir():
                 checks.append({"series": s.name, **check_vocab(target, draft)})
-    checkpoints = require_checkpoints_fit(params, f"params {params.name!r}", build=True)
+    from speclib.demo.models import demo_model_dir
+
+    source = f"params {params.name!r}"
+    checkpoints = require_checkpoints_fit(params, source, resolve_demo=demo_model_dir)
     loaded = workload_prompts(params)
     prompts = list(loaded.prompts)
     if problem := mix_problem(params, prompts):  # before any server starts

@@ -33,7 +33,7 @@ from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_co
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.turns import sent_prompt_count
 from speclib.measure.worker import shared_worker
-from speclib.params.experiment import ExperimentParams
+from speclib.params.run_record import recorded_params
 from speclib.run.alternate import measure_levels
 from speclib.run.arms import Arm, stamp, start_all, warm_up
 from speclib.run.design import Block, block_id, group_launch_id
@@ -168,7 +168,6 @@ def _truth(params, arm: Arm) -> dict[str, Any] | None:
 
 
 def run_block(
-    params: ExperimentParams,
     run_dir: str | Path,
     replicate: int = 0,
     arms: Sequence[str] | None = None,
@@ -177,7 +176,8 @@ def run_block(
     block: str | None = None,  # "" or None: the replicate's first block
     show_progress: bool = True,
 ) -> list[SeriesResult]:
-    """Run one block (``arms``, default every arm, of replicate ``replicate``).
+    """Run one block (``arms``, default every arm, of replicate ``replicate``) with the
+    params recorded in ``run_dir`` (:mod:`speclib.params.run_record`).
 
     ``block`` is the block's id from the manifest (default ``r<replicate>``, or the launch
     id in the sequential design); a later group of a replicate (``r0.1``, arms that do not
@@ -187,6 +187,7 @@ def run_block(
     for each arm not yet concluded, and are re-raised.
     """
     rd = RunDir.at(run_dir)
+    params = recorded_params(rd.params_resolved)
     names = list(arms) if arms else [a.name for a in params.arms]
     block = block or block_id(design, replicate, names[0] if len(names) == 1 else None)
     group = Block(block, replicate, tuple(names)).group

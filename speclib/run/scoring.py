@@ -391,7 +391,7 @@ def ensure_scored(run_dir: str | os.PathLike[str]) -> str:
     and refuses to adopt. Outputs already scored are skipped, so a re-analysis starts no
     server.
     """
-    from speclib.params.loader import recorded_params
+    from speclib.params.run_record import recorded_params
 
     rd = RunDir.at(run_dir)
     params = recorded_params(rd.params_resolved)

@@ -4,9 +4,10 @@ While a server runs, its run folder holds a small JSON pidfile: the server's pid
 leader of its process group), its supervisor's pid, the start time, the log file and the
 redacted command line. The supervisor (:mod:`speclib.serve.supervisor`) kills the server
 when the kit dies, but should the supervisor itself be SIGKILLed the server survives; the
-next run then calls :func:`reap_pidfile`, which kills it only if it is provably ours (same
-command line, or the surviving members of a process group whose leader is gone). Linux
-only: it reads ``/proc``; psutil (a dependency) walks the descendants.
+next run then calls :func:`reap_pidfile` (for every launch of a run folder:
+:func:`reap_run`), which kills it only if it is provably ours (same command line, or the
+surviving members of a process group whose leader is gone). Linux only: it reads
+``/proc``; psutil (a dependency) walks the descendants.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["reap_pidfile", "write_pidfile"]
+from speclib.core.rundir import RunDir
+
+__all__ = ["reap_pidfile", "reap_run", "write_pidfile"]
 
 
 def write_pidfile(
@@ -42,6 +45,12 @@ def write_pidfile(
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(info), encoding="utf-8")
     tmp.replace(path)
+
+
+def reap_run(rd: RunDir) -> None:
+    """Stop every server of the run in ``rd`` that a killed kernel or kit left behind."""
+    for pidfile in rd.pidfiles():
+        reap_pidfile(pidfile)
 
 
 def reap_pidfile(pidfile: Path) -> list[int]:

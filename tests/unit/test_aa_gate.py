@@ -307,7 +307,7 @@ def _looked_run(tmp: Path, params: ExperimentParams, factors):
                 json.dumps({**status, "n_ok": 16, "n_failed": 0})
             )
 
-    def execute(pfile, rd, block, design):
+    def execute(block):
         executed.append(block["replicate"])
         write_block(block["replicate"])
         return []
@@ -333,14 +333,16 @@ def _hand_blocks(effects: list[float], target: float) -> int:
 
 def test_a_calibration_stops_when_its_target_resolution_is_reached(tmp_path: Path) -> None:
     from speclib.app.block_loop import until_decided
+    from speclib.app.run_folder import ReadyRun
     from speclib.run.manifest import read_plan
 
     params = _calibration_params(tmp_path)
     effects = [0.06, -0.06, 0.0, 0.0, 0.0, 0.0]  # ±16.1 % after 3 blocks, ±8.1 % after 4
     rd, execute, executed = _calibration_run(tmp_path, params, effects)
     logs: list[str] = []
-    until_decided(params, "p.yaml", rd, read_plan(rd), resume=False, log=logs.append,
-                  execute=execute)  # fmt: skip
+    until_decided(
+        ReadyRun(params, rd, read_plan(rd), resume=False), execute=execute, log=logs.append
+    )
     assert executed == [3]
     stopping = rd.read_manifest()["stopping"]
     assert stopping["blocks"] == 4
@@ -356,13 +358,15 @@ def test_a_calibration_stops_when_its_target_resolution_is_reached(tmp_path: Pat
 
 def test_a_calibration_that_runs_out_of_blocks_says_how_many_it_would_need(tmp_path) -> None:
     from speclib.app.block_loop import until_decided
+    from speclib.app.run_folder import ReadyRun
     from speclib.run.manifest import read_plan
 
     params = _calibration_params(tmp_path)
     effects = [0.2, -0.2, 0.15, -0.15, 0.2, -0.2]
     rd, execute, executed = _calibration_run(tmp_path, params, effects)
-    until_decided(params, "p.yaml", rd, read_plan(rd), resume=False, log=lambda _: None,
-                  execute=execute)  # fmt: skip
+    until_decided(
+        ReadyRun(params, rd, read_plan(rd), resume=False), execute=execute, log=lambda _: None
+    )
     assert executed == [3, 4, 5]
     need = _hand_blocks(effects, 0.10)
     assert need > 6
@@ -389,14 +393,16 @@ def test_an_experiment_runs_until_its_tpot_verdict_is_decided(tmp_path, factor, 
     of the same blocks says the same word (the look and the summary share one family)."""
     from speclib.analysis.run_tpot import look_at_run
     from speclib.app.block_loop import until_decided
+    from speclib.app.run_folder import ReadyRun
     from speclib.run.manifest import read_plan
 
     params = _params(tmp_path, blocks=2, aa=False, max_replicates=6)
     rd, execute, executed = _experiment_run(tmp_path, params, factor, block_sd=0.01)
     assert not look_at_run(rd, params).decided  # 2 blocks, 1 df, a strict first look
     logs: list[str] = []
-    until_decided(params, "p.yaml", rd, read_plan(rd), resume=False, log=logs.append,
-                  execute=execute)  # fmt: skip
+    until_decided(
+        ReadyRun(params, rd, read_plan(rd), resume=False), execute=execute, log=logs.append
+    )
     stopping = rd.read_manifest()["stopping"]
     assert executed and stopping["blocks"] == 2 + len(executed) < 6, logs
     assert stopping["reason"].startswith(f"stopped: every experiment decided (spec {word}")

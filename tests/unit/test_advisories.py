@@ -1,6 +1,6 @@
 """The security-advisory reminder compares versions, not strings."""
 
-from speclib.core.advisories import affecting, parse_version
+from speclib.vllm_facts.advisories import affecting, parse_version
 
 
 def test_parse_version():

@@ -92,3 +92,38 @@ def test_a_wrong_name_is_caught() -> None:
     assert _problems("`speclib/core/rundir.py` (`no_such_function_here`)")
     assert _problems("`speclib/analysis/verdict/` (`no_such_module.py`)")
     assert not _problems("`speclib/analysis/verdict/decision.py` (`decide`), `pairs.py`")
+
+
+_FLOW_FILE = re.compile(r"\b((?:[a-z_]+/)+[a-z_0-9]+\.py)\b")
+_FLOW_NAME = re.compile(r"\b([a-z_]+/[a-z_0-9]+\.py): ([A-Z]\w+|[a-z]+_\w+)")  # code names
+
+
+def _flow() -> str:
+    """The drawing under "How a run's data flows"."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("## How a run's data flows", 1)[1].split("\n## ", 1)[0]
+    return section.split("```", 2)[1]
+
+
+def test_the_data_flow_names_files_and_functions_that_exist() -> None:
+    flow = _flow()
+    files = set(_FLOW_FILE.findall(flow))
+    assert len(files) >= 20
+    missing = sorted(f for f in files if not (REPO / "speclib" / f).is_file())
+    assert not missing, f"the data flow names files that do not exist: {missing}"
+    for path, name in _FLOW_NAME.findall(flow):
+        assert name in _defined(REPO / "speclib" / path), f"{path} defines no {name}"
+
+
+def test_the_data_flow_holds_every_step_the_runner_takes() -> None:
+    """Every module of the kit that ``app/runner.py`` imports is in the drawing, except the
+    run's result record and log (``app/outcome.py``), which is no step of the run."""
+    tree = ast.parse((REPO / "speclib" / "app" / "runner.py").read_text(encoding="utf-8"))
+    steps = {
+        node.module.removeprefix("speclib.").replace(".", "/") + ".py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("speclib.")
+    } - {"app/outcome.py"}
+    assert len(steps) >= 5
+    drawn = set(_FLOW_FILE.findall(_flow()))
+    assert steps <= drawn, f"steps of the runner the drawing lacks: {sorted(steps - drawn)}"

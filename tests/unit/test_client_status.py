@@ -65,8 +65,10 @@ def test_a_fallback_to_in_process_shows_next_to_the_worker() -> None:
 
 
 def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) -> None:
+    from speclib.core.rundir import RunDir
     from speclib.measure.worker import close_shared_worker
     from speclib.params.loader import load_params
+    from speclib.params.run_record import write_record
     from speclib.run.replicate_block import run_block
     from tests.unit.test_robustness import _params
 
@@ -76,9 +78,11 @@ def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) ->
     # 3 levels of one pass over the prompts each (min_waves 1: no repeats at c=2)
     data["workload"].update(concurrency=[1, 2], request_rates=[20.0], min_waves=1)
     path.write_text(yaml.safe_dump(data))
-    params = load_params(path)
+    rd = RunDir.at(tmp_path / "run")
+    write_record(load_params(path), rd)  # what a run's setup records: the block reads it
+    path.unlink()  # the block needs no params file
     try:
-        results = run_block(params, tmp_path / "run", 0, show_progress=False)
+        results = run_block(rd.root, 0, show_progress=False)
     finally:
         close_shared_worker()
     assert [r.ok for r in results] == [True, True], [r.error for r in results]

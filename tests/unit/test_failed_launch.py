@@ -92,10 +92,10 @@ def test_the_runners_failed_line_carries_the_cause_from_status_json(tmp_path, mo
                                                   "error_cause": cause})  # fmt: skip
     write_json_atomic(rd.status_path("control-r0"), {"ok": True})
     monkeypatch.setattr(block_loop, "execute_notebook", lambda *a, **k: None)  # the block ran
-    monkeypatch.setattr(block_loop, "reap_all", lambda rd: None)
+    monkeypatch.setattr(block_loop, "reap_run", lambda rd: None)
     block = {"block": "r0", "replicate": 0, "arms": ["control", "spec"],
              "launch_ids": ["control-r0", "spec-r0"]}  # fmt: skip
-    errors = block_loop.execute_block("params.yaml", rd, block, "interleaved")
+    errors = block_loop.execute_block(rd, block, "interleaved")
     lines: list[str] = []
     assert block_loop.report_block(block, errors, log=lines.append) == ["spec-r0"]
     assert lines == [f"FAILED spec-r0: no request succeeded: {cause}"]

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 DEFAULTS = {
-    "00_setup": {"params_file": "../params/cpu-demo.yaml", "run_dir": "../runs/interactive"},
-    "10_series": {"params_file": "../params/cpu-demo.yaml", "run_dir": "../runs/interactive",
+    "00_setup": {"run_dir": "../runs/interactive", "params_file": "../params/cpu-demo.yaml"},
+    "10_series": {"run_dir": "../runs/interactive",  # no params file: the run folder's record
                   "replicate": 0, "arms": "", "design": "interleaved", "block": ""},
     "20_analysis": {"run_dir": "../runs/cpu-demo", "params_file": "",
                     "allow_incomplete": False, "summary_file": "", "mix": ""},

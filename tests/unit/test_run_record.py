@@ -1,0 +1,65 @@
+"""The params a run folder records (``params/run_record.py``): written once, read by every
+later step, independent of the file the user typed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from speclib.core.rundir import RunDir
+from speclib.params.loader import load_params
+from speclib.params.run_record import recorded_params, write_record
+from tests.unit.test_robustness import _params
+
+pytestmark = pytest.mark.unit
+
+
+def _relative(tmp: Path) -> Path:
+    """A params file whose model and prompts are paths relative to its own folder."""
+    where = tmp / "study"
+    where.mkdir()
+    path = _params(where)
+    data = yaml.safe_load(path.read_text())
+    (where / "model").mkdir()
+    data["server"]["model"] = "./model"
+    data["workload"]["prompts"] = "prompts.jsonl"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_record_resolves_relative_paths_where_the_file_was(tmp_path, monkeypatch) -> None:
+    path = _relative(tmp_path)
+    params = load_params(path, check_vllm=False)
+    rd = RunDir.at(tmp_path / "run")
+    write_record(params, rd)
+    assert rd.params_copy.read_text() == path.read_text()
+    data = json.loads(rd.params_resolved.read_text())
+    assert data["workload"]["prompts"] == str(tmp_path / "study" / "prompts.jsonl")
+    monkeypatch.chdir(tmp_path / "run")  # read from elsewhere: same folders
+    again = recorded_params(rd.params_resolved)
+    assert again.base_dir == tmp_path / "study"
+    assert again.resolve_path(again.server.model) == tmp_path / "study" / "model"
+    assert again.resolve_path(again.workload.prompts) == params.resolve_path("prompts.jsonl")
+    mine, theirs = again.model_dump(), params.model_dump()
+    mine["workload"].pop("prompts"), theirs["workload"].pop("prompts")
+    assert mine == theirs  # the rest as validated
+
+
+def test_a_resumed_run_keeps_the_copy_it_started_with(tmp_path) -> None:
+    path = _relative(tmp_path)
+    rd = RunDir.at(tmp_path / "run")
+    write_record(load_params(path, check_vllm=False), rd)
+    first = rd.params_copy.read_text()
+    path.write_text(path.read_text().replace("fault", "fault2"))
+    write_record(load_params(path, check_vllm=False), rd)
+    assert rd.params_copy.read_text() == first
+    assert json.loads(rd.params_resolved.read_text())["name"] == "fault2"
+
+
+def test_a_folder_without_a_record_is_a_clear_error(tmp_path) -> None:
+    rd = RunDir.at(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="00_setup"):
+        recorded_params(rd.params_resolved)
