@@ -289,7 +289,8 @@ def analyze_run(
     levels, level_conf, family = list(measured.levels), measured.confidence, measured.family
     agreement = launch_agreement(df, rd.root)
     exclusions = exclusion_table(df)
-    lms = [launch_metrics(rd, s, df) for s in statuses]
+    warm = params.workload.warmup_requests
+    lms = [launch_metrics(rd, s, measured.sent, warmup_requests=warm) for s in statuses]
     rows = with_cache_hits(series_table(df, params, statuses), lms)
     kv = kv_capacity(rd, statuses)
     rows["kv_cache_tokens"] = [kv.get(str(name)) for name in rows["series"]] if len(rows) else []

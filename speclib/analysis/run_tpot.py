@@ -48,14 +48,17 @@ __all__ = ["Look", "MeasuredRun", "look_at_run", "measure_run"]
 class MeasuredRun:
     """A run's measured records and its TPOT decisions (what every look and analysis reads).
 
-    ``records``: the records the verdicts read; ``statuses``: every launch's
-    ``status.json``; ``traffic``: the user's traffic mix (None: the prompts as sent);
+    ``records``: the records the verdicts read; ``sent``: every record as
+    ``requests.jsonl`` holds it, warm-ups included and in its order (what each server got,
+    for its ``/metrics`` window); ``statuses``: every launch's ``status.json``;
+    ``traffic``: the user's traffic mix (None: the prompts as sent);
     ``mode_problems``: per series, the launch left out for its wrong mode; ``levels``: the
     load levels measured; ``confidence`` and ``look``: this look's family confidence and
     its words; ``family``: each level's TPOT decisions."""
 
     params: ExperimentParams
     records: pd.DataFrame = field(repr=False)
+    sent: pd.DataFrame = field(repr=False)
     statuses: tuple[dict[str, Any], ...]
     traffic: dict[str, float] | None
     mode_problems: dict[str, str]
@@ -105,7 +108,8 @@ def measure_run(
     """The records of ``rd`` as the verdicts read them, and every TPOT comparison decided
     (Holm over every arm and load level, replayed look by look in a run until decided).
     ``mix`` overrides ``workload.mix`` (:func:`speclib.analysis.verdict.run_answer.traffic_mix`)."""
-    df = load_records(rd.root)
+    sent = load_records(rd.root, phase=None)
+    df = sent[sent["phase"] == "measure"].reset_index(drop=True) if len(sent) else sent
     traffic = traffic_mix(params, df, mix)
     statuses = rd.statuses()
     df, mode_problems = _without_wrong_mode(df, statuses)
@@ -129,6 +133,7 @@ def measure_run(
     return MeasuredRun(
         params=params,
         records=df,
+        sent=sent,
         statuses=tuple(statuses),
         traffic=traffic,
         mode_problems=mode_problems,

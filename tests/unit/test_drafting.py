@@ -13,17 +13,22 @@ import math
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
+from speclib.analysis.health.run_warnings import launch_warnings
 from speclib.analysis.speculation.drafting import (
     drafted_share,
+    drafting_warnings,
     launch_drafting,
     request_drafting,
     stream_check,
 )
+from speclib.analysis.speculation.launches import LaunchMetrics, launch_metrics, window_records
 from speclib.analysis.speculation.speedup import alpha_from_mean_length, expected_tokens_per_step
 from speclib.core.prometheus import SpecCounters
+from speclib.core.rundir import RunDir
 from tests.helpers import fake_servers_left
 from tests.unit.test_interleaved import _run
 from tests.unit.test_robustness import _params
@@ -135,6 +140,124 @@ def test_the_arm_s_share_is_exact_from_per_request_metrics_else_from_the_launche
     assert from_counters.tokens_per_drafted_step == pytest.approx(3.75)
     assert drafted_share(_half_mix()) is None  # neither source: nothing said
     assert drafted_share([request_drafting([1])]) is None  # no decode step
+
+
+# ------------------------------------------------------------------ a launch's window
+
+WARMUP_REQUESTS = 2  # the series' warm-up: sent before metrics_before, outside the window
+FULL = [1, 4, 4, 1, 1, 1]  # 5 decode steps, 3 of them drafted, 6 accepted drafts
+CUT = [1, 4, 4, 1, 1, 2]  # the same, the last step's 3 accepted cut to 1 by max_tokens
+DRAFTED = 3  # drafted steps per request (the other 2 found no proposal)
+
+
+def _row(phase: str, level: int, chunks: list[int], with_spec: bool) -> dict:
+    accepted = sum(chunks) - len(chunks) + (2 if chunks == CUT else 0)
+    return {
+        "launch_id": "spec-r0",
+        "series": "spec",
+        "phase": phase,
+        "level": level,
+        "chunk_tokens": chunks,
+        "spec": _spec(DRAFTED, accepted) if with_spec else None,
+    }
+
+
+def _launch_rows(with_spec: bool) -> pd.DataFrame:
+    """A launch's records in ``requests.jsonl``'s order, as the runner sends them: the
+    series' warm-up at level 0, the measured requests of level 0 (c = 1), the warm-up of
+    level 1 at its own concurrency (its last steps cut by max_tokens), then level 1's
+    measured requests."""
+    rows = [_row("warmup", 0, FULL, with_spec) for _ in range(WARMUP_REQUESTS)]
+    rows += [_row("measure", 0, FULL, with_spec) for _ in range(4)]
+    rows += [_row("warmup", 1, CUT, with_spec) for _ in range(4)]
+    rows += [_row("measure", 1, FULL, with_spec) for _ in range(4)]
+    return pd.DataFrame(rows)
+
+
+def _prom(drafts: int, accepted: int) -> str:
+    label = '{model_name="m"}'
+    return "".join(
+        f"# TYPE vllm:spec_decode_{name}_total counter\nvllm:spec_decode_{name}_total{label} {v}\n"
+        for name, v in (
+            ("num_drafts", drafts),
+            ("num_draft_tokens", K * drafts),
+            ("num_accepted_tokens", accepted),
+        )
+    )
+
+
+def _launch(tmp: Path, with_spec: bool, *, outside_accepted: int = 0) -> LaunchMetrics:
+    """:func:`launch_metrics` on a launch folder whose ``/metrics`` counted exactly what the
+    requests of its window did (as the server counts: a cut step's drafts included), plus
+    ``outside_accepted`` accepted drafts of traffic from outside (up to k per step)."""
+    rd = RunDir.at(tmp)
+    folder = rd.launch("spec-r0")
+    folder.mkdir(parents=True)
+    rows = _launch_rows(with_spec)
+    window = rows.iloc[WARMUP_REQUESTS:]  # the level warm-up counts, the series' does not
+    steps = DRAFTED * len(window) + math.ceil(outside_accepted / K)
+    accepted = sum(sum(c) - len(c) + 2 * (c == CUT) for c in window["chunk_tokens"])
+    (folder / "metrics_before.prom").write_text(_prom(100, 150))
+    (folder / "metrics_after.prom").write_text(
+        _prom(100 + steps, 150 + accepted + outside_accepted)
+    )
+    command = [
+        "vllm",
+        "serve",
+        "m",
+        "--speculative-config",
+        json.dumps({"method": "ngram", "num_speculative_tokens": K}),
+    ]
+    if with_spec:
+        command += ["--per-request-spec-decode-metrics", "summary"]
+    status = {"launch_id": "spec-r0", "series": "spec", "command": command}
+    return launch_metrics(rd, status, rows, warmup_requests=WARMUP_REQUESTS)
+
+
+def test_the_window_holds_the_level_warm_ups_not_the_series_one() -> None:
+    rows = _launch_rows(with_spec=False)
+    got = window_records(rows, "spec-r0", warmup_requests=WARMUP_REQUESTS)
+    assert list(got.index) == list(range(WARMUP_REQUESTS, len(rows)))
+    # a first level above c = 1 has its own warm-up at level 0, after the series' one
+    level0 = pd.concat([rows.iloc[:WARMUP_REQUESTS]] * 3, ignore_index=True)
+    got = window_records(level0, "spec-r0", warmup_requests=WARMUP_REQUESTS)
+    assert list(got.index) == list(range(WARMUP_REQUESTS, 3 * WARMUP_REQUESTS))
+    assert window_records(rows, "other-r0", warmup_requests=WARMUP_REQUESTS).empty
+    assert len(window_records(rows, "spec-r0", warmup_requests=0)) == len(rows)
+
+
+@pytest.mark.parametrize("with_spec", [False, True], ids=["stream", "per-request metrics"])
+def test_level_warm_ups_in_the_window_are_not_outside_traffic(tmp_path, with_spec) -> None:
+    """The counters moved by the level warm-up too (as on the H100 run, vLLM 0.26: 1547
+    accepted drafts 'more than the streams' per draft-k2 launch, all of them the warm-ups'
+    and cut last steps): counted on the stream side, the launch agrees."""
+    m = _launch(tmp_path, with_spec)
+    assert m.drafting is not None and m.drafting.agrees and m.drafting.note is None
+    assert m.drafting.n_requests == 12  # 8 measured + 4 level warm-ups, not the series' 2
+    assert m.drafting.drafted_share == pytest.approx(3 / 5)  # over the same requests' steps
+    assert drafting_warnings([m.drafting]) == []
+    if with_spec:  # per-request metrics count a cut step's drafts: exact, no slack
+        assert m.reconciliation.matches and m.reconciliation.n_requests == 12
+        assert m.reconciliation.diff_accepted_tokens == 0
+    else:
+        assert m.reconciliation is None
+
+
+@pytest.mark.parametrize("with_spec", [False, True], ids=["stream", "per-request metrics"])
+def test_outside_traffic_beyond_the_warm_ups_still_flags_the_launch(tmp_path, with_spec) -> None:
+    """Accepted drafts beyond what the window's requests and their cut last steps account
+    for (k = 3 per request, warm-ups included: 36, of which the warm-ups' cuts take 8)."""
+    within = _launch(tmp_path / "within", with_spec, outside_accepted=36 - 8)
+    assert within.drafting.agrees  # the stream check allows a cut step per request
+    m = _launch(tmp_path / "beyond", with_spec, outside_accepted=36 - 8 + 1)
+    assert not m.drafting.agrees and "outside traffic" in m.drafting.note
+    [warning] = drafting_warnings([m.drafting])
+    assert warning.startswith("launch spec-r0:") and "outside traffic" in warning
+    if with_spec:  # the per-request sums are exact: any step from outside shows
+        assert not within.reconciliation.matches
+        assert m.reconciliation.diff_accepted_tokens == 29
+        assert "outside traffic" in m.reconciliation.explanation
+        assert any(w.startswith("launch spec-r0:") for w in launch_warnings([], [m]))
 
 
 # ------------------------------------------------------------------ known truth, end to end

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from speclib.analysis.health.compile_windows import REASON, compile_table, mark_compiles
+from speclib.analysis.run_analysis import analyze_run
 from speclib.core.compile_events import CompileEvent, compile_events, overlaps
 from speclib.params.loader import load_params
 from speclib.params.protocol import LoadLevel
@@ -113,6 +115,31 @@ def test_a_run_warms_each_level_measures_four_waves_and_leaves_out_a_compile(
     assert jit["measured_requests"] >= 1  # the 12th request is a measured one at c=4
     assert jit["measured_requests"] == sum(e["reasons"][REASON] for e in left_out)
     assert jit["where"] == "measured requests (left out)" and jit["levels"] == [1]
+    # each launch's /metrics window holds its level warm-up at c=4 (not the series' one):
+    # counted with the measured requests, the counters add up, and nothing is blamed on
+    # outside traffic
+    assert not [w for w in summary["warnings"] if "/metrics" in w], summary["warnings"]
+    for m in summary["launch_metrics"]:
+        assert m["reconciliation"]["matches"] and m["reconciliation"]["n_requests"] == 4 + 16 + 4
+        assert m["drafting"] is None or m["drafting"]["agrees"], m
+    # the same run with outside traffic on the spec server beyond a cut last step per
+    # request (k = 3 for each of its 24): flagged, naming the launch
+    run = tmp_path / "outside"
+    shutil.copytree(tmp_path / "run", run)
+    after = run / "launches" / "spec-r0" / "metrics_after.prom"
+    name = "vllm:spec_decode_num_accepted_tokens_total"
+    after.write_text(
+        "".join(
+            f"{x.rsplit(' ', 1)[0]} {float(x.rsplit(' ', 1)[1]) + 3 * 24 + 1:g}\n"
+            if x.startswith(name)
+            else x + "\n"
+            for x in after.read_text().splitlines()
+        )
+    )
+    analyze_run(run)
+    warnings = json.loads((run / "summary.json").read_text())["warnings"]
+    flagged = [w for w in warnings if "outside traffic" in w]
+    assert len(flagged) == 2 and all(w.startswith("launch spec-r0:") for w in flagged), warnings
 
 
 @pytest.mark.parametrize("bad", [0, -1])

@@ -23,10 +23,11 @@ This module counts every decode step from the stream, which every vLLM version g
   single token got no draft that was accepted (it cannot tell "no proposal" from "all
   rejected", which the launch check below bounds);
 * **a launch** (:func:`launch_drafting`): the stream's decode steps and accepted drafts over
-  the launch's measured window against its ``/metrics`` deltas: ``num_drafts`` over the
-  decode steps is the share of steps that had a draft, on any vLLM; the accepted drafts
-  must agree (the counters may exceed the stream by at most ``k`` per request, the drafts
-  of a last step cut by ``max_tokens`` or a stop);
+  the launch's window (its measured requests and level warm-ups:
+  :func:`speclib.analysis.speculation.launches.window_records`) against its ``/metrics``
+  deltas: ``num_drafts`` over the decode steps is the share of steps that had a draft, on
+  any vLLM; the accepted drafts must agree (the counters may exceed the stream by at most
+  ``k`` per request, the drafts of a last step cut by ``max_tokens`` or a stop);
 * **an arm** (:func:`drafted_share`): the share of decode steps that had a draft, from the
   per-request metrics where every request has them, else from the launches' counters.
 
@@ -164,7 +165,8 @@ class LaunchDrafting:
     """One launch's decode steps from the stream against its ``/metrics`` deltas.
 
     ``decode_steps``, ``stream_accepted`` and ``stream_accepted_steps`` are summed over the
-    launch's measured requests' streams; ``drafted_steps`` (``num_drafts``), ``accepted``
+    streams of the ``n_requests`` requests of the launch's window (measured ones and level
+    warm-ups); ``drafted_steps`` (``num_drafts``), ``accepted``
     (``num_accepted_tokens``) and ``accepted_steps`` (``num_accepted_tokens_per_pos[0]``)
     are the counters' deltas over the same window (None without counters).
     ``drafted_share`` is ``drafted_steps / decode_steps``: the share of decode steps that
@@ -298,8 +300,8 @@ def drafted_share(
 
     Every request with per-request metrics: exact, from them. Otherwise the ``launches``
     that ran these requests: their counters' drafted steps over their streams' decode
-    steps (the launches' whole windows, every load level in them). None without decode
-    steps, or with neither source.
+    steps (the launches' whole windows, every load level and level warm-up in them). None
+    without decode steps, or with neither source.
     """
     steps = sum(r.decode_steps for r in requests)
     if steps <= 0:

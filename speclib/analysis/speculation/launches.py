@@ -1,9 +1,10 @@
 """What each server launch left in the run folder, read back: counters, memory, cross-checks.
 
-Per launch the run writes ``/metrics`` snapshots before and after the measured requests,
-memory samples and, when ``vllm bench serve`` ran on the same server, ``crosscheck.json``.
-:func:`launch_metrics` turns the snapshots into counter deltas and reconciles them with the
-launch's request records; :func:`memory_frame`, :func:`with_cache_hits` and
+Per launch the run writes ``/metrics`` snapshots before and after its load levels (and per
+level), memory samples and, when ``vllm bench serve`` ran on the same server,
+``crosscheck.json``. :func:`launch_metrics` turns the snapshots into counter deltas and
+reconciles them with the records of every request sent between them
+(:func:`window_records`); :func:`memory_frame`, :func:`with_cache_hits` and
 :func:`read_crosschecks` gather the rest for the report. Missing or unreadable files are
 data ("no /metrics snapshots"), never an exception.
 """
@@ -37,13 +38,15 @@ __all__ = [
     "launch_metrics",
     "memory_frame",
     "read_crosschecks",
+    "window_records",
     "with_cache_hits",
 ]
 
 
 @dataclass(frozen=True)
 class LaunchMetrics:
-    """``/metrics`` deltas of one launch over its measured requests, and the reconciliation."""
+    """``/metrics`` deltas of one launch over its window (its level warm-ups and measured
+    requests: :func:`window_records`), and the reconciliation."""
 
     launch_id: str
     series: str
@@ -88,8 +91,45 @@ def _read_prom(path: Path) -> dict[Any, float] | None:
         return None
 
 
-def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame) -> LaunchMetrics:
-    """``/metrics`` deltas over the measured window of one launch, reconciled with records."""
+def window_records(records: pd.DataFrame, launch_id: str, *, warmup_requests: int) -> pd.DataFrame:
+    """The records of every request a launch's server got between its ``metrics_before`` and
+    ``metrics_after`` snapshots: its level warm-ups and its measured requests.
+
+    ``records`` holds the run's records of every phase in ``requests.jsonl``'s order (each
+    appended as it finished); ``warmup_requests`` is the run's ``workload.warmup_requests``.
+    The runner (``speclib/run/replicate_block.py``) sends a server its series' warm-up, the
+    launch's first ``warmup_requests`` records of phase ``warmup`` (one at a time, all
+    finished before anything else is sent to it), then takes ``metrics_before``; then per
+    load level a warm-up at the level's own concurrency (``workload.level_warmup``: records
+    of phase ``warmup`` stamped with that level) and the level's measured requests; then
+    ``metrics_after``. So every record of the launch but the series' warm-up lies between
+    the two, failed and not-attempted ones included (they add nothing to a stream).
+
+    Why this window and not the per-level ones (``metrics_l<i>_before/after``, which hold
+    the measured requests only): both of the launch's snapshots wait for the counters to
+    settle, where a level's ``before`` is taken right after its warm-up without waiting (a
+    warm-up's last step may still be counted after it); and the launch's deltas, which
+    acceptance and the drafted share are read from, include the level warm-ups, so traffic
+    from outside during a warm-up must show too. Counting the warm-ups' own streams and
+    spec metrics compares like with like over the whole window, each request (warm-up or
+    measured) with the same slack for a last step cut by ``max_tokens`` or a stop.
+    """
+    if records.empty or "launch_id" not in records:
+        return records
+    mine = records[records["launch_id"] == launch_id]
+    if "phase" not in mine:
+        return mine
+    warm = (mine["phase"] == "warmup").to_numpy()
+    series_warmup = warm & (warm.cumsum() <= warmup_requests)
+    return mine[~series_warmup]
+
+
+def launch_metrics(
+    rd: RunDir, status: dict[str, Any], records: pd.DataFrame, *, warmup_requests: int
+) -> LaunchMetrics:
+    """``/metrics`` deltas over one launch's window, reconciled with the records of every
+    request sent in it (:func:`window_records`: ``records`` holds every phase, in
+    ``requests.jsonl``'s order)."""
     lid, series = status["launch_id"], status["series"]
     before = _read_prom(rd.launch(lid) / "metrics_before.prom")
     after = _read_prom(rd.launch(lid) / "metrics_after.prom")
@@ -100,7 +140,7 @@ def launch_metrics(rd: RunDir, status: dict[str, Any], records: pd.DataFrame) ->
     except CounterResetError as exc:
         return LaunchMetrics(lid, series, None, None, None, f"counters reset: {exc}")
     cache = prefix_cache_delta(before, after)
-    mine = records[records["launch_id"] == lid] if len(records) else records
+    mine = window_records(records, lid, warmup_requests=warmup_requests)
     specs = [s if isinstance(s, dict) else None for s in mine.get("spec", [])]
     asked = _asked_per_request(status)
     rec = reconcile(specs, spec) if asked and (spec.present or any(specs)) else None
