@@ -149,6 +149,24 @@ def test_the_readmes_gpu_figures_are_the_committed_runs() -> None:
     assert f"pooled {_span(n200)} and inconclusive, is mixed at c = 1 and 8" in text
 
 
+def test_the_readmes_h100_demo_figures_are_the_committed_run() -> None:
+    """The README's sentence on params/gpu-demo.yaml on one H100 80GB quotes the committed
+    run's decisions, TPOT ratios and n-gram segments (evidence/gpu-h100-demo)."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    path = "evidence/gpu-h100-demo/summary.json"
+    runs = _gpu_comparisons(path)
+    k4 = [runs["draft-k4", c] for c in ("c=1", "c=8", "c=32")]
+    assert all(c["decision"] == "reject" for c in k4)
+    assert f"draft_model k=4 was rejected at every load ({_span(k4)})" in text
+    k2 = [runs["draft-k2", c] for c in ("c=1", "c=8", "c=32")]
+    assert [c["decision"] for c in k2] == ["reject", "inconclusive", "inconclusive"]
+    assert f"k=2 at c=1 (×{k2[0]['tpot_ratio']:.2f}; inconclusive at c = 8 and 32)" in text
+    ngram = [runs["ngram-k4", c]["decision"] for c in ("c=1", "c=8")]
+    assert ngram == ["mixed", "mixed"]
+    echo, fresh = (_segment(path, "ngram-k4", "c=1", name) for name in ("echo", "fresh"))
+    assert f"(echo ×{echo['estimate']:.2f}, fresh ×{fresh['estimate']:.2f} at c=1)" in text
+
+
 def test_the_two_commands_are_on_the_readmes_first_screen() -> None:
     """A user looks for how to run it first: both README commands in its first 40 lines."""
     head = README.read_text(encoding="utf-8").splitlines()[:40]
