@@ -84,13 +84,13 @@ def _series_label(s: Any) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from speclib.app.outcome import RunFailed
-    from speclib.app.run_folder import default_run_dir, resume_params_file
+    from speclib.app.run_folder import default_run_dir
     from speclib.app.runner import run_experiment
     from speclib.params.loader import load_params
 
     if args.params is None and not args.resume:
         raise RunFailed("give a params file (speclib run PARAMS) or --resume RUN_DIR")
-    params = args.params or resume_params_file(args.resume)
+    params = args.params  # with --resume: the run's recorded params (a file given: the same)
     out = args.resume or args.out
     if out is None:  # named here, so that the display watches the folder the run writes
         out = str(default_run_dir(load_params(params, check_files=False, check_vllm=False)))
@@ -104,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return _shown(args, out, run)
 
 
-def _detached(args: argparse.Namespace, params: str, out: str) -> int:
+def _detached(args: argparse.Namespace, params: str | None, out: str) -> int:
     """Start this same run in a session of its own, writing to ``OUT/run.log``; return at
     once. The detached kit still stops every server it started when it ends or is killed."""
     import subprocess
@@ -114,7 +114,8 @@ def _detached(args: argparse.Namespace, params: str, out: str) -> int:
     Path(out).mkdir(parents=True, exist_ok=True)
     log = RunDir.at(out).run_log
     argv = [sys.executable, "-m", "speclib", "run", "--out", out]
-    argv += ["--resume", out] if args.resume else [params]
+    argv += ["--resume", out] if args.resume else []
+    argv += [params] if params else []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log.open("ab") as fh:
         proc = subprocess.Popen(

@@ -7,13 +7,12 @@ when it holds an earlier run and ``--resume`` was not given; the params are reco
 (:func:`speclib.params.run_record.write_record`: ``params.yaml`` and
 ``params.resolved.json``, which every later step reads); ``00_setup`` (environment, models,
 the design, the manifest) is executed on the folder and the plan it wrote read back
-(:class:`ReadyRun`). :func:`resume_params_file` finds the params file an interrupted run
-was started with.
+(:class:`ReadyRun`). A resumed run brings the params it recorded
+(:func:`speclib.run.preflight.checked_params`), so its record is written again unchanged.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from speclib.params.run_record import write_record
 from speclib.run.manifest import RunPlan, read_plan
 from speclib.serve.pidfile import reap_run
 
-__all__ = ["ReadyRun", "default_run_dir", "ready_run", "resume_params_file"]
+__all__ = ["ReadyRun", "default_run_dir", "ready_run"]
 
 
 @dataclass(frozen=True)
@@ -84,18 +83,3 @@ def _setup(rd: RunDir) -> RunPlan:
             f"setup failed, no server was started: {exc.ename}: {exc.evalue} (notebook: {nb})"
         ) from None
     return read_plan(rd)
-
-
-def resume_params_file(run_dir: str | Path) -> str:
-    """The params file an interrupted run was started with (recorded in the run folder)."""
-    rd = RunDir.at(run_dir)
-    try:
-        source = json.loads(rd.params_resolved.read_text("utf-8")).get("source")
-    except (OSError, ValueError):
-        source = None
-    if not source or not Path(source).is_file():
-        raise RunFailed(
-            f"cannot resume {rd.root}: the params file it was started with "
-            f"({source}) is gone; pass it again: speclib run PARAMS --resume DIR"
-        )
-    return str(source)

@@ -30,16 +30,20 @@ __all__ = ["run_experiment"]
 
 
 def run_experiment(
-    params_file: str | Path,
+    params_file: str | Path | None,
     *,
     out: str | Path | None = None,
     resume: bool = False,
     log: Callable[[str], None] = log_to_stderr,
 ) -> RunResult:
-    """Validate, run setup, every series launch and the analysis; export the report."""
+    """Validate, run setup, every series launch and the analysis; export the report.
+
+    ``resume`` continues the run in ``out`` with the params it recorded (``params_file``
+    may then be None)."""
     from speclib.run.preflight import checked_params
 
-    params = checked_params(params_file)  # raises ParamsError before anything starts
+    # raises ParamsError before anything starts
+    params = checked_params(params_file, resume=out if resume else None)
     restore, interrupted = signal_guard()
     try:
         run = ready_run(params, out=out, resume=resume, log=log)

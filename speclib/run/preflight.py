@@ -25,6 +25,7 @@ from speclib.core.prompts import scan_sensitive
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError, load_params
+from speclib.params.override import redecision
 from speclib.params.run_record import recorded_params, write_record
 from speclib.params.spec_compat import (
     VOCAB_HINT,
@@ -102,16 +103,49 @@ def vllm_available() -> str | None:
     return "vllm (unknown version)"
 
 
-def checked_params(params_file: str | Path) -> ExperimentParams:
+def checked_params(
+    params_file: str | Path | None, *, resume: str | Path | None = None
+) -> ExperimentParams:
     """A run's params, checked before anything starts: valid, else :class:`ParamsError`;
     so is a speculative checkpoint that does not fit its target
     (:func:`~speclib.params.spec_compat.require_checkpoints_fit`; a demo model is read where
-    built, never built here: the CLI's process must not hold a GPU)."""
+    built, never built here: the CLI's process must not hold a GPU).
+
+    ``resume``: the folder of a run to continue. It continues with the params it recorded
+    (:mod:`speclib.params.run_record`), whether or not the file it was started with is still
+    there; a ``params_file`` given too must describe that same run, analysis rule included,
+    else :class:`ParamsError` names what differs. A folder that recorded no params resumes
+    with ``params_file``."""
     from speclib.demo.models import built_demo_dir
 
-    params = load_params(params_file)
-    require_checkpoints_fit(params, str(params_file), resolve_demo=built_demo_dir)
+    record = RunDir.at(resume).params_resolved if resume is not None else None
+    if record is not None and record.is_file():
+        params, source = recorded_params(record), str(record)
+        if params_file:
+            _same_run(params, load_params(params_file), str(params_file))
+    elif params_file:
+        params, source = load_params(params_file), str(params_file)
+    else:
+        raise ParamsError(f"{resume}: no params recorded there: give the params file too")
+    require_checkpoints_fit(params, source, resolve_demo=built_demo_dir)
     return params
+
+
+def _same_run(recorded: ExperimentParams, given: ExperimentParams, source: str) -> None:
+    """Refuse a params file that is not the one a resumed run recorded (naming the fields)."""
+    try:
+        change = redecision(recorded, given, source=source)
+    except ValueError as exc:
+        raise ParamsError(
+            f"{exc}; --resume continues the run with the params it recorded"
+        ) from None
+    if change.changed:
+        fields = ", ".join(f for f, _, _ in change.changed)
+        raise ParamsError(
+            f"{source}: {fields} differ(s) from the params the run recorded; --resume "
+            "continues with those (drop the file), and `speclib analyze RUN_DIR --params FILE` "
+            "re-decides a finished run under another analysis rule"
+        )
 
 
 def check_vocab(target_dir: Path, draft_dir: Path) -> dict[str, Any]:

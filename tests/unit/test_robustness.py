@@ -203,6 +203,7 @@ def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the hardest stop: no cleanup at all in the kit
     proc.wait(timeout=30)
     first = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
+    params.rename(tmp_path / "moved.yaml")  # the run's record is enough to resume
     done = _run(["run", "--resume", str(run)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "block control-r0: done before, kept (resume)" in done.stderr

@@ -63,3 +63,30 @@ def test_a_folder_without_a_record_is_a_clear_error(tmp_path) -> None:
     rd = RunDir.at(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match="00_setup"):
         recorded_params(rd.params_resolved)
+
+
+def test_a_resumed_run_continues_with_its_record_and_refuses_another_file(tmp_path) -> None:
+    from speclib.params.loader import ParamsError
+    from speclib.run.preflight import checked_params
+
+    path = _relative(tmp_path)
+    rd = RunDir.at(tmp_path / "run")
+    write_record(load_params(path), rd)
+    kept = path.read_text()
+    path.unlink()  # the file the run was started with is gone: the record is enough
+    again = checked_params(None, resume=rd.root)
+    assert again.model_dump() == recorded_params(rd.params_resolved).model_dump()
+    path.write_text(kept)  # the same file given again: accepted
+    assert checked_params(path, resume=rd.root).name == "fault"
+    data = yaml.safe_load(kept)
+    data["workload"]["max_tokens"] = 7  # an edited file is another run
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ParamsError, match=r"workload\.max_tokens.*--resume continues"):
+        checked_params(path, resume=rd.root)
+    data = yaml.safe_load(kept)
+    data["analysis"] = {"margin": 0.2}  # so is another rule: analyze re-decides after
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ParamsError, match=r"analysis\.margin.*differ.*speclib analyze"):
+        checked_params(path, resume=rd.root)
+    with pytest.raises(ParamsError, match="no params recorded there"):
+        checked_params(None, resume=tmp_path / "empty")
