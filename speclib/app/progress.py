@@ -90,13 +90,11 @@ def arm_request_total(run_dir: str | Path) -> int | None:
     """
     from speclib.core.datasets import workload_prompts
     from speclib.core.turns import sent_prompt_count
-    from speclib.params.experiment import ExperimentParams
+    from speclib.params.run_record import recorded_params
 
     rd = RunDir.at(run_dir)
     try:
-        data = json.loads(rd.params_resolved.read_text("utf-8"))
-        data["source"] = None
-        params = ExperimentParams.model_validate(data)
+        params = recorded_params(rd.params_resolved)
         w = params.workload
         n_prompts = sent_prompt_count(workload_prompts(params).prompts, w)
     except Exception:  # a progress display never stops a run

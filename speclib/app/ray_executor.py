@@ -140,8 +140,7 @@ class RayExecutor(LocalBlocks):
 
     def __init__(self, run: ReadyRun, *, log: Callable[[str], None]) -> None:
         super().__init__(run, log=log)
-        self.params, self.rd = run.params, run.rd
-        self.design = run.plan.design
+        self.record = run.rd.params_resolved.read_text("utf-8")  # what every task is handed
         self.own_cluster = False
         self.cluster_gpus = 0.0
         self.states: dict[str, dict[str, Any]] = {}
@@ -150,7 +149,7 @@ class RayExecutor(LocalBlocks):
     def __enter__(self) -> RayExecutor:
         import ray
 
-        address = self.params.protocol.ray_address
+        address = self.run.params.protocol.ray_address
         if not ray.is_initialized():
             ray.init(address=address, log_to_driver=False, configure_logging=False)
             self.own_cluster = True
@@ -182,7 +181,7 @@ class RayExecutor(LocalBlocks):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        bundle = block_resources(self.params, block, cluster_gpus=self.cluster_gpus)
+        bundle = block_resources(self.run.params, block, cluster_gpus=self.cluster_gpus)
         pg = placement_group([bundle], strategy="STRICT_PACK", name=f"speclib-{block['block']}")
         self.groups.append(pg)
         task = ray.remote(block_task).options(
@@ -194,8 +193,7 @@ class RayExecutor(LocalBlocks):
         )
         self.states[block["block"]] = {"state": "submitted", "resources": bundle}
         self.log(f"block {block['block']}: Ray task submitted, reserving {bundle}")
-        record = self.rd.params_resolved.read_text("utf-8")
-        return task.remote(record, block, self.design)
+        return task.remote(self.record, block, self.run.plan.design)
 
     def _finish(self, ref: Any, block: dict[str, Any]) -> list[str]:
         """Merge a finished task's block into the run folder; ``launch_id: error`` failures."""
@@ -208,7 +206,7 @@ class RayExecutor(LocalBlocks):
             why = f"Ray task of block {name} failed: {type(exc).__name__}: {exc}"[-4000:]
             self._mark_unfinished(block, why, "failed")
             return [f"{lid}: {why}" for lid in block["launch_ids"]]
-        n = merge_block(self.rd, block, result)
+        n = merge_block(self.run.rd, block, result)
         state.update(
             state="done" if not result["errors"] else "failed",
             host=result["host"],
@@ -220,13 +218,13 @@ class RayExecutor(LocalBlocks):
         return list(result["errors"])
 
     def _mark_unfinished(self, block: dict[str, Any], why: str, state: str) -> None:
-        mark_unfinished(self.rd, self.params, block, self.design, why)
+        mark_unfinished(self.run.rd, self.run.params, block, self.run.plan.design, why)
         self.states[block["block"]].update(state=state, why=why)
         self._write_states()
 
     def _write_states(self) -> None:
-        section = {"executor": "ray", "address": self.params.protocol.ray_address}
-        update_manifest(self.rd, executor={**section, "blocks": self.states})
+        section = {"executor": "ray", "address": self.run.params.protocol.ray_address}
+        update_manifest(self.run.rd, executor={**section, "blocks": self.states})
 
     def planned_blocks(self, *, interrupted: Callable[[], bool]) -> list[str]:
         """The blocks setup planned, as parallel Ray tasks; failed launch ids. Blocks a
@@ -238,7 +236,7 @@ class RayExecutor(LocalBlocks):
         failed: list[str] = []
         try:
             for block in self.run.plan.blocks:
-                if prepare_block(self.rd, block, resume=self.run.resume, log=self.log):
+                if prepare_block(self.run.rd, block, resume=self.run.resume, log=self.log):
                     pending[self._submit(block)] = block
                 else:
                     self.states[block["block"]] = {"state": "kept"}
