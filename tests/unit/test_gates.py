@@ -290,10 +290,11 @@ def _mixed_verdict():
 
 def test_terminal_verdict_table_shows_not_assessed_gates_never_as_passed(tmp_path: Path):
     from speclib.app.verdicts import gate_marks, print_verdicts
+    from speclib.core.run_summary import GateEntry, read_summary
 
     verdict = _mixed_verdict()
     gates = [g.to_dict() for g in verdict.gates]
-    marks = gate_marks(gates)
+    marks = gate_marks([GateEntry.model_validate(g) for g in gates])
     assert "–ttft" in marks and "✔ttft" not in marks
     assert "✔e2e" in marks and "✔errors" in marks
     row = {
@@ -308,7 +309,7 @@ def test_terminal_verdict_table_shows_not_assessed_gates_never_as_passed(tmp_pat
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"comparisons": [row]}))
     out = io.StringIO()
-    print_verdicts(summary, stream=out)
+    print_verdicts(read_summary(summary), stream=out)
     text = " ".join(out.getvalue().split())
     assert "NOT ASSESSED" in text and "ttft pass" not in text
 
