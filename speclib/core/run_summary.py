@@ -163,7 +163,7 @@ class ComparisonEntry(_Entry):
     control: str | None = Field(None, description="The control series.")
     level: int = Field(0, description="Index of the load level.")
     load: str | None = Field(None, description='The load level in words ("c=4").')
-    method: str | None = Field(None, description="Speculative method (None: none).")
+    method: str | None = Field(None, description="Speculative method (null: none).")
     num_speculative_tokens: int | None = Field(None, description="k.")
     absolute: dict[str, Any] = Field(
         default_factory=dict, description="TPOT/TTFT p50 and p90 (ms) and tokens/s per side."
@@ -217,7 +217,7 @@ class ComparisonEntry(_Entry):
     )
     error_rate_control: float | None = Field(None, description="Control's failed share.")
     error_rate_experiment: float | None = Field(
-        None, description="Arm's failed share (None: it sent no request)."
+        None, description="Arm's failed share (null: it sent no request)."
     )
     bad_outputs_control: int = Field(0, description="Control outputs flagged wrong.")
     bad_outputs_experiment: int = Field(0, description="Arm outputs flagged wrong.")
@@ -225,10 +225,15 @@ class ComparisonEntry(_Entry):
     acceptance: dict[str, Any] = Field(
         default_factory=dict,
         description="Acceptance per request and from `/metrics`, reconciled; under `stream` "
-        "the accepted drafts read from the streams, checked against both.",
+        "the accepted drafts read from the streams, checked against both (`matches`, "
+        "`notes`).",
     )
     explanation: dict[str, Any] | None = Field(
-        None, description="Why this speed-up: the decode steps decomposed, the prediction."
+        None,
+        description="Why this speed-up: its `decomposition` counts every decode step "
+        "(`decode_steps`, `drafted_steps`, `drafted_share`, `undrafted_share`, "
+        "`drafted_share_source`, `requests_drafted` of `n_requests`, `acceptance_rate` on "
+        "drafted steps); the standard model's `prediction`, and a `summary` in words.",
     )
     peak_rss_bytes: int | None = Field(None, description="The arm's peak server RSS.")
     plausibility: dict[str, Any] | None = Field(
@@ -238,10 +243,10 @@ class ComparisonEntry(_Entry):
         None, description='The gated pooled word ("decision" is the answer\'s).'
     )
     short_reason: str | None = Field(
-        None, description='The terminal\'s phrase for a "mixed" arm, else None.'
+        None, description='The terminal\'s phrase for a "mixed" arm, else null.'
     )
     segment_sentence: str | None = Field(
-        None, description='The answer\'s sentence for a "mixed" arm, else None.'
+        None, description='The answer\'s sentence for a "mixed" arm, else null.'
     )
 
 
@@ -286,15 +291,24 @@ class LoadEntry(_Entry):
     """Load: per arm and level, throughput, latency percentiles and goodput; break-even."""
 
     uses: str = Field("", description="What the load figures are computed from.")
-    levels: Rows = Field(default_factory=list, description="Per arm and load level.")
-    break_even: Rows = Field(default_factory=list, description="Per experiment.")
+    levels: Rows = Field(
+        default_factory=list,
+        description="Per arm and load level: mean requests in flight, output tokens/s, "
+        "TTFT/TPOT/E2E percentiles and, with `analysis.slo`, the share meeting it and "
+        "goodput, each with its block interval.",
+    )
+    break_even: Rows = Field(
+        default_factory=list, description="Per experiment: the load where it stops paying."
+    )
     slo: dict[str, Any] | None = Field(None, description="`analysis.slo`, when set.")
     goodput: Rows = Field(default_factory=list, description="The goodput verdicts.")
     highest_load_within_slo: dict[str, str | None] = Field(
         default_factory=dict, description="Per arm."
     )
     k_schedules: Rows = Field(default_factory=list, description="The k schedules.")
-    notes: list[str] = Field(default_factory=list, description="Levels below concurrency.")
+    notes: list[str] = Field(
+        default_factory=list, description="Levels that ran below their concurrency."
+    )
 
 
 class IntegrityEntry(_Entry):
@@ -359,7 +373,8 @@ class RunSummary(_Entry):
     launch_metrics: Rows = Field(
         default_factory=list,
         description="Per launch the `/metrics` deltas, each with `drafting`: the streams' "
-        "decode steps and accepted drafts against vLLM's counters.",
+        "decode steps and accepted drafts against `num_drafts` and `num_accepted_tokens`, "
+        "the launch's `drafted_share`, `agrees`, `note`.",
     )
     crosschecks: Rows = Field(
         default_factory=list, description="The vllm bench cross-checks, when on."
