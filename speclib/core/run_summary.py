@@ -279,7 +279,9 @@ class AnswerEntry(_Entry):
         "cut's heterogeneity check.",
     )
     segment_family: str = Field("", description="The segments' multiplicity family.")
-    mix: dict[str, float] | None = Field(None, description="The user's traffic mix, if any.")
+    mix: dict[str, Any] | None = Field(
+        None, description="The user's traffic mix the answer is for (null: the prompts as sent)."
+    )
     headline: list[str] = Field(default_factory=list, description="The headline sentences.")
     deploy: dict[str, Any] = Field(
         default_factory=dict, description="On/off per category and load, and routing advice."
@@ -302,8 +304,8 @@ class LoadEntry(_Entry):
     )
     slo: dict[str, Any] | None = Field(None, description="`analysis.slo`, when set.")
     goodput: Rows = Field(default_factory=list, description="The goodput verdicts.")
-    highest_load_within_slo: dict[str, str | None] = Field(
-        default_factory=dict, description="Per arm."
+    highest_load_within_slo: dict[str, Any] = Field(
+        default_factory=dict, description="Per arm: the highest load level within the SLO."
     )
     k_schedules: Rows = Field(default_factory=list, description="The k schedules.")
     notes: list[str] = Field(
