@@ -75,7 +75,7 @@ def _setup(rd: RunDir) -> RunPlan:
     the run's. The design and blocks it planned."""
     from papermill.exceptions import PapermillExecutionError
 
-    nb = rd.notebooks / "00_setup.ipynb"
+    nb = rd.setup_notebook()
     try:
         execute_notebook("00_setup", nb, {"run_dir": str(rd.root), "params_file": ""})
     except PapermillExecutionError as exc:

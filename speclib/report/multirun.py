@@ -1,10 +1,11 @@
 """Verdict tables of several runs side by side (``speclib compare RUN_A RUN_B ...``).
 
-Reads only what each run folder already holds: ``summary.json`` (written by the analysis)
-for the comparisons, and ``manifest.json`` (written by setup) for the machine and the vLLM
-version. Nothing is recomputed, so runs made on different machines, days or vLLM versions
-can be put next to each other on any laptop: one row per run × experiment (× load level),
-in the order the runs were given. A run whose analysis made no comparison still gets a row,
+Reads only what each run folder already holds: ``summary.json`` (written by the analysis,
+read by its one reader, :func:`speclib.core.run_summary.read_summary`) for the comparisons,
+and ``manifest.json`` (written by setup) for the machine and the vLLM version. Nothing is
+recomputed, so runs made on different machines, days or vLLM versions can be put next to
+each other on any laptop: one row per run × experiment (× load level), in the order the
+runs were given. A run whose analysis made no comparison still gets a row,
 so it is never silently left out.
 """
 
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from speclib.core.run_summary import ComparisonEntry, RunSummary, read_summary
+from speclib.core.rundir import RunDir
 
 __all__ = ["COMPARE_COLUMNS", "compare_runs", "machine_label"]
 
@@ -89,8 +93,6 @@ def _check_run_dirs(run_dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for p in paths:
         if not p.is_dir():
             raise FileNotFoundError(f"run folder {p} does not exist")
-        if not (p / "summary.json").is_file():
-            raise FileNotFoundError(f"{p} holds no summary.json: run `speclib analyze {p}` first")
     return paths
 
 
@@ -100,40 +102,39 @@ def _labels(paths: list[Path]) -> list[str]:
     return [p.name if names[p.name] == 1 else f"{p.parent.name}/{p.name}" for p in paths]
 
 
-def _acceptance(comp: dict[str, Any]) -> float | None:
-    acc = comp.get("acceptance") or {}
+def _acceptance(comp: ComparisonEntry) -> float | None:
+    acc = comp.acceptance
     rate = acc.get("metrics_acceptance_rate")
     return rate if rate is not None else acc.get("per_request_median_rate")
 
 
-def _rows(label: str, summary: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(label: str, summary: RunSummary, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     common = {
         "run": label,
-        "params": summary.get("experiment"),
+        "params": summary.experiment,
         "machine": machine_label(manifest.get("hardware")),
         "vllm": _vllm_version(manifest),
     }
-    comps = summary.get("comparisons") or []
-    if not comps:
+    if not summary.comparisons:
         return [{**common, "decision": "no comparison"}]
     rows = []
-    for c in comps:
-        ci = c.get("tpot_ratio_ci") or [None, None]
+    for c in summary.comparisons:
+        ci = c.tpot_ratio_ci or [None, None]
         rows.append({
             **common,
-            "experiment": c.get("experiment"),
-            "method": c.get("method"),
-            "k": c.get("num_speculative_tokens"),
-            "load": c.get("load"),
-            "tpot_ratio": c.get("tpot_ratio"),
+            "experiment": c.experiment,
+            "method": c.method,
+            "k": c.num_speculative_tokens,
+            "load": c.load,
+            "tpot_ratio": c.tpot_ratio,
             "ci_low": ci[0],
             "ci_high": ci[1],
-            "confidence_level": c.get("confidence_level"),
-            "decision": c.get("decision", "inconclusive"),
+            "confidence_level": c.confidence_level,
+            "decision": c.decision,
             "acceptance_rate": _acceptance(c),
-            "n_pairs": c.get("n_pairs"),
-            "pooled_decision": c.get("pooled_decision", c.get("decision", "inconclusive")),
-            "segments": c.get("segment_sentence") or "",
+            "n_pairs": c.n_pairs,
+            "pooled_decision": c.pooled_decision or c.decision,
+            "segments": c.segment_sentence or "",
         })  # fmt: skip
     return rows
 
@@ -143,13 +144,16 @@ def compare_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
 
     Columns are :data:`COMPARE_COLUMNS`; numbers are floats (NaN when a run has none), the
     text columns strings. Raises :class:`FileNotFoundError` naming the folder when a run
-    folder or its ``summary.json`` is missing, :class:`ValueError` for an unreadable file.
+    folder is missing, :class:`~speclib.core.run_summary.SummaryError` (a
+    :class:`ValueError`; for a missing ``summary.json`` a :class:`FileNotFoundError` too)
+    when its summary is missing or unreadable, :class:`ValueError` for an unreadable
+    manifest.
     """
     paths = _check_run_dirs(run_dirs)
     rows: list[dict[str, Any]] = []
-    for path, label in zip(paths, _labels(paths), strict=True):
-        summary = _read_json(path / "summary.json", "summary")
-        manifest_path = path / "manifest.json"
+    summaries = [read_summary(RunDir(p).summary) for p in paths]
+    for path, label, summary in zip(paths, _labels(paths), summaries, strict=True):
+        manifest_path = RunDir(path).manifest
         manifest = _read_json(manifest_path, "manifest") if manifest_path.is_file() else {}
         rows += _rows(label, summary, manifest)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
