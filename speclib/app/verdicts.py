@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from speclib.core.stopping import Stopping, stopping_lines
 from speclib.core.wording import STATUS_MARKS
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "recommendation_rows",
     "short_reason",
     "stack_lines",
+    "stopped_lines",
     "table_rows",
     "trust_lines",
     "turn_lines",
@@ -100,6 +102,16 @@ _RECOMMEND_REASONS = {
 }
 
 
+def _more_blocks(summary: dict[str, Any]) -> dict[tuple[Any, Any], int | None]:
+    """Per (arm, load level) whose own word is still inconclusive: the blocks more that
+    would likely decide it at the run's later looks (``summary.json``'s ``stopping``)."""
+    found = Stopping.from_dict(summary.get("stopping"))
+    if found is None:
+        return {}
+    return {(o.arm, o.level): None if o.blocks_needed is None else o.blocks_needed - found.blocks
+            for o in found.open if o.segment is None}  # fmt: skip
+
+
 def _row(c: dict[str, Any], **cells: Any) -> dict[str, str]:
     """The cells of one table row from comparison ``c``; ``cells`` override its values."""
     v = {
@@ -126,7 +138,15 @@ def table_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
     every sweep family's recommendation (the A/A arm is not among them:
     :func:`bench_check_line` says what it shows)."""
     comps = summary.get("comparisons") or []
-    rows = [_row(c) for c in comps if c.get("role") != "aa"]
+    more = _more_blocks(summary)
+    rows = []
+    for c in comps:
+        if c.get("role") == "aa":
+            continue
+        if _key(c) in more:  # still open: what the run's later looks would take
+            rows.append(_row(c, reason=short_reason(c, more_blocks=more[_key(c)], projected=True)))
+        else:
+            rows.append(_row(c))
     recs = summary.get("recommendations") or []
     for r, rec in zip(recs, recommendation_rows(summary), strict=True):
         picked = [
@@ -339,9 +359,18 @@ def _tpot_df(c: dict[str, Any]) -> Any:
     return ((c.get("metrics") or {}).get("tpot") or {}).get("df")
 
 
-def short_reason(c: dict[str, Any]) -> str:
+def _key(c: dict[str, Any]) -> tuple[Any, Any]:
+    return c.get("experiment"), c.get("level")
+
+
+def short_reason(
+    c: dict[str, Any], *, more_blocks: int | None = None, projected: bool = False
+) -> str:
     """One phrase (≤ :data:`REASON_WIDTH` characters) for the verdict of comparison ``c`` of
-    ``summary.json``: the bench, a failed gate, or where the TPOT interval lies."""
+    ``summary.json``: the bench, a failed gate, or where the TPOT interval lies. With
+    ``projected``, ``more_blocks`` is the blocks more that would likely decide an
+    inconclusive interval at the run's later looks (None: no practical number); else the
+    comparison's own estimate at its level is used."""
     word, gates = c.get("decision"), c.get("gates") or []
     failed = [str(g.get("name")) for g in gates if _gate_status(g) == "fail"]
     reasons = c.get("reasons") or []
@@ -376,8 +405,8 @@ def short_reason(c: dict[str, Any]) -> str:
     if df == 0 or not is_finite_number(ci[1]):
         return "one block: no interval (run ≥ 2 blocks)"
     text = "interval too wide" + ("" if df is None else f" (df {df})")
-    more = c.get("extra_launches_needed")
-    pairs = c.get("extra_pairs_needed")
+    more = more_blocks if projected else c.get("extra_launches_needed")
+    pairs = None if projected else c.get("extra_pairs_needed")
     if more:
         text += f"; ~{more} more block{'s' * (more != 1)} may decide"
     elif pairs:
@@ -395,6 +424,7 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
     answer = summary.get("answer") or {}
     lines += list(answer.get("headline") or [])
     lines += [f"deploy: {a['text']}" for a in (answer.get("deploy") or {}).get("advice") or []]
+    lines += stopped_lines(summary)
     lines += [bench_check_line(c, margin=margin) for c in comps if c.get("role") == "aa"]
     lines += turn_lines(summary)
     lines += trust_lines(summary)
@@ -402,6 +432,14 @@ def end_lines(summary: dict[str, Any]) -> list[str]:
     lines += load_lines(summary)
     lines += stack_lines(summary)
     return [fit(x) for x in lines if x]
+
+
+def stopped_lines(summary: dict[str, Any]) -> list[str]:
+    """The blocks run, why the run stopped adding blocks and what each verdict still open
+    would take (:func:`speclib.core.stopping.stopping_lines` of ``summary.json``'s
+    ``stopping``); none for a summary without it."""
+    found = Stopping.from_dict(summary.get("stopping"))
+    return stopping_lines(found) if found is not None else []
 
 
 def bench_check_line(c: dict[str, Any], *, margin: float | None = None) -> str:

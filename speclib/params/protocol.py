@@ -79,11 +79,29 @@ class ProtocolParams(StrictModel):
         "server(s), analysed like an experiment. Its ratio is this bench's noise floor; if "
         "it shows an effect, every verdict becomes 'untrustworthy bench'.",
     )
-    max_replicates: int | None = Field(
-        None,
-        ge=1,
-        description="Run until decided: add replicate blocks (up to this many) while a "
-        "verdict is inconclusive, with O'Brien-Fleming-type alpha spending across looks.",
+    max_replicates: int | Literal["auto"] | None = Field(
+        "auto",
+        description="Run until decided, the block cap: after the planned blocks "
+        "(workload.replicates) the runner adds a block while a verdict the first screen shows "
+        "(an arm's word at a load, or a segment its answer names) is inconclusive, the time "
+        "budget (protocol.budget_min) affords one more block and fewer than this many ran. "
+        "Each look spends its share of alpha by O'Brien-Fleming-type spending with this cap "
+        "as the maximum information, so the error rate holds whenever the run stops. auto: "
+        "workload.replicates + 2 (the blocks a 15-minute budget affords on one GPU after a "
+        "3-block plan); null, or workload.replicates: the planned blocks only, decided once "
+        "at analysis.confidence. One planned block (workload.replicates: 1) runs alone.",
+    )
+    budget_min: float = Field(
+        15.0,
+        gt=0,
+        le=10_000,
+        description="Run until decided, the time budget in minutes from the start of "
+        "`speclib run` to the end of its last block (the analysis and report follow, about a "
+        "minute): a block is added only when it would likely end within it (a block is "
+        "assumed to take as long as the longest block after the first, which on a GPU "
+        "compiles). The planned blocks always run. 15: the GPU demo's cold first block "
+        "(6-10 min on one H100) and two or three warm ones (2-3.5 min each); the CPU demo "
+        "decides at its 4 planned blocks in 6-8 min and has room for its 2 more.",
     )
     target_resolution: float | None = Field(
         None,
@@ -91,11 +109,19 @@ class ProtocolParams(StrictModel):
         lt=1,
         description="Calibration run (protocol.aa: true, the control as the only series): "
         "the A/A resolution to reach, as a fraction (0.10 = ±10 %: the half-width of the A/A "
-        "ratio interval at analysis.confidence). With protocol.max_replicates the runner adds "
-        "blocks until the resolution is reached or max_replicates blocks ran (the looks "
-        "judge the width only, so they spend no alpha); the summary says the resolution "
-        "reached and, if short, how many blocks it would need.",
+        "ratio interval at analysis.confidence). The runner adds blocks until the resolution "
+        "is reached, the cap (protocol.max_replicates) or the budget (protocol.budget_min) "
+        "(the looks judge the width only, so they spend no alpha); the summary says the "
+        "resolution reached and, if short, how many blocks it would need.",
     )
+
+    @field_validator("max_replicates")
+    @classmethod
+    def _cap_positive(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"max_replicates must be 'auto', null or at least 1 (got {value})")
+        return value
+
     slot_requests: int | None = Field(
         None,
         ge=1,
