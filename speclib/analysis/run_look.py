@@ -4,9 +4,10 @@
 (:func:`speclib.analysis.run_analysis.analyze_run`, nothing written) and reads what the
 first screen would show: every arm's word at every load and every segment its answer
 names, at this look's level of the run's α spending. The run is decided when none is
-still inconclusive (:func:`speclib.analysis.verdict.still_open.open_verdicts`); gated words
-("reject", "untrustworthy", "failed") and "mixed" are final, so an A/A arm that shows an
-effect (every verdict "untrustworthy") ends the run too. A calibration run
+still inconclusive (:func:`speclib.analysis.verdict.still_open.open_verdicts`): "mixed",
+"untrustworthy" (so an A/A arm that shows an effect ends the run), "failed" and a launch in
+the wrong mode are final; a gate's "reject" over an open TPOT interval is not, since the
+gates are weighed once, after the stop, without α spent on looks. A calibration run
 (``protocol.target_resolution``) is decided by its A/A resolution alone, its width,
 never where it lies. The look reads the same analysis the report is made from, so the run
 stops on what the report will say.

@@ -112,12 +112,14 @@ class LocalBlocks:
 
     def planned_blocks(self, *, interrupted: Callable[[], bool]) -> list[str]:
         """The blocks setup planned, one after the other; failed launch ids. Once the first
-        is timed, when the planned blocks will likely end and what the budget affords."""
+        and the second are timed: when the planned blocks will likely end, and (after the
+        second) what the budget affords."""
         failed = []
         for block in self.run.plan.blocks:
+            timed = len(self.clock.seconds)
             failed += one_block(self.run, block, execute=self.run_one, log=self.log,
                                 clock=self.clock)  # fmt: skip
-            if len(self.clock.seconds) == 1 and block is self.run.plan.blocks[0]:
+            if len(self.clock.seconds) > timed and len(self.clock.seconds) <= 2:
                 self.log(self._pace())
             if interrupted():
                 raise KeyboardInterrupt(f"block {block['block']} interrupted")
@@ -125,7 +127,7 @@ class LocalBlocks:
 
     def _pace(self) -> str:
         least, most = self.run.params.block_bounds
-        return pace_line(first_min=self.clock.seconds[0] / 60,
+        return pace_line(block_min=[x / 60 for x in self.clock.seconds],
                          elapsed_min=self.clock.elapsed_s() / 60, at_least=least,
                          at_most=most, budget_min=self.run.params.protocol.budget_min)  # fmt: skip
 

@@ -150,19 +150,29 @@ def plan_line(at_least: int, at_most: int, budget_min: float | None) -> str:
 
 
 def pace_line(
-    *, first_min: float, elapsed_min: float, at_least: int, at_most: int,
+    *, block_min: Sequence[float], elapsed_min: float, at_least: int, at_most: int,
     budget_min: float | None,
 ) -> str:  # fmt: skip
-    """Once the first block is timed: when the planned blocks will likely end, and how many
-    blocks the budget affords (each later block assumed as long as the first: on a GPU,
-    where the first compiles, an overestimate)."""
-    end = elapsed_min + (at_least - 1) * first_min
-    text = f"block 1 took {_min(first_min)}: the {at_least} planned blocks end at about {_min(end)}"
+    """After the first blocks are timed (``block_min``, in order): when the planned blocks
+    will likely end and, once a block after the first is timed (the first compiles on a
+    GPU), how many blocks the budget affords. When that is fewer than the cap, it says so:
+    the looks spend α up to the cap, so a cap the budget cannot reach costs power."""
+    done = len(block_min)
+    nxt = max(block_min[1:]) if done > 1 else block_min[-1]
+    end = elapsed_min + max(at_least - done, 0) * nxt
+    text = (f"block {done} took {_min(block_min[-1])}: the {at_least} planned blocks end at "
+            f"about {_min(end)}")  # fmt: skip
+    if done == 1:
+        return text + (" (if the later blocks take as long; on a GPU, where the first "
+                       "compiles, they take less)")  # fmt: skip
     if at_most > at_least and budget_min:
-        can = affordable_blocks(done=1, elapsed_min=elapsed_min, block_min=first_min,
+        can = affordable_blocks(done=done, elapsed_min=elapsed_min, block_min=nxt,
                                 budget_min=budget_min, at_most=at_most)  # fmt: skip
         can = max(can, at_least)
         text += f"; the budget of {budget_min:g} min affords about {can} of at most {at_most}"
+        if can < at_most:
+            text += (f" (the looks spend alpha up to {at_most}: protocol.max_replicates: {can} "
+                     "would spend it where this run can look)")  # fmt: skip
     return text
 
 

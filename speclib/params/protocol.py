@@ -86,22 +86,27 @@ class ProtocolParams(StrictModel):
         "(an arm's word at a load, or a segment its answer names) is inconclusive, the time "
         "budget (protocol.budget_min) affords one more block and fewer than this many ran. "
         "Each look spends its share of alpha by O'Brien-Fleming-type spending with this cap "
-        "as the maximum information, so the error rate holds whenever the run stops. auto: "
-        "workload.replicates + 2 (the blocks a 15-minute budget affords on one GPU after a "
-        "3-block plan); null, or workload.replicates: the planned blocks only, decided once "
-        "at analysis.confidence. One planned block (workload.replicates: 1) runs alone.",
+        "as the maximum information, so the error rate holds whenever the run stops; a cap the "
+        "budget cannot reach spends little alpha at the looks it does reach, so set it to "
+        "the blocks your budget affords (the run says how many once its first block is "
+        "timed). auto: workload.replicates + 2; null, or workload.replicates: the planned "
+        "blocks only, decided once at analysis.confidence. One planned block "
+        "(workload.replicates: 1) runs alone.",
     )
     budget_min: float = Field(
-        15.0,
+        30.0,
         gt=0,
         le=10_000,
         description="Run until decided, the time budget in minutes from the start of "
         "`speclib run` to the end of its last block (the analysis and report follow, about a "
         "minute): a block is added only when it would likely end within it (a block is "
         "assumed to take as long as the longest block after the first, which on a GPU "
-        "compiles). The planned blocks always run. 15: the GPU demo's cold first block "
-        "(6-10 min on one H100) and two or three warm ones (2-3.5 min each); the CPU demo "
-        "decides at its 4 planned blocks in 6-8 min and has room for its 2 more.",
+        "compiles). The planned blocks always run. 30: a safety net that the cap, not the "
+        "budget, usually meets first, since a run that stops before its cap leaves alpha "
+        "unspent: the CPU demo's 5 blocks take 8-10 min on 2 cores, the 4-server CPU demos' "
+        "and SmolLM2's planned blocks 15-18 min plus 4-5 min per block added, the GPU demo's "
+        "cold first block and three warm ones about 17 min on one H100. Set it to the time "
+        "you have (the GPU demo: 15).",
     )
     target_resolution: float | None = Field(
         None,

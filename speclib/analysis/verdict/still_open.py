@@ -4,12 +4,16 @@ Run until decided adds blocks while a verdict the first screen shows is inconclu
 verdicts are the answer's (:mod:`speclib.analysis.verdict.answer`): each arm's word at each
 load, and each segment its sentence names. :func:`open_verdicts` lists the open ones:
 
-* an arm whose word is "inconclusive" because its TPOT interval is (an arm held back by a
-  gate whose TPOT verdict is decided is not open: more blocks would not change the gate);
+* an arm whose TPOT interval is inconclusive, whether its word says so or a gate already
+  made it "reject": the looks spend α on the TPOT verdicts and the segments only, and the
+  gates (errors, outputs, TTFT and E2E, memory, at ``analysis.confidence``) are weighed once,
+  on every block, after the stop, so stopping on a gate would test it at every look with no
+  α spent for it. A reject by the mode gate (a launch in the wrong mode) or an untrustworthy
+  bench, and an arm that failed outright, are final: more blocks would not change them;
 * a segment the answer names ("mixed" or "uneven") whose own interval neither decides nor
   shows it gains nothing (:func:`speclib.analysis.verdict.answer.segment_role` "unclear").
 
-Gated words ("reject", "untrustworthy", "failed") and "mixed" are final. Each open verdict
+"mixed" is an answer: its segments decide it, not the pooled interval. Each open verdict
 carries the blocks in all that would likely decide it
 (:func:`speclib.analysis.stats.sequential.blocks_to_decide`): its estimate and block SD
 held, at the level later looks of the run's plan would have, with its Holm step's share of
@@ -27,7 +31,11 @@ from speclib.analysis.verdict.answer import Answer, segment_role
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.stopping import OpenVerdict
 
-__all__ = ["open_verdicts"]
+__all__ = ["FINAL_GATES", "open_verdicts"]
+
+FINAL_GATES = ("mode", "bench")
+"""Gates whose failure more blocks would not undo: a launch in the wrong mode, an
+untrustworthy bench (every verdict of a level "untrustworthy")."""
 
 
 def _projected(
@@ -49,6 +57,18 @@ def _projected(
     )  # fmt: skip
 
 
+def _pooled_open(word: str, c: Comparison | None) -> bool:
+    """Whether an arm's own verdict at a load is open (see the module docstring)."""
+    if c is None or c.verdict is None:
+        return word == "inconclusive"
+    if c.verdict.tpot_decision.word != "inconclusive":
+        return False
+    if word == "inconclusive":
+        return True
+    failed = {g.name for g in c.verdict.gates if g.status == "fail"}
+    return word == "reject" and not failed & set(FINAL_GATES)
+
+
 def open_verdicts(
     comparisons: Sequence[Comparison],
     answer: Answer,
@@ -67,9 +87,7 @@ def open_verdicts(
     found: list[OpenVerdict] = []
     for a in answer.arms:
         c = by_key.get((a.arm, a.level))
-        tpot_open = c is not None and c.verdict is not None and (
-            c.verdict.tpot_decision.word == "inconclusive")  # fmt: skip
-        if a.word == "inconclusive" and (tpot_open or c is None or c.verdict is None):
+        if _pooled_open(a.word, c):
             ci = c.cis.get("tpot_s") if c is not None else None
             found.append(_projected(OpenVerdict(a.arm, a.level, a.load), ci, **opts))
         segs = {(s.cut, s.segment): s for s in a.segments}
