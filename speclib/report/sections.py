@@ -331,18 +331,16 @@ def verdict_table_html(an: RunAnalysis) -> str:
 
 
 def stopping_html(an: RunAnalysis) -> str:
-    """The blocks run, why the run stopped adding blocks, and what each verdict still open
-    would take (``#speclib-stopping``; :func:`speclib.core.stopping.stopping_lines`); ""
-    without a record."""
+    """The blocks run, why the run stopped adding blocks, and what the verdicts still open
+    would take, the first three of them (``#speclib-stopping``, one small paragraph under
+    the answer; :func:`speclib.core.stopping.stopping_lines`); "" without a record."""
     found = getattr(an, "stopping", None)
     if found is None:
         return ""
-    lines = stopping_lines(found, limit=12)
-    head, rest = lines[0], lines[1:]
-    body = html.escape(head[0].upper() + head[1:]) + "."
-    if rest:
-        body += "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in rest) + "</ul>"
-    return f"<div class='speclib-stopping speclib-small' id='speclib-stopping'>{body}</div>"
+    lines = stopping_lines(found, limit=3)
+    text = "; ".join(lines)
+    text = text[0].upper() + text[1:] + "."
+    return f"<p class='speclib-context' id='speclib-stopping'>{html.escape(text)}</p>"
 
 
 def answer_html(an: RunAnalysis) -> str:
