@@ -55,27 +55,38 @@ BlockExecutor = Callable[[dict[str, Any]], list[str]]
 @dataclass
 class BlockClock:
     """The run's time against its budget: ``started`` (``time.monotonic``, the run's start)
-    and the seconds each block took as run (``seconds``; a block kept by ``--resume`` is
-    not timed). ``now`` is the clock (a test passes its own)."""
+    and the seconds each replicate took as run (``by_replicate``, in order; a sweep
+    interleaved in groups runs several blocks per replicate, timed together; a block kept by
+    ``--resume`` is not timed). ``now`` is the clock (a test passes its own)."""
 
     started: float
-    seconds: list[float] = field(default_factory=list)
+    by_replicate: dict[Any, float] = field(default_factory=dict)
     now: Callable[[], float] = time.monotonic
+
+    @property
+    def seconds(self) -> list[float]:
+        """Each timed replicate's seconds, in the order they ran."""
+        return list(self.by_replicate.values())
+
+    def record(self, replicate: Any, seconds: float) -> None:
+        """Add ``seconds`` to ``replicate``'s time."""
+        self.by_replicate[replicate] = self.by_replicate.get(replicate, 0.0) + seconds
 
     def elapsed_s(self) -> float:
         """Seconds since the run started."""
         return self.now() - self.started
 
     def next_block_s(self) -> float | None:
-        """What one more block will likely take: the longest block after the first (the
-        first compiles on a GPU), else the first; None before any block was timed."""
-        if not self.seconds:
+        """What one more replicate will likely take: the longest after the first (the first
+        compiles on a GPU), else the first; None before any was timed."""
+        done = self.seconds
+        if not done:
             return None
-        return max(self.seconds[1:]) if len(self.seconds) > 1 else self.seconds[0]
+        return max(done[1:]) if len(done) > 1 else done[0]
 
     def affords_block(self, budget_min: float) -> bool:
-        """Whether one more block would likely end within ``budget_min`` of the start (with
-        no block timed yet, as after a resume that kept every planned block: whether any
+        """Whether one more replicate would likely end within ``budget_min`` of the start
+        (with none timed yet, as after a resume that kept every planned block: whether any
         time is left)."""
         nxt = self.next_block_s()
         return self.elapsed_s() + (nxt or 0.0) <= 60 * budget_min
@@ -105,21 +116,24 @@ class LocalBlocks:
         began = self.clock.now()
         failed = self.planned_blocks(interrupted=interrupted)
         if not self.clock.seconds:  # blocks run in parallel (Ray): their time as one block's
-            self.clock.seconds.append(self.clock.now() - began)
+            self.clock.record("planned", self.clock.now() - began)
         failed += until_decided(self.run, execute=self.run_one, log=self.log, clock=self.clock)
         record_launches(self.run.rd)
         return failed
 
     def planned_blocks(self, *, interrupted: Callable[[], bool]) -> list[str]:
         """The blocks setup planned, one after the other; failed launch ids. Once the first
-        and the second are timed: when the planned blocks will likely end, and (after the
-        second) what the budget affords."""
+        and the second replicate are timed: when the planned blocks will likely end, and
+        (after the second) what the budget affords."""
         failed = []
-        for block in self.run.plan.blocks:
-            timed = len(self.clock.seconds)
+        blocks = self.run.plan.blocks
+        for i, block in enumerate(blocks):
             failed += one_block(self.run, block, execute=self.run_one, log=self.log,
                                 clock=self.clock)  # fmt: skip
-            if len(self.clock.seconds) > timed and len(self.clock.seconds) <= 2:
+            last_of_replicate = i + 1 == len(blocks) or (
+                blocks[i + 1]["replicate"] != block["replicate"])  # fmt: skip
+            if last_of_replicate and block["replicate"] in self.clock.by_replicate and (
+                    len(self.clock.seconds) <= 2):  # fmt: skip
                 self.log(self._pace())
             if interrupted():
                 raise KeyboardInterrupt(f"block {block['block']} interrupted")
@@ -242,7 +256,7 @@ def one_block(
     began = clock.now() if clock is not None else 0.0
     errors = execute(block)
     if clock is not None:
-        clock.seconds.append(clock.now() - began)
+        clock.record(block["replicate"], clock.now() - began)
     return report_block(block, errors, log=log)
 
 

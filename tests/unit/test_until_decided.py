@@ -41,7 +41,9 @@ class FakeClock:
     def __init__(self, planned: list[float], per_block: float) -> None:
         self.t = 60.0 * sum(planned)
         self.per_block = per_block
-        self.clock = BlockClock(0.0, [60.0 * m for m in planned], now=lambda: self.t)
+        self.clock = BlockClock(0.0, now=lambda: self.t)
+        for rep, minutes in enumerate(planned):
+            self.clock.record(rep, 60.0 * minutes)
 
     def wrap(self, execute):
         def run(block):
@@ -216,3 +218,35 @@ def test_what_a_budget_affords() -> None:
                              at_most=5) == 5  # fmt: skip
     assert math.isclose(affordable_blocks(done=2, elapsed_min=0, block_min=0, budget_min=1,
                                           at_most=7), 7)  # fmt: skip
+
+
+def test_the_progress_display_follows_the_blocks_run_until_decided_adds(tmp_path) -> None:
+    """The watcher read the manifest's blocks once; a block added after the planned ones
+    (every planned launch done) is shown as the block being run."""
+    import time
+
+    import yaml
+
+    from speclib.app.progress import RunWatcher
+    from tests.unit.test_terminal import _fake_params, _write
+
+    params = _fake_params(tmp_path, n_prompts=4)
+    data = yaml.safe_load(params.read_text())
+    data["workload"]["prompts"] = str(tmp_path / "prompts.jsonl")
+    run = tmp_path / "run"
+    _write(run / "params.resolved.json", ExperimentParams.model_validate(data).model_dump())
+    r0 = {"block": "r0", "arms": ["control", "spec"], "launch_ids": ["c-r0", "s-r0"]}
+    _write(run / "manifest.json", {"blocks": [r0]})
+    w = RunWatcher(run, on_event=lambda _e: None)
+    (run / "launches" / "c-r0").mkdir(parents=True)
+    (run / "launches" / "c-r0" / "server.log").write_text("INFO loading\n")
+    assert w.poll().block == "r0"
+    for lid in r0["launch_ids"]:
+        _write(run / "launches" / lid / "status.json", {"ok": True, "started_at": time.time()})
+    assert w.poll().block is None  # between blocks: the look
+    r1 = {"block": "r1", "arms": ["control", "spec"], "launch_ids": ["c-r1", "s-r1"]}
+    _write(run / "manifest.json", {"blocks": [r0, r1]})
+    (run / "launches" / "c-r1").mkdir(parents=True)
+    (run / "launches" / "c-r1" / "server.log").write_text("INFO loading\n")
+    state = w.poll()
+    assert (state.block, state.block_index, state.n_blocks) == ("r1", 2, 2)
