@@ -117,7 +117,8 @@ class LocalBlocks:
         failed = self.planned_blocks(interrupted=interrupted)
         if not self.clock.seconds:  # blocks run in parallel (Ray): their time as one block's
             self.clock.record("planned", self.clock.now() - began)
-        failed += until_decided(self.run, execute=self.run_one, log=self.log, clock=self.clock)
+        failed += until_decided(self.run, execute=self.run_one, log=self.log, clock=self.clock,
+                                interrupted=interrupted)  # fmt: skip
         record_launches(self.run.rd)
         return failed
 
@@ -191,6 +192,7 @@ def until_decided(
     execute: BlockExecutor,
     log: Callable[[str], None],
     clock: BlockClock | None = None,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> list[str]:
     """Run until decided, after the planned blocks: look (the verdicts the first screen
     would show, :func:`speclib.analysis.run_look.look_at_run`) and add a block while one is
@@ -227,6 +229,8 @@ def until_decided(
             entry = block.to_dict()
             add_block(rd, entry)
             failed += one_block(run, entry, execute=execute, log=log, clock=clock)
+            if interrupted():
+                raise KeyboardInterrupt(f"block {entry['block']} interrupted")
         rep += 1
     nxt = clock.next_block_s()
     stopping = Stopping(
