@@ -44,6 +44,14 @@ FALSE_WORDS = {
 }
 
 
+def _first_blocks(summary, blocks: int):
+    """The summary of the first ``blocks`` blocks only (what a look after them sees)."""
+    return dataclasses.replace(
+        summary, blocks=summary.blocks[:blocks], mean=summary.mean[:, :blocks],
+        n_pairs=summary.n_pairs[:, :blocks], pair_var=summary.pair_var[:, :blocks],
+    )  # fmt: skip
+
+
 @functools.cache
 def sequential_words(seed: int, ratio: float, *, reference="control", naive=False) -> list[str]:
     """Decision of each simulated run: the first decisive look of up to 4 blocks (cached)."""
@@ -55,10 +63,7 @@ def sequential_words(seed: int, ratio: float, *, reference="control", naive=Fals
     for summary in summaries(lr, ("ngram", "aa")):
         intervals = []
         for blocks, level in zip(plan.looks, levels, strict=True):
-            part = dataclasses.replace(
-                summary, blocks=summary.blocks[:blocks], mean=summary.mean[:, :blocks],
-                n_pairs=summary.n_pairs[:, :blocks], pair_var=summary.pair_var[:, :blocks],
-            )  # fmt: skip
+            part = _first_blocks(summary, blocks)
             ci = block_ratio_cis(part, aa_arm="aa", reference=reference, confidence_level=level)
             intervals.append((ci.arms["ngram"].ci_low, ci.arms["ngram"].ci_high))
             result = first_decisive_look(intervals, plan=plan, margin=MARGIN)
@@ -257,10 +262,7 @@ def budgeted(seed: int, ratio: float, instance_sd: tuple[float, float], *, naive
     for summary, last in zip(summaries(lr, ("x",)), budget, strict=True):
         intervals = []
         for blocks, level in zip(plan.looks, levels, strict=True):
-            part = dataclasses.replace(
-                summary, blocks=summary.blocks[:blocks], mean=summary.mean[:, :blocks],
-                n_pairs=summary.n_pairs[:, :blocks], pair_var=summary.pair_var[:, :blocks],
-            )  # fmt: skip
+            part = _first_blocks(summary, blocks)
             ci = block_ratio_cis(part, confidence_level=level).arms["x"]
             intervals.append((ci.ci_low, ci.ci_high))
             result = first_decisive_look(intervals, plan=plan, margin=MARGIN)
