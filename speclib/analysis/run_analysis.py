@@ -61,12 +61,14 @@ from speclib.analysis.speculation.launches import (
 from speclib.analysis.verdict.answer import Answer
 from speclib.analysis.verdict.comparisons import Comparison, compare_level
 from speclib.analysis.verdict.run_answer import run_answer
-from speclib.analysis.verdict.run_rules import with_failed_arms
+from speclib.analysis.verdict.run_rules import looks_plan, with_failed_arms
 from speclib.analysis.verdict.series_table import series_table
+from speclib.analysis.verdict.still_open import open_verdicts
 from speclib.analysis.verdict.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.run_summary import write_summary
 from speclib.core.rundir import RunDir
+from speclib.core.stopping import Stopping
 from speclib.params.experiment import AA_ARM, ExperimentParams
 from speclib.params.loader import load_params
 from speclib.params.override import Redecision, redecision
@@ -97,6 +99,7 @@ class RunAnalysis:
     idle_load: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     bench_problem: str | None = None
     sequential_look: str | None = None  # run-until-decided: which look, at which level
+    look_confidence: float | None = None  # run-until-decided: this look's family confidence
     drift: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     recommendations: tuple[Recommendation, ...] = ()  # per sweep family and load level
     instrument: InstrumentChoice = field(default_factory=lambda: InstrumentChoice("client", "-"))
@@ -111,6 +114,7 @@ class RunAnalysis:
     redecision: Redecision | None = None  # --params: the analysis fields changed after the run
     answer: Answer = field(default_factory=Answer)  # the final words, pooled and per segment
     compiles: tuple[dict[str, Any], ...] = ()  # health.compile_windows: compiles per launch
+    stopping: Stopping | None = None  # blocks run, why they stopped, what is still open
 
     @property
     def design(self) -> dict[str, Any]:
@@ -208,6 +212,7 @@ class RunAnalysis:
                 "noise": list(self.levels),
                 "bench_problem": self.bench_problem,
                 "sequential_look": self.sequential_look,
+                "stopping": self.stopping.to_dict() if self.stopping else None,
                 "calibration": self.calibration,
                 "load": self.load.to_dict(),
                 "idle_load": self.idle_load.to_dict(orient="records"),
@@ -345,6 +350,8 @@ def analyze_run(
     aa = [c for c in comps if c.experiment == AA_ARM]
     recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
     manifest = rd.read_manifest()
+    still = open_verdicts(worded, answer, plan=looks_plan(params, manifest),
+                          confidence=level_conf, margin=params.analysis.margin)  # fmt: skip
     workload = workload_checks(params, df, manifest)
     analysis = RunAnalysis(
         run_dir=rd.root,
@@ -367,6 +374,7 @@ def analyze_run(
         idle_load=idle,
         bench_problem=problem,
         sequential_look=measured.look,
+        look_confidence=level_conf if measured.look else None,
         family=next((d.family for d in family.values() if d.family), ""),
         drift=drift_table(df, control=params.control_name, arms=params.experiments)
         if len(df)
@@ -378,10 +386,24 @@ def analyze_run(
         integrity=integrity,
         redecision=change,
         answer=answer,
+        stopping=_stopping(manifest, df).with_open(still),
     )
     if write:
         write_summary(Path(summary_file) if summary_file else rd.summary, analysis.summary())
     return analysis
+
+
+def _stopping(manifest: dict[str, Any], df: pd.DataFrame) -> Stopping:
+    """The runner's record of why the blocks stopped, or (a folder without one: an older
+    kit's run, a records-only folder, a run still going) the blocks its records hold."""
+    found = Stopping.from_dict(manifest.get("stopping"))
+    if found is not None:
+        return found
+    blocks = int(df["replicate"].nunique()) if len(df) and "replicate" in df else 0
+    bounds = manifest.get("until_decided") or {}
+    least = int(bounds.get("at_least", blocks))
+    return Stopping(None, blocks, least, int(bounds.get("at_most", least)),
+                    bounds.get("budget_min"))  # fmt: skip
 
 
 def _request_tokens(df: pd.DataFrame, params: ExperimentParams) -> int | None:

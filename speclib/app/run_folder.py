@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from speclib.app.kernel import execute_notebook
@@ -33,12 +33,15 @@ __all__ = ["ReadyRun", "default_run_dir", "ready_run"]
 class ReadyRun:
     """A run whose folder is ready and whose setup ran: what the blocks step needs.
 
-    ``params``: as checked and recorded in ``rd`` (every notebook reads that record)."""
+    ``params``: as checked and recorded in ``rd`` (every notebook reads that record);
+    ``started``: when the run started (``time.monotonic``), from which its time budget
+    counts (``protocol.budget_min``)."""
 
     params: ExperimentParams
     rd: RunDir
     plan: RunPlan
     resume: bool
+    started: float = field(default_factory=time.monotonic)
 
 
 def default_run_dir(params: ExperimentParams) -> Path:
@@ -58,6 +61,7 @@ def ready_run(
     """Make the run folder (``out``, else :func:`default_run_dir`) ready for the blocks:
     every server a killed run left there reaped, the folder refused when it holds an earlier
     run (unless resumed), the params recorded, ``00_setup`` executed and its plan read back."""
+    started = time.monotonic()
     rd = RunDir.at(out or default_run_dir(params))
     reap_run(rd)
     if rd.root.exists() and any(p != rd.run_log for p in rd.root.iterdir()) and not resume:
@@ -67,7 +71,7 @@ def ready_run(
     log("setup: environment, models, manifest")
     plan = _setup(rd)
     log(f"design: {plan.design} ({plan.reason})")
-    return ReadyRun(params, rd, plan, resume)
+    return ReadyRun(params, rd, plan, resume, started)
 
 
 def _setup(rd: RunDir) -> RunPlan:

@@ -38,6 +38,7 @@ import sys
 from typing import Any, TextIO
 
 from speclib.core.run_summary import ComparisonEntry, GateEntry, RunSummary, TrustCheckEntry
+from speclib.core.stopping import Stopping, stopping_lines
 from speclib.core.wording import STATUS_MARKS
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "record_lines",
     "short_reason",
     "stack_lines",
+    "stopped_lines",
     "table_rows",
     "trust_lines",
     "turn_lines",
@@ -112,15 +114,25 @@ _RECOMMEND_REASONS = {
 }
 
 
-def _row(c: ComparisonEntry) -> dict[str, str]:
-    """The cells of one table row from comparison ``c``."""
+def _more_blocks(summary: RunSummary) -> dict[tuple[Any, Any], int | None]:
+    """Per (arm, load level) whose own word is still inconclusive: the blocks more that
+    would likely decide it at the run's later looks (``summary.json``'s ``stopping``)."""
+    found = Stopping.from_dict(summary.stopping)
+    if found is None:
+        return {}
+    return {(o.arm, o.level): None if o.blocks_needed is None else o.blocks_needed - found.blocks
+            for o in found.open if o.segment is None}  # fmt: skip
+
+
+def _row(c: ComparisonEntry, reason: str | None = None) -> dict[str, str]:
+    """The cells of one table row from comparison ``c`` (``reason`` overrides its own)."""
     return {
         "arm": str(c.experiment),
         "load": str(c.load),
         "ms": ms_cell(c.median_tpot_control_s, c.median_tpot_experiment_s),
         "ratio": ratio_cell(c.tpot_ratio, c.tpot_ratio_ci, c.confidence_level),
         "verdict": str(c.decision),
-        "reason": c.short_reason or short_reason(c),
+        "reason": reason or c.short_reason or short_reason(c),
         "gates": gate_marks(c.gates),
     }
 
@@ -153,7 +165,14 @@ def table_rows(summary: RunSummary) -> list[dict[str, str]]:
     every sweep family's recommendation (the A/A arm is not among them:
     :func:`bench_check_line` says what it shows)."""
     comps = summary.comparisons
-    rows = [_row(c) for c in summary.experiments]
+    more = _more_blocks(summary)
+    rows = []
+    for c in summary.experiments:
+        key = (c.experiment, c.level)
+        if key in more:  # still open: what the run's later looks would take
+            rows.append(_row(c, short_reason(c, more_blocks=more[key], projected=True)))
+        else:
+            rows.append(_row(c))
     recs = summary.recommendations
     for r, rec in zip(recs, recommendation_rows(summary), strict=True):
         picked = [c for c in comps if (c.experiment, c.load) == (r.arm, r.load)]
@@ -367,9 +386,14 @@ def _tpot_df(c: ComparisonEntry) -> Any:
     return (c.metrics.get("tpot") or {}).get("df")
 
 
-def short_reason(c: ComparisonEntry) -> str:
+def short_reason(
+    c: ComparisonEntry, *, more_blocks: int | None = None, projected: bool = False
+) -> str:
     """One phrase (≤ :data:`REASON_WIDTH` characters) for the verdict of comparison ``c`` of
-    ``summary.json``: the bench, a failed gate, or where the TPOT interval lies."""
+    ``summary.json``: the bench, a failed gate, or where the TPOT interval lies. With
+    ``projected``, ``more_blocks`` is the blocks more that would likely decide an
+    inconclusive interval at the run's later looks (None: no practical number); else the
+    comparison's own estimate at its level is used."""
     word, gates = c.decision, c.gates
     failed = [g.name for g in gates if g.state == "fail"]
     reasons = c.reasons
@@ -404,8 +428,8 @@ def short_reason(c: ComparisonEntry) -> str:
     if df == 0 or not is_finite_number(ci[1]):
         return "one block: no interval (run ≥ 2 blocks)"
     text = "interval too wide" + ("" if df is None else f" (df {df})")
-    more = c.extra_launches_needed
-    pairs = c.extra_pairs_needed
+    more = more_blocks if projected else c.extra_launches_needed
+    pairs = None if projected else c.extra_pairs_needed
     if more:
         text += f"; ~{more} more block{'s' * (more != 1)} may decide"
     elif pairs:
@@ -423,6 +447,7 @@ def end_lines(summary: RunSummary) -> list[str]:
     if answer is not None:
         lines += answer.headline
         lines += [f"deploy: {a['text']}" for a in answer.deploy.get("advice") or []]
+    lines += stopped_lines(summary)
     lines += [bench_check_line(c, margin=margin) for c in summary.comparisons if c.role == "aa"]
     lines += turn_lines(summary)
     lines += trust_lines(summary)
@@ -430,6 +455,14 @@ def end_lines(summary: RunSummary) -> list[str]:
     lines += load_lines(summary)
     lines += stack_lines(summary)
     return [fit(x) for x in lines if x]
+
+
+def stopped_lines(summary: RunSummary) -> list[str]:
+    """The blocks run, why the run stopped adding blocks and what each verdict still open
+    would take (:func:`speclib.core.stopping.stopping_lines` of ``summary.json``'s
+    ``stopping``); none for a summary without it."""
+    found = Stopping.from_dict(summary.stopping)
+    return stopping_lines(found) if found is not None else []
 
 
 def bench_check_line(c: ComparisonEntry, *, margin: float | None = None) -> str:

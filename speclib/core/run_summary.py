@@ -391,6 +391,15 @@ class RunSummary(_Entry):
     )
     bench_problem: str | None = Field(None, description="Why the bench cannot be trusted.")
     sequential_look: str | None = Field(None, description="Run until decided: which look.")
+    stopping: dict[str, Any] | None = Field(
+        None,
+        description="Run until decided (`speclib/core/stopping.py`): `code` (decided, budget, "
+        "cap, resolution, planned; null for a folder whose runner recorded none), `blocks`, "
+        "`at_least`, `at_most`, `budget_min`, `elapsed_min`, `block_min`, `next_block_min`, "
+        "and `open`: each verdict still inconclusive (`arm`, `level`, `load`, `cut` and "
+        "`segment` for a segment, `ratio`, `ci_low`, `ci_high`, the `blocks_needed` in all "
+        "and the `target` word it would likely reach).",
+    )
     calibration: dict[str, Any] | None = Field(
         None, description="`protocol.target_resolution`: reached or not (`text`)."
     )

@@ -162,9 +162,11 @@ class RunDir:
         """Provenance: versions (kit, vLLM, torch, Python), CPU/GPU, model hashes or hub
         snapshots, tokenizer and chat-template hashes, the prompt set's hash, sampling, the
         design (interleaved or sequential, and why), the replicate blocks and their
-        launches, vocabulary checks, sensitive-prompt warnings; after the run every
-        launch's server command line (secrets redacted), start/ready/end times, and (run
-        until decided) how many blocks ran and why it stopped."""
+        launches, vocabulary checks, sensitive-prompt warnings, the blocks at least and at
+        most and the time budget (``until_decided``, fixed before any block); after the run
+        every launch's server command line (secrets redacted), start/ready/end times, and
+        how many blocks ran and why the run stopped (``stopping``, a code and its
+        numbers)."""
         return self.root / "manifest.json"
 
     @property

@@ -88,12 +88,12 @@ class ExperimentParams(StrictModel):
                 "with protocol.aa: true to measure this bench's noise floor"
             )
         reps = self.workload.replicates
-        if self.protocol.max_replicates is not None and self.protocol.max_replicates < reps:
+        cap = self.protocol.max_replicates
+        if isinstance(cap, int) and cap < reps:
             raise ValueError(
-                f"protocol.max_replicates ({self.protocol.max_replicates}) must be >= "
-                f"workload.replicates ({reps})"
+                f"protocol.max_replicates ({cap}) must be >= workload.replicates ({reps})"
             )
-        if self.protocol.max_replicates is not None and reps < 2:
+        if isinstance(cap, int) and cap > reps and reps < 2:
             raise ValueError(
                 f"workload.replicates ({reps}) must be >= 2 with protocol.max_replicates: it is "
                 "the first look of run-until-decided, and one block has no degrees of freedom "
@@ -236,6 +236,21 @@ class ExperimentParams(StrictModel):
         return [
             s.name for s in self.arms if s.name != self.control_name and s.draft_alone_of is None
         ]
+
+    @property
+    def block_bounds(self) -> tuple[int, int]:
+        """Run until decided: the blocks at least (``workload.replicates``, always run) and
+        at most (``protocol.max_replicates``; ``"auto"``: two more than planned). The planned
+        blocks only when the cap is null or equal to them, when one block is planned (no look
+        can decide on one) and when nothing is to be decided (the A/A arm alone, without
+        ``protocol.target_resolution``: the A/A verdict never stops a run)."""
+        least, cap = self.workload.replicates, self.protocol.max_replicates
+        nothing = not [n for n in self.experiments if n != AA_ARM]
+        if cap is None or (nothing and self.protocol.target_resolution is None):
+            return least, least
+        if cap == "auto":
+            return (least, least) if least < 2 else (least, least + 2)
+        return least, max(int(cap), least)
 
     @property
     def base_dir(self) -> Path:

@@ -22,6 +22,11 @@ __all__ = ["Redecision", "redecision"]
 
 _SAME_EXPERIMENT = ("server", "series", "workload", "protocol")
 """Sections that describe what was run: a re-decision may not change them."""
+_RUN_LENGTH = ("max_replicates", "budget_min")
+"""``protocol`` fields that only bound how many blocks run until decided may add: a
+re-decision may differ there (the records hold the blocks that ran, and the looks are
+replayed from the run's own plan, whatever the file says; a params.yaml of an older kit
+lacks them, so it reads today's defaults)."""
 _MAX_NAMED = 8
 
 
@@ -80,6 +85,8 @@ def _prompt_digest(params: ExperimentParams) -> str:
 def _experiment(params: ExperimentParams) -> dict[str, Any]:
     data = params.model_dump(include=set(_SAME_EXPERIMENT))
     data["workload"]["prompts"] = _prompt_digest(params)
+    for key in _RUN_LENGTH:
+        data["protocol"].pop(key, None)
     return data
 
 

@@ -79,11 +79,34 @@ class ProtocolParams(StrictModel):
         "server(s), analysed like an experiment. Its ratio is this bench's noise floor; if "
         "it shows an effect, every verdict becomes 'untrustworthy bench'.",
     )
-    max_replicates: int | None = Field(
-        None,
-        ge=1,
-        description="Run until decided: add replicate blocks (up to this many) while a "
-        "verdict is inconclusive, with O'Brien-Fleming-type alpha spending across looks.",
+    max_replicates: int | Literal["auto"] | None = Field(
+        "auto",
+        description="Run until decided, the block cap: after the planned blocks "
+        "(workload.replicates) the runner adds a block while a verdict the first screen shows "
+        "(an arm's word at a load, or a segment its answer names) is inconclusive, the time "
+        "budget (protocol.budget_min) affords one more block and fewer than this many ran. "
+        "Each look spends its share of alpha by O'Brien-Fleming-type spending with this cap "
+        "as the maximum information, so the error rate holds whenever the run stops; a cap the "
+        "budget cannot reach spends little alpha at the looks it does reach, so set it to "
+        "the blocks your budget affords (the run says how many once its first block is "
+        "timed). auto: workload.replicates + 2; null, or workload.replicates: the planned "
+        "blocks only, decided once at analysis.confidence. One planned block "
+        "(workload.replicates: 1) runs alone.",
+    )
+    budget_min: float = Field(
+        30.0,
+        gt=0,
+        le=10_000,
+        description="Run until decided, the time budget in minutes from the start of "
+        "`speclib run` to the end of its last block (the analysis and report follow, about a "
+        "minute): a block is added only when it would likely end within it (a block is "
+        "assumed to take as long as the longest block after the first, which on a GPU "
+        "compiles). The planned blocks always run. 30: a safety net that the cap, not the "
+        "budget, usually meets first, since a run that stops before its cap leaves alpha "
+        "unspent: the CPU demo's 5 blocks take 8-10 min on 2 cores, the 4-server CPU demos' "
+        "and SmolLM2's planned blocks 15-18 min plus 4-5 min per block added, the GPU demo's "
+        "cold first block and three warm ones about 17 min on one H100. Set it to the time "
+        "you have (the GPU demo: 15).",
     )
     target_resolution: float | None = Field(
         None,
@@ -91,11 +114,19 @@ class ProtocolParams(StrictModel):
         lt=1,
         description="Calibration run (protocol.aa: true, the control as the only series): "
         "the A/A resolution to reach, as a fraction (0.10 = ±10 %: the half-width of the A/A "
-        "ratio interval at analysis.confidence). With protocol.max_replicates the runner adds "
-        "blocks until the resolution is reached or max_replicates blocks ran (the looks "
-        "judge the width only, so they spend no alpha); the summary says the resolution "
-        "reached and, if short, how many blocks it would need.",
+        "ratio interval at analysis.confidence). The runner adds blocks until the resolution "
+        "is reached, the cap (protocol.max_replicates) or the budget (protocol.budget_min) "
+        "(the looks judge the width only, so they spend no alpha); the summary says the "
+        "resolution reached and, if short, how many blocks it would need.",
     )
+
+    @field_validator("max_replicates")
+    @classmethod
+    def _cap_positive(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"max_replicates must be 'auto', null or at least 1 (got {value})")
+        return value
+
     slot_requests: int | None = Field(
         None,
         ge=1,

@@ -18,6 +18,7 @@ from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.comparisons import Comparison
+from speclib.core.stopping import stopping_lines
 from speclib.core.wording import STATUS_MARKS, speed_words, time_change_words
 from speclib.report.conclusion import (
     conclusion,
@@ -44,6 +45,7 @@ __all__ = [
     "design_line",
     "gates_html",
     "noise_floor_html",
+    "stopping_html",
     "trust_html",
     "verdict_html",
     "verdict_table_html",
@@ -328,14 +330,29 @@ def verdict_table_html(an: RunAnalysis) -> str:
     return wrap(f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>")
 
 
+def stopping_html(an: RunAnalysis) -> str:
+    """The blocks run, why the run stopped adding blocks, and what the verdicts still open
+    would take, the first three of them (``#speclib-stopping``, one small paragraph under
+    the answer; :func:`speclib.core.stopping.stopping_lines`); "" without a record."""
+    found = getattr(an, "stopping", None)
+    if found is None:
+        return ""
+    lines = stopping_lines(found, limit=3)
+    text = "; ".join(lines)
+    text = text[0].upper() + text[1:] + "."
+    return f"<p class='speclib-context' id='speclib-stopping'>{html.escape(text)}</p>"
+
+
 def answer_html(an: RunAnalysis) -> str:
-    """The title, where and when, and the answer in one sentence with the load it holds
-    for (``#speclib-answer``): the first thing on the page."""
+    """The title, where and when, the answer in one sentence with the load it holds for
+    (``#speclib-answer``), and the blocks it rests on (:func:`stopping_html`): the first
+    thing on the page."""
     description = f" {html.escape(an.params.description)}" if an.params.description else ""
     headline = conclusion_parts(an)[0]
     return wrap(
         f"<h1>Speculative decoding: {html.escape(an.params.name)}</h1>"
         f"<p class='speclib-answer' id='speclib-answer'>{md_inline(headline)}</p>"
+        f"{stopping_html(an)}"
         f"<p class='speclib-context'>{_context_line(an)}.{description}</p>"
     )
 

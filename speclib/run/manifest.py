@@ -4,10 +4,13 @@ The manifest holds the kit, vLLM, torch and Python versions, the CPU model and G
 ``nvidia-smi`` exists), each model's identity (a content hash for local folders, the
 resolved snapshot for hub models when it is in the local cache), the tokenizer and chat
 template hash, the prompt set's provenance (hash, format, records read and skipped, the
-sample drawn), sampling, the series order and start/end times. Setup writes it
+sample drawn), sampling, the series order and start/end times, and the blocks the run
+may use (``until_decided``: at least, at most and the time budget, fixed before any block
+runs; the analysis replays its looks from it). Setup writes it
 (:mod:`speclib.run.preflight`); every later change goes through here: the blocks that
-run-until-decided adds and why it stopped, the Ray executor's block states, and each
-launch's server command line (secrets redacted) at the end of the blocks.
+run-until-decided adds and why it stopped (``stopping``: a code and its numbers), the Ray
+executor's block states, and each launch's server command line (secrets redacted) at the
+end of the blocks.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ __all__ = [
     "package_versions",
     "read_plan",
     "record_launches",
+    "record_stopping",
+    "until_decided_record",
     "update_manifest",
 ]
 
@@ -193,10 +198,21 @@ def build_manifest(
         "series": [s.model_dump() for s in params.arms],
         "order": order,
         "analysis": params.analysis.model_dump(),
+        "until_decided": until_decided_record(params),
     }
     if params.workload.multi_turn:
         manifest["multi_turn"] = history_provenance(params, prompts.prompts)
     return manifest
+
+
+def until_decided_record(params: ExperimentParams) -> dict[str, Any]:
+    """The blocks the run may use, fixed before any block runs: ``at_least`` (the planned
+    blocks), ``at_most`` (the cap; equal to ``at_least``: the planned blocks only) and the
+    time budget ``budget_min`` (:attr:`speclib.params.experiment.ExperimentParams.block_bounds`).
+    The analysis spends α over the looks between the two
+    (:func:`speclib.analysis.verdict.run_rules.looks_plan`)."""
+    least, most = params.block_bounds
+    return {"at_least": least, "at_most": most, "budget_min": params.protocol.budget_min}
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,11 @@ def add_block(rd: RunDir, block: dict[str, Any]) -> None:
     blocks = rd.read_manifest()["blocks"]
     if block["block"] not in {b["block"] for b in blocks}:
         update_manifest(rd, blocks=[*blocks, block])
+
+
+def record_stopping(rd: RunDir, stopping: dict[str, Any]) -> None:
+    """Why the run stopped adding blocks (:class:`speclib.core.stopping.Stopping`, as data)."""
+    update_manifest(rd, stopping=stopping)
 
 
 def record_launches(rd: RunDir) -> None:

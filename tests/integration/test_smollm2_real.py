@@ -46,6 +46,7 @@ def smollm2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             },
         ],
         server={"start_timeout_s": 600},  # it may start beside the other worker's tests
+        protocol={"max_replicates": None},  # one block (the file's cap needs 2 planned)
     )
     out = tmp / "run"
     proc = run_kit(params, out)

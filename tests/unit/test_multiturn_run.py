@@ -54,7 +54,7 @@ def _params(tmp: Path, **protocol) -> Path:
             "warmup_requests": 1, "request_timeout_s": 20,
         },
         "analysis": {"n_resamples": 500},
-        "protocol": protocol,
+        "protocol": {"max_replicates": None, **protocol},
     }  # fmt: skip
     path = tmp / "params.yaml"
     path.write_text(yaml.safe_dump(data))

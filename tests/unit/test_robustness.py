@@ -67,6 +67,9 @@ def _params(tmp: Path, n_prompts: int = 10, **over) -> Path:
             "request_timeout_s": 20,
         },
         "analysis": {"n_resamples": 500},
+        # the stand-in runs check one block at a time; run until decided (the default) is
+        # tested on synthetic folders (test_until_decided.py) and the real demo run
+        "protocol": {"max_replicates": None},
     }
     for section, values in over.items():
         data[section].update(values)

@@ -349,7 +349,7 @@ def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_pat
     data["server"]["env"] = {"FAKE_VLLM_STEP_S": str(STEP_S),
                              "FAKE_VLLM_SPEC_BY_PROMPT": json.dumps(by_prompt)}  # fmt: skip
     data["workload"].update(replicates=3)
-    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0}
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "max_replicates": None}
     path.write_text(yaml.safe_dump(data))
     out = tmp_path / "run"
     proc = subprocess.run(

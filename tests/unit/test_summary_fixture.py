@@ -52,6 +52,17 @@ ADDED_SINCE = {
     },
     "redecision": None,  # decided under the run's own params
     "compile_events": [],  # the stand-in logs no compile
+    "stopping": {  # run until decided (core/stopping.py): a folder whose runner recorded none
+        "code": None,
+        "blocks": 3,
+        "at_least": 3,
+        "at_most": 3,
+        "budget_min": None,
+        "elapsed_min": None,
+        "block_min": [],
+        "next_block_min": None,
+        "open": [],
+    },
 }
 """Fields the summary gained after the fixture was stored (the stack's facts,
 speclib/analysis/health/stack.py), with the values this folder must give them; every other
