@@ -320,6 +320,7 @@ def analyze_run(
             mode_problems=measured.mode_problems,
             decided=family.get(lvl),
             ttft_problem=lag.get(lvl),
+            mix=measured.traffic,
         )
         comps += found
         if decided is not None:
@@ -341,7 +342,9 @@ def analyze_run(
     notes += drafting_warnings(m.drafting for m in lms if m.drafting is not None)
     notes += stack_warnings(stack, control=params.control_name, aa=aa_arm)
     aa = [c for c in comps if c.experiment == AA_ARM]
-    recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
+    recs = tuple(
+        sweep_recommendations(params, comps, confidence_level=level_conf, mix=measured.traffic)
+    )
     manifest = rd.read_manifest()
     workload = workload_checks(params, df, manifest)
     analysis = RunAnalysis(
