@@ -63,6 +63,7 @@ from speclib.analysis.verdict.run_answer import run_answer
 from speclib.analysis.verdict.run_rules import with_failed_arms
 from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.tpot_verdict import summary_of
+from speclib.core.estimand import DEFINITIONS, Estimand
 from speclib.core.jsonutil import jsonable
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.params.experiment import AA_ARM, ExperimentParams
@@ -170,11 +171,14 @@ class RunAnalysis:
                     "seed": a.seed,
                     "multiple_comparisons": self.family or "no TPOT comparison",
                     "interval": (
-                        "block-level paired t-interval per arm: the arm's per-replicate-block "
-                        "mean paired log-ratio against the control (with an A/A arm: against "
-                        "the mean of the two control servers), on the arm's own "
-                        "block-to-block variance with blocks - 1 degrees of freedom"
+                        "block-level paired t-interval per arm: per replicate block, the log "
+                        "of the arm's mean TPOT over the control's on the block's paired "
+                        "prompts (with an A/A arm: against the mean of the two control "
+                        "servers), on the arm's own block-to-block variance with blocks - 1 "
+                        "degrees of freedom"
                     ),
+                    "tpot_estimand": Estimand.TRAFFIC,
+                    "estimands": {str(e): DEFINITIONS[e] for e in Estimand},
                     "primary_metric": (
                         "TPOT = (last token - first token) / (output_tokens - 1), from "
                         + (
@@ -195,6 +199,7 @@ class RunAnalysis:
                     {**c.to_dict(), **self.answer.fields_of(c.experiment, c.level)}
                     for c in self.comparisons
                 ],
+                "mix": self.answer.mix.to_dict() if self.answer.mix else None,
                 "answer": self.answer.to_dict(),
                 "recommendations": [r.to_dict() for r in self.recommendations],
                 "launches": [

@@ -164,14 +164,21 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return _shown(args, args.run_dir, analyze, analysis=True)
 
 
-def _record_lines(summary: Path) -> list[str]:
-    """What the terminal says under the verdicts when the records were not whole or the
-    rule was changed after the run (read from ``summary.json``)."""
+def _summary_of(summary: Path) -> dict[str, Any]:
+    """``summary.json`` as a mapping ({} when it cannot be read)."""
     import json
 
     try:
-        data = json.loads(summary.read_text("utf-8"))
+        return json.loads(summary.read_text("utf-8"))
     except (OSError, ValueError):
+        return {}
+
+
+def _record_lines(summary: Path) -> list[str]:
+    """What the terminal says under the verdicts when the records were not whole or the
+    rule was changed after the run (read from ``summary.json``)."""
+    data = _summary_of(summary)
+    if not data:
         return []
     lines = []
     found = data.get("integrity") or {}
@@ -199,7 +206,7 @@ def _shown(
 ) -> int:
     """Run ``call(log)`` under the terminal display; end with the verdicts or one line."""
     from speclib.app.terminal import interrupted_line, open_display
-    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
+    from speclib.app.verdicts import failed_line, mix_line, outcome_json, print_verdicts
 
     try:
         with open_display(run_dir, quiet=args.quiet) as display:
@@ -214,6 +221,8 @@ def _shown(
         print(outcome_json(result))
     elif args.quiet:
         print(f"report: {result.report}")
+        if mix := mix_line(_summary_of(Path(result.summary))):
+            print(mix)
     else:
         print_verdicts(result.summary)
         print(f"report:  {result.report}\nsummary: {result.summary}")

@@ -1,14 +1,17 @@
 """The terminal's verdicts at the end of ``speclib run`` / ``speclib analyze``: the table,
 its cells and the lines under it, in the manner of ``vllm bench serve``'s result block.
 
-:func:`print_verdicts` prints ``summary.json`` between rules of ``=``: a table with one line
-per experiment and load level (:func:`table_rows`: median TPOT of control and arm in ms, the
-TPOT ratio with its interval and the interval's level, the verdict, one short reason, the
-gates as marks), then the lines under it (:func:`end_lines`). The full reasons stay in
-``summary.json`` and the report. :func:`outcome_json` gives the verdicts as one JSON object.
+:func:`print_verdicts` prints ``summary.json`` between rules of ``=``: the user's traffic
+mix when the verdicts are for one (:func:`mix_line`), a table with one line per experiment
+and load level (:func:`table_rows`: mean TPOT of control and arm in ms, the traffic's TPOT
+ratio with its interval and the interval's level, the token-weighted ratio where answer
+lengths differ, the typical request's, the verdict, one short reason, the gates as marks),
+a line saying which ratio is which (:func:`estimand_line`), then the lines under it
+(:func:`end_lines`). The full reasons stay in ``summary.json`` and the report.
+:func:`outcome_json` gives the verdicts as one JSON object, with the mix.
 
 The cells: :func:`ratio_cell` writes a TPOT ratio with its interval and level, :func:`ms_cell`
-the median TPOT of control and arm in ms, :func:`gate_marks` the gates as marks where "not
+the mean TPOT of control and arm in ms, :func:`gate_marks` the gates as marks where "not
 assessed" is never a tick (:func:`gate_legend` says what the marks mean), :func:`short_reason`
 one phrase of at most :data:`REASON_WIDTH` characters. :data:`MAX_LINE` and :func:`fit` bound
 every line the terminal shows.
@@ -35,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from speclib.core.estimand import Estimand
 from speclib.core.wording import STATUS_MARKS
 
 __all__ = [
@@ -43,12 +47,14 @@ __all__ = [
     "REASON_WIDTH",
     "bench_check_line",
     "end_lines",
+    "estimand_line",
     "failed_line",
     "fit",
     "gate_legend",
     "gate_marks",
     "is_finite_number",
     "load_lines",
+    "mix_line",
     "ms_cell",
     "outcome_json",
     "print_verdicts",
@@ -66,9 +72,26 @@ __all__ = [
 
 def verdict_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The verdict of every comparison in ``summary.json``: experiment, load, TPOT ratio and
-    its CI, decision and reasons (the shape of ``--json``'s ``verdicts``)."""
-    keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision", "reasons")
+    its CI with the estimand they are (the traffic's), decision and reasons (the shape of
+    ``--json``'s ``verdicts``)."""
+    keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "tpot_estimand", "decision",
+            "reasons")  # fmt: skip
     return [{k: c.get(k) for k in keys} for c in summary.get("comparisons", [])]
+
+
+def estimand_line(lengths_differ: bool) -> str:
+    """What each ratio column is (:mod:`speclib.core.estimand`)."""
+    per_token = "; per token = total decode time / decode tokens" if lengths_differ else ""
+    return (
+        "ratios: the verdict's is the traffic's (each request once); typical req. = geometric "
+        f"mean of per-request ratios, not what the traffic gets{per_token}"
+    )
+
+
+def mix_line(summary: dict[str, Any]) -> str | None:
+    """The user's traffic mix the verdicts are for, as ``summary.json`` says it ("for your
+    mix: echo 80 %, fresh 20 % (the run's prompts: 50 / 50)"); None for the prompts as sent."""
+    return (summary.get("mix") or {}).get("text") or None
 
 
 def recommendation_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -110,15 +133,33 @@ def _row(c: dict[str, Any], **cells: Any) -> dict[str, str]:
         "verdict": c.get("decision"),
         **cells,
     }
+    ratios = c.get("tpot_ratios") or {}
     return {
         "arm": str(v["arm"]),
         "load": str(v["load"]),
-        "ms": ms_cell(c.get("median_tpot_control_s"), c.get("median_tpot_experiment_s")),
+        "ms": ms_cell(*_mean_tpot(c)),
         "ratio": ratio_cell(v["ratio"], v["ci"], c.get("confidence_level")),
+        "per_token": _view_cell(ratios.get(str(Estimand.PER_TOKEN))),
+        "typical": _view_cell(ratios.get(str(Estimand.TYPICAL))),
         "verdict": str(v["verdict"]),
         "reason": v.get("reason") or c.get("short_reason") or short_reason(c),
         "gates": gate_marks(c.get("gates")) if c else "–",
     }
+
+
+def _mean_tpot(c: dict[str, Any]) -> tuple[Any, Any]:
+    """The two sides of the traffic's ratio (mean TPOT, control and arm); a summary written
+    before them gives its medians."""
+    if "mean_tpot_control_s" in c:
+        return c.get("mean_tpot_control_s"), c.get("mean_tpot_experiment_s")
+    return c.get("median_tpot_control_s"), c.get("median_tpot_experiment_s")
+
+
+def _view_cell(ci: dict[str, Any] | None) -> str:
+    """A descriptive ratio beside the verdict's (the token-weighted or the typical request's):
+    ``×0.840`` ("–" without one)."""
+    value = (ci or {}).get("estimate")
+    return f"×{value:.3f}" if is_finite_number(value) and value > 0 else "–"
 
 
 def table_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
@@ -158,12 +199,16 @@ _REASON_MIN = 16
 _COLUMNS = (
     ("arm", "arm"),
     ("load", "load"),
-    ("ms", "TPOT ms ctrl → arm"),
-    ("ratio", "TPOT ratio [CI] level"),
+    ("ms", "mean TPOT ms ctrl → arm"),
+    ("ratio", "traffic's TPOT ratio [CI] level"),
+    ("per_token", "per token"),
+    ("typical", "typical req."),
     ("verdict", "verdict"),
     ("reason", "reason"),
     ("gates", "gates"),
 )
+_OPTIONAL = ("per_token",)
+"""Columns shown only where they differ from the traffic's ratio (answer lengths differ)."""
 _COLOUR = {
     "mixed": "magenta",
     "adopt": "green",
@@ -181,27 +226,33 @@ def _read_summary(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _table(rows: list[dict[str, str]], title: str, width: int) -> Any:
-    """The rich table of :func:`table_rows`, one line per row; when it is wider than
-    ``width``, the reason column gives way first (cut with "…", down to
-    :data:`_REASON_MIN` characters)."""
+def _table(
+    rows: list[dict[str, str]], title: str, width: int, *, lengths_differ: bool = False
+) -> Any:
+    """The rich table of :func:`table_rows`, one line per row (the per-token column only
+    where ``lengths_differ``); when it is wider than ``width``, the reason column gives way
+    first (cut with "…", down to :data:`_REASON_MIN` characters)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    columns = [(k, n) for k, n in _COLUMNS if lengths_differ or k not in _OPTIONAL]
+    keys = [k for k, _ in columns]
+
     def build(reason_width: int | None) -> Table:
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                       collapse_padding=True)  # fmt: skip
-        for key, name in _COLUMNS:
+        for key, name in columns:
             table.add_column(name, no_wrap=True, overflow="ellipsis",
                              max_width=reason_width if key == "reason" else None)  # fmt: skip
         for r in rows:
-            cells = [Text(r[key], no_wrap=True, overflow="ellipsis") for key, _ in _COLUMNS]
-            cells[4].stylize(_COLOUR.get(r["verdict"], "yellow"))
+            cells = [Text(r[key], no_wrap=True, overflow="ellipsis") for key in keys]
+            cells[keys.index("verdict")].stylize(_COLOUR.get(r["verdict"], "yellow"))
+            gates = cells[keys.index("gates")]
             for at, mark in enumerate(r["gates"]):
                 if mark in _MARK_COLOUR and (at == 0 or r["gates"][at - 1] == " "):
-                    cells[6].stylize(_MARK_COLOUR[mark], at, at + 1)
+                    gates.stylize(_MARK_COLOUR[mark], at, at + 1)
             table.add_row(*cells)
         return table
 
@@ -223,10 +274,11 @@ def _plain_lines(renderable: Any, width: int) -> list[str]:
 
 def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
     """The end of ``speclib run``/``analyze`` on ``stream``, in the manner of ``vllm bench
-    serve``'s result block: a table with one line per experiment and load level (median
-    TPOT in ms of control and arm, the TPOT ratio with its interval and level, the verdict,
-    one short reason and the gates' marks), then :func:`end_lines` (the A/A arm's bench
-    check, bench trust), between rules of ``=``. No line is wider than :data:`MAX_LINE`:
+    serve``'s result block: the user's mix (if any), a table with one line per experiment
+    and load level (mean TPOT in ms of control and arm, the traffic's TPOT ratio with its
+    interval and level, the typical request's, the verdict, one short reason and the gates'
+    marks), which ratio is which, then :func:`end_lines` (the A/A arm's bench check, bench
+    trust), between rules of ``=``. No line is wider than :data:`MAX_LINE`:
     plain text in logs and pipes, rich colours on a terminal; the full reasons are in
     ``summary.json`` and the report."""
     from rich.console import Console
@@ -240,19 +292,22 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
         return
     rows = table_rows(summary)
     margin = (summary.get("analysis") or {}).get("margin")
-    title = "verdicts: median TPOT in ms, control → arm; TPOT ratio = arm / control" + (
+    title = "verdicts: TPOT ratio = the traffic's (mean TPOT, arm / control, same prompts)" + (
         "" if margin is None else f"; the rule's margin δ = ±{100 * margin:.3g} %"
     )
-    table = _table(rows, title, width) if rows else None
+    differ = any(c.get("answer_lengths_differ") for c in summary["comparisons"])
+    table = _table(rows, title, width, lengths_differ=differ) if rows else None
     head = _plain_lines(table, width) if table else ["no experiment arm (an A/A calibration run)"]
-    tail = end_lines(summary)
-    rule = "=" * min(max(len(x) for x in head + tail), width)
+    mix = mix_line(summary)
+    lead = [fit(mix[:1].upper() + mix[1:])] if mix else []
+    tail = [*([estimand_line(differ)] if table else []), *end_lines(summary)]
+    rule = "=" * min(max(len(x) for x in lead + head + tail), width)
     if table is not None and not plain:
         console.width = width
-        console.print(rule, markup=False)
+        console.print("\n".join([rule, *lead]), markup=False)
         console.print(table)
     else:
-        print("\n".join([rule, *head]), file=console.file)
+        print("\n".join([rule, *lead, *head]), file=console.file)
     print("\n".join([*tail, rule]), file=console.file, flush=True)
 
 
@@ -264,6 +319,7 @@ def outcome_json(result: Any) -> str:
             "report": str(result.report),
             "summary": str(result.summary),
             "failed_launches": list(result.failed_launches),
+            "mix": mix_line(_read_summary(result.summary)),
             "verdicts": verdict_rows(_read_summary(result.summary)),
         }
     )
@@ -330,7 +386,8 @@ def ratio_cell(ratio: Any, ci: Any, level: Any) -> str:
 
 
 def ms_cell(control_s: Any, experiment_s: Any) -> str:
-    """Median TPOT of the control and the arm in ms: ``30.99 → 15.48``."""
+    """Mean TPOT of the control and the arm in ms (the traffic's ratio's two sides):
+    ``30.99 → 15.48``."""
     ms = [f"{1e3 * x:.2f}" if is_finite_number(x) else "–" for x in (control_s, experiment_s)]
     return "–" if ms == ["–", "–"] else " → ".join(ms)
 
