@@ -83,8 +83,8 @@ def estimand_line(lengths_differ: bool) -> str:
     """What each ratio column is (:mod:`speclib.core.estimand`)."""
     per_token = "; per token = total decode time / decode tokens" if lengths_differ else ""
     return (
-        "ratios: the verdict's is the traffic's (each request once); typical req. = geometric "
-        f"mean of per-request ratios, not what the traffic gets{per_token}"
+        "ratios: the verdict's is the traffic's (same prompts, each request once); typical = "
+        f"the typical request: geometric mean of per-request ratios, not the traffic's{per_token}"
     )
 
 
@@ -199,10 +199,10 @@ _REASON_MIN = 16
 _COLUMNS = (
     ("arm", "arm"),
     ("load", "load"),
-    ("ms", "mean TPOT ms ctrl → arm"),
-    ("ratio", "traffic's TPOT ratio [CI] level"),
+    ("ms", "TPOT ms ctrl → arm"),
+    ("ratio", "TPOT ratio [CI] level"),
     ("per_token", "per token"),
-    ("typical", "typical req."),
+    ("typical", "typical"),
     ("verdict", "verdict"),
     ("reason", "reason"),
     ("gates", "gates"),
@@ -292,7 +292,7 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
         return
     rows = table_rows(summary)
     margin = (summary.get("analysis") or {}).get("margin")
-    title = "verdicts: TPOT ratio = the traffic's (mean TPOT, arm / control, same prompts)" + (
+    title = "verdicts: TPOT ms = mean TPOT; TPOT ratio = the traffic's: their ratio, arm / control" + (
         "" if margin is None else f"; the rule's margin δ = ±{100 * margin:.3g} %"
     )
     differ = any(c.get("answer_lengths_differ") for c in summary["comparisons"])
