@@ -292,8 +292,9 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
         return
     rows = table_rows(summary)
     margin = (summary.get("analysis") or {}).get("margin")
-    title = "verdicts: TPOT ms = mean TPOT; TPOT ratio = the traffic's: their ratio, arm / control" + (
-        "" if margin is None else f"; the rule's margin δ = ±{100 * margin:.3g} %"
+    title = (
+        "verdicts: TPOT ms = mean TPOT; TPOT ratio = the traffic's: their ratio, arm / control"
+        + ("" if margin is None else f"; the rule's margin δ = ±{100 * margin:.3g} %")
     )
     differ = any(c.get("answer_lengths_differ") for c in summary["comparisons"])
     table = _table(rows, title, width, lengths_differ=differ) if rows else None

@@ -151,7 +151,10 @@ def test_every_output_of_an_analysis_with_a_mix_says_the_mix(tmp_path, monkeypat
     effect = {"echo": 0.3, "fresh": 1.65, "known": 0.6}
     run = _write_run(tmp_path, effect=effect, n={"echo": 6, "fresh": 6, "known": 6}, blocks=3)
     an = analyze_run(run, mix="echo=0.8,fresh=0.2")
-    words = "for your mix: echo 80 %, fresh 20 %, known 0 % (left out) (the run's prompts: 33 / 33 / 33)"
+    words = (
+        "for your mix: echo 80 %, fresh 20 %, known 0 % (left out) "
+        "(the run's prompts: 33 / 33 / 33)"
+    )
     summary = json.loads((run / "summary.json").read_text())
     assert summary["mix"]["text"] == words and summary["mix"]["left_out"] == ["known"]
     assert summary["answer"]["mix"]["shares"] == {"echo": 0.8, "fresh": 0.2, "known": 0.0}
