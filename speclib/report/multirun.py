@@ -34,6 +34,7 @@ COMPARE_COLUMNS = (
     "ci_low",
     "ci_high",
     "confidence_level",
+    "estimand",
     "decision",
     "acceptance_rate",
     "n_pairs",
@@ -41,7 +42,10 @@ COMPARE_COLUMNS = (
     "segments",
 )
 """Columns of :func:`compare_runs`, in order. ``tpot_ratio`` is experiment / control (below
-1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``acceptance_rate``
+1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``estimand`` says
+which ratio it is (:mod:`speclib.core.estimand`): ``traffic`` (mean TPOT) since issue 53, a
+summary written before that carries none and its ratio was the typical request's
+(``typical_request``, a geometric mean), so two runs side by side say whether they compare; ``acceptance_rate``
 is accepted / proposed draft tokens (``/metrics`` deltas, else the per-request median).
 ``decision`` is the run's answer (:mod:`speclib.analysis.verdict.answer`; "mixed" included),
 ``pooled_decision`` the pooled word it came from and ``segments`` the answer's sentence
@@ -129,6 +133,7 @@ def _rows(label: str, summary: dict[str, Any], manifest: dict[str, Any]) -> list
             "ci_low": ci[0],
             "ci_high": ci[1],
             "confidence_level": c.get("confidence_level"),
+            "estimand": c.get("tpot_estimand", "typical_request"),
             "decision": c.get("decision", "inconclusive"),
             "acceptance_rate": _acceptance(c),
             "n_pairs": c.get("n_pairs"),
