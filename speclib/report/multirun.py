@@ -45,8 +45,9 @@ COMPARE_COLUMNS = (
 1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``estimand`` says
 which ratio it is (:mod:`speclib.core.estimand`): ``traffic`` (mean TPOT) since issue 53, a
 summary written before that carries none and its ratio was the typical request's
-(``typical_request``, a geometric mean), so two runs side by side say whether they compare; ``acceptance_rate``
-is accepted / proposed draft tokens (``/metrics`` deltas, else the per-request median).
+(``typical_request``, a geometric mean), so two runs side by side say whether they compare;
+``acceptance_rate`` is accepted / proposed draft tokens (``/metrics`` deltas, else the
+per-request median).
 ``decision`` is the run's answer (:mod:`speclib.analysis.verdict.answer`; "mixed" included),
 ``pooled_decision`` the pooled word it came from and ``segments`` the answer's sentence
 naming the segments behind "mixed" (empty otherwise)."""
