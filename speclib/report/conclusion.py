@@ -46,11 +46,8 @@ def _effect(ci: Any) -> str:
     """The TPOT change in words, with its interval on the same scale; the traffic's ratio
     (the verdict's) reads as the traffic's mean time per output token."""
     conf = conf_words(ci.confidence_level)
-    what = (
-        "the traffic's mean time per output token"
-        if getattr(ci, "estimand", None) == Estimand.TRAFFIC
-        else "time per output token"
-    )
+    traffic = getattr(ci, "estimand", None) == Estimand.TRAFFIC
+    what = "the traffic's mean time per output token" if traffic else "time per output token"
     if ci.ci_high < 1:
         return (
             f"cut {what} by {(1 - ci.estimate) * 100:.0f} % "
@@ -58,9 +55,10 @@ def _effect(ci: Any) -> str:
             f"{speed_words(ci.estimate)})"
         )
     if ci.ci_low > 1:
+        more = f"{(ci.estimate - 1) * 100:.0f} %"
         return (
-            f"took {(ci.estimate - 1) * 100:.0f} % more of {what} "
-            f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
+            (f"raised {what} by {more}" if traffic else f"took {more} more {what}")
+            + f" ({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
             f"more; {speed_words(ci.estimate)})"
         )
     return (

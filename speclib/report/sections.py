@@ -182,7 +182,7 @@ def _measured_cell(c: Comparison) -> str:
     )
     return (
         mean + f"<span class='speclib-nowrap'>TPOT p50 {_ms(ctl['tpot']['p50_ms'])} → "
-        f"<b>{_ms(exp['tpot']['p50_ms'])}</b> ms</span><br>"
+        f"{_ms(exp['tpot']['p50_ms'])} ms</span><br>"
         f"<span class='speclib-small speclib-nowrap'>p90 {_ms(ctl['tpot']['p90_ms'])} → "
         f"{_ms(exp['tpot']['p90_ms'])} ms</span><br>"
         f"<span class='speclib-nowrap'>TTFT {_ms(ctl['ttft']['p50_ms'])} → "
