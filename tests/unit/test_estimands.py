@@ -160,6 +160,8 @@ def test_every_output_of_an_analysis_with_a_mix_says_the_mix(tmp_path, monkeypat
     assert summary["answer"]["mix"]["shares"] == {"echo": 0.8, "fresh": 0.2, "known": 0.0}
     comp = _comparison(summary)
     assert comp["tpot_ratio"] == pytest.approx(0.8 * 0.3 + 0.2 * 1.65, rel=0.05)
+    means = comp["mean_tpot_experiment_s"] / comp["mean_tpot_control_s"]  # the mix's means
+    assert comp["tpot_ratio"] == pytest.approx(means, rel=0.03)
     result = SimpleNamespace(run_dir=run, report=run / "report.html",
                              summary=run / "summary.json", failed_launches=())  # fmt: skip
     assert json.loads(outcome_json(result))["mix"] == words

@@ -121,15 +121,25 @@ class Comparison:
     # the TPOT ratio as each estimand (speclib.core.estimand): the traffic's is cis["tpot_s"],
     # the verdict's; the token-weighted and the typical request's are descriptive
     ratios: dict[Estimand, RatioCI | None] = field(default_factory=dict)
+    mix: dict[str, float] | None = None  # the user's mix the verdict is for (None: as sent)
 
     @property
     def mean_tpot_s(self) -> tuple[float | None, float | None]:
         """The control's and the arm's mean TPOT over the pairs the verdict uses (the two
-        sides of the traffic's ratio)."""
+        sides of the traffic's ratio; under the user's mix, each category's mean at its
+        share)."""
         p = finite_pairs(self.pairs) if has_usable_pairs(self.pairs) else None
         if p is None or not len(p):
             return None, None
-        return float(p["tpot_s_c"].mean()), float(p["tpot_s_e"].mean())
+        if not self.mix or "category" not in p:
+            return float(p["tpot_s_c"].mean()), float(p["tpot_s_e"].mean())
+        means = p.groupby(p["category"].fillna("uncategorised").astype(str))[
+            ["tpot_s_c", "tpot_s_e"]].mean()  # fmt: skip
+        shares = {c: w for c, w in self.mix.items() if w > 0}
+        if not set(shares) <= set(means.index):
+            return None, None
+        return tuple(float(sum(w * means.loc[c, side] for c, w in shares.items()))
+                     for side in ("tpot_s_c", "tpot_s_e"))  # type: ignore[return-value]  # fmt: skip
 
     @property
     def lengths_differ(self) -> bool:
@@ -311,6 +321,7 @@ def _compare(
     latency_cis: dict[str, RatioCI | None] | None = None,
     ttft_problem: str | None = None,
     ratios: dict[Estimand, RatioCI | None] | None = None,
+    mix: dict[str, float] | None = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -413,6 +424,7 @@ def _compare(
         by_category=by_category or {},
         by_turn=by_turn or {},
         ratios={Estimand.TRAFFIC: ci_tpot, **(ratios or {})},
+        mix=mix,
     )
 
 
@@ -507,6 +519,7 @@ def compare_level(
                 by_turn=turns,
                 ttft_problem=ttft_problem,
                 ratios=views.get(n),
+                mix=mix,
             )
         )
     return out, decided
