@@ -172,6 +172,8 @@ def test_every_output_of_an_analysis_with_a_mix_says_the_mix(tmp_path, monkeypat
     assert conclusion_parts(an)[0].startswith("For your mix: echo 80 %, fresh 20 %")
     assert "For your mix: echo 80 %" in answer_html(an)
     assert "for your mix: echo 80 %" in verdict_table_html(an)
+    sentence = summary["answer"]["arms"][0]["sentence"]  # the share is the mix's, said so
+    assert "on echo (80 % of your mix)" in sentence, sentence
     plain = analyze_run(run, write=False)
     assert plain.answer.mix is None and not conclusion_parts(plain)[0].startswith("For your")
 

@@ -75,10 +75,13 @@ def segment_role(seg: SegmentResult, margin: float) -> str:
     return "unclear"
 
 
-def _seg_words(s: SegmentResult, *, first: bool) -> str:
+def _seg_words(s: SegmentResult, *, first: bool, mixed: bool = False) -> str:
+    """A segment's ratio, interval and share; a category's share under the user's mix is
+    the mix's ("of your mix"), never read as the run's requests."""
     ci = s.ci
     span = f" [{ci.ci_low:.2f}, {ci.ci_high:.2f}]" if ci is not None else ""
-    share = f"{100 * s.share:.0f} % of requests" if first else f"{100 * s.share:.0f} %"
+    whose = "of your mix" if mixed and s.cut == "category" else "of requests"
+    share = f"{100 * s.share:.0f} % {whose}" if first else f"{100 * s.share:.0f} %"
     return f"×{s.estimate:.2f}{span} on {s.segment} ({share})"
 
 
@@ -254,7 +257,7 @@ def _undecided_clause(segs: Sequence[SegmentResult]) -> str:
 
 
 def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity],
-         margin: float) -> ArmAnswer:  # fmt: skip
+         margin: float, mixed: bool = False) -> ArmAnswer:  # fmt: skip
     c = comparison
     pooled = c.word
     ci = c.cis.get("tpot_s")
@@ -263,7 +266,8 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
     word, sentence = pooled, None
     if named:
         by_name = {s.segment: s for s in segs if s.cut == cut}
-        parts = [_seg_words(by_name[seg], first=i == 0) for i, (_, seg, _) in enumerate(named)]
+        parts = [_seg_words(by_name[seg], first=i == 0, mixed=mixed)
+                 for i, (_, seg, _) in enumerate(named)]  # fmt: skip
         pooled_ratio = f"×{ci.estimate:.2f}" if ci is not None else "–"
         sentence = f"mixed: {c.experiment} at {c.load} is " + " and ".join(parts)
         if apart is not None:
@@ -280,7 +284,8 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
         fast, slow = named[0][1], named[1][1]
         sentence = (
             f"uneven: {c.experiment} at {c.load} is "
-            f"{_seg_words(by_name[fast], first=True)} and {_seg_words(by_name[slow], first=False)}"
+            f"{_seg_words(by_name[fast], first=True, mixed=mixed)} and "
+            f"{_seg_words(by_name[slow], first=False)}"
             f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the time per "
             f"token of {fast}, beyond δ (still {pooled}; segments by {cut})"
         )
@@ -313,7 +318,7 @@ def build_answer(
         if c.role_aa:
             out.append(c)
             continue
-        a = _one(c, mine, hets, margin)
+        a = _one(c, mine, hets, margin, mixed=mix is not None)
         arms.append(a)
         if a.word != c.word and c.verdict is not None:
             c = replace(c, verdict=Verdict(a.word, a.reasons, c.verdict.tpot_decision,
