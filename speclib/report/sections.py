@@ -371,10 +371,13 @@ def answer_html(an: RunAnalysis) -> str:
 
 def _estimand_legend() -> str:
     """Which figure is which, once on the first screen (:mod:`speclib.core.estimand`)."""
-    return "Which ratio is which: " + "; ".join(
-        f"<b>{html.escape(LABELS[e])}</b>: {html.escape(DEFINITIONS[e])}" for e in Estimand
-    ) + (". Every verdict about the traffic as a whole (adopt, routing, break-even, the "
-         "recommended value) uses the traffic's.")  # fmt: skip
+    parts = []
+    for e in Estimand:  # each definition opens with its own name: "the traffic's ratio: ..."
+        name, _, rest = DEFINITIONS[e].partition(": ")
+        parts.append(f"<b>{html.escape(name)}</b>: {html.escape(rest)}")
+    return "Which ratio is which: " + "; ".join(parts) + (
+        ". Every verdict about the traffic as a whole (adopt, routing, break-even, the "
+        "recommended value) uses the traffic's.")  # fmt: skip
 
 
 def trust_html(an: RunAnalysis) -> str:

@@ -78,8 +78,9 @@ def test_the_issues_run_gets_the_traffics_ratio_not_the_geometric_one(
     assert "against ×1.00 for one deployment for all (speculation off)" in advice
     # the first screen says which figure is which
     head = answer_html(an)
-    assert "Which ratio is which" in head and LABELS[Estimand.TYPICAL] in head
-    assert "The traffic's TPOT ratio" in verdict_table_html(an)
+    assert "Which ratio is which" in head and "<b>the typical request</b>: the geometric" in head
+    table = verdict_table_html(an)
+    assert "The traffic's TPOT ratio" in table and LABELS[Estimand.TYPICAL] in table
     text = conclusion(an)
     assert f"the typical request ×{typical['estimate']:.2f} (geometric mean" in text
     assert "Best for this traffic as a whole" not in conclusion_parts(an)[0]
