@@ -65,6 +65,7 @@ from speclib.analysis.verdict.run_rules import looks_plan, with_failed_arms
 from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.still_open import open_verdicts
 from speclib.analysis.verdict.tpot_verdict import summary_of
+from speclib.core.estimand import DEFINITIONS, Estimand
 from speclib.core.jsonutil import jsonable
 from speclib.core.run_summary import write_summary
 from speclib.core.rundir import RunDir
@@ -176,11 +177,14 @@ class RunAnalysis:
                     "seed": a.seed,
                     "multiple_comparisons": self.family or "no TPOT comparison",
                     "interval": (
-                        "block-level paired t-interval per arm: the arm's per-replicate-block "
-                        "mean paired log-ratio against the control (with an A/A arm: against "
-                        "the mean of the two control servers), on the arm's own "
-                        "block-to-block variance with blocks - 1 degrees of freedom"
+                        "block-level paired t-interval per arm: per replicate block, the log "
+                        "of the arm's mean TPOT over the control's on the block's paired "
+                        "prompts (with an A/A arm: against the mean of the two control "
+                        "servers), on the arm's own block-to-block variance with blocks - 1 "
+                        "degrees of freedom"
                     ),
+                    "tpot_estimand": Estimand.TRAFFIC,
+                    "estimands": {str(e): DEFINITIONS[e] for e in Estimand},
                     "primary_metric": (
                         "TPOT = (last token - first token) / (output_tokens - 1), from "
                         + (
@@ -201,6 +205,7 @@ class RunAnalysis:
                     {**c.to_dict(), **self.answer.fields_of(c.experiment, c.level)}
                     for c in self.comparisons
                 ],
+                "mix": self.answer.mix.to_dict() if self.answer.mix else None,
                 "answer": self.answer.to_dict(),
                 "recommendations": [r.to_dict() for r in self.recommendations],
                 "launches": [
@@ -327,6 +332,7 @@ def analyze_run(
             mode_problems=measured.mode_problems,
             decided=family.get(lvl),
             ttft_problem=lag.get(lvl),
+            mix=measured.traffic,
         )
         comps += found
         if decided is not None:
@@ -348,7 +354,9 @@ def analyze_run(
     notes += drafting_warnings(m.drafting for m in lms if m.drafting is not None)
     notes += stack_warnings(stack, control=params.control_name, aa=aa_arm)
     aa = [c for c in comps if c.experiment == AA_ARM]
-    recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
+    recs = tuple(
+        sweep_recommendations(params, comps, confidence_level=level_conf, mix=measured.traffic)
+    )
     manifest = rd.read_manifest()
     still = open_verdicts(worded, answer, plan=looks_plan(params, manifest),
                           confidence=level_conf, margin=params.analysis.margin)  # fmt: skip

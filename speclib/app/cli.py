@@ -173,7 +173,13 @@ def _shown(
 ) -> int:
     """Run ``call(log)`` under the terminal display; end with the verdicts or one line."""
     from speclib.app.terminal import interrupted_line, open_display
-    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts, record_lines
+    from speclib.app.verdicts import (
+        failed_line,
+        mix_line,
+        outcome_json,
+        print_verdicts,
+        record_lines,
+    )
     from speclib.core.run_summary import read_summary
 
     try:
@@ -190,6 +196,8 @@ def _shown(
         print(outcome_json(result, summary))
     elif args.quiet:
         print(f"report: {result.report}")
+        if mix := mix_line(summary):
+            print(mix)
     else:
         print_verdicts(summary)
         print(f"report:  {result.report}\nsummary: {result.summary}")

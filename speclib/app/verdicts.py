@@ -2,13 +2,16 @@
 its cells and the lines under it, in the manner of ``vllm bench serve``'s result block.
 
 :func:`print_verdicts` prints ``summary.json`` between rules of ``=``: a table with one line
-per experiment and load level (:func:`table_rows`: median TPOT of control and arm in ms, the
-TPOT ratio with its interval and the interval's level, the verdict, one short reason, the
-gates as marks), then the lines under it (:func:`end_lines`). The full reasons stay in
-``summary.json`` and the report. :func:`outcome_json` gives the verdicts as one JSON object.
+per experiment and load level (:func:`table_rows`: mean TPOT of control and arm in ms, the
+traffic's TPOT ratio with its interval and the interval's level, the token-weighted ratio
+where answer lengths differ, the typical request's, the verdict, one short reason, the gates
+as marks), a line saying which ratio is which (:func:`estimand_line`), then the lines under
+it (:func:`end_lines`); above the table, the user's traffic mix when the verdicts are for one
+(:func:`mix_line`). The full reasons stay in ``summary.json`` and the report.
+:func:`outcome_json` gives the verdicts as one JSON object, with the mix.
 
 The cells: :func:`ratio_cell` writes a TPOT ratio with its interval and level, :func:`ms_cell`
-the median TPOT of control and arm in ms, :func:`gate_marks` the gates as marks where "not
+the mean TPOT of control and arm in ms, :func:`gate_marks` the gates as marks where "not
 assessed" is never a tick (:func:`gate_legend` says what the marks mean), :func:`short_reason`
 one phrase of at most :data:`REASON_WIDTH` characters. :data:`MAX_LINE` and :func:`fit` bound
 every line the terminal shows.
@@ -37,6 +40,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from speclib.core.estimand import Estimand
 from speclib.core.run_summary import ComparisonEntry, GateEntry, RunSummary, TrustCheckEntry
 from speclib.core.stopping import Stopping, stopping_lines
 from speclib.core.wording import STATUS_MARKS
@@ -47,12 +51,14 @@ __all__ = [
     "REASON_WIDTH",
     "bench_check_line",
     "end_lines",
+    "estimand_line",
     "failed_line",
     "fit",
     "gate_legend",
     "gate_marks",
     "is_finite_number",
     "load_lines",
+    "mix_line",
     "ms_cell",
     "outcome_json",
     "print_verdicts",
@@ -72,18 +78,35 @@ __all__ = [
 
 def verdict_rows(summary: RunSummary) -> list[dict[str, Any]]:
     """The verdict of every comparison in ``summary.json``: experiment, load, TPOT ratio and
-    its CI, decision and reasons (the shape of ``--json``'s ``verdicts``)."""
+    its CI with the estimand they are (the traffic's), decision and reasons (the shape of
+    ``--json``'s ``verdicts``)."""
     return [
         {
             "experiment": c.experiment,
             "load": c.load,
             "tpot_ratio": c.tpot_ratio,
             "tpot_ratio_ci": c.tpot_ratio_ci,
+            "tpot_estimand": c.tpot_estimand,
             "decision": c.decision,
             "reasons": list(c.reasons),
         }
         for c in summary.comparisons
     ]
+
+
+def estimand_line(lengths_differ: bool) -> str:
+    """What each ratio column is (:mod:`speclib.core.estimand`)."""
+    per_token = "; per token = total decode time / decode tokens" if lengths_differ else ""
+    return (
+        "ratios: the verdict's is the traffic's (same prompts, each request once); typical = "
+        f"the typical request: geometric mean of per-request ratios, not the traffic's{per_token}"
+    )
+
+
+def mix_line(summary: RunSummary) -> str | None:
+    """The user's traffic mix the verdicts are for, as ``summary.json`` says it ("for your
+    mix: echo 80 %, fresh 20 % (the run's prompts: 50 / 50)"); None for the prompts as sent."""
+    return (summary.mix or {}).get("text") or None
 
 
 def recommendation_rows(summary: RunSummary) -> list[dict[str, Any]]:
@@ -129,12 +152,32 @@ def _row(c: ComparisonEntry, reason: str | None = None) -> dict[str, str]:
     return {
         "arm": str(c.experiment),
         "load": str(c.load),
-        "ms": ms_cell(c.median_tpot_control_s, c.median_tpot_experiment_s),
+        "ms": ms_cell(*_mean_tpot(c)),
         "ratio": ratio_cell(c.tpot_ratio, c.tpot_ratio_ci, c.confidence_level),
+        **_view_cells(c),
         "verdict": str(c.decision),
         "reason": reason or c.short_reason or short_reason(c),
         "gates": gate_marks(c.gates),
     }
+
+
+def _mean_tpot(c: ComparisonEntry) -> tuple[Any, Any]:
+    """The two sides of the traffic's ratio (mean TPOT, control and arm); a summary written
+    before them gives its medians."""
+    if c.mean_tpot_control_s is not None or c.mean_tpot_experiment_s is not None:
+        return c.mean_tpot_control_s, c.mean_tpot_experiment_s
+    return c.median_tpot_control_s, c.median_tpot_experiment_s
+
+
+def _view_cells(c: ComparisonEntry | None) -> dict[str, str]:
+    """The descriptive ratios beside the verdict's (the token-weighted and the typical
+    request's) as cells: ``×0.840`` ("–" without one)."""
+    ratios = c.tpot_ratios if c is not None else {}
+    cells = {}
+    for key, estimand in (("per_token", Estimand.PER_TOKEN), ("typical", Estimand.TYPICAL)):
+        value = (ratios.get(str(estimand)) or {}).get("estimate")
+        cells[key] = f"×{value:.3f}" if is_finite_number(value) and value > 0 else "–"
+    return cells
 
 
 def _recommendation_row(
@@ -148,12 +191,14 @@ def _recommendation_row(
     reason: str,
 ) -> dict[str, str]:
     """The cells of a sweep family's "recommended" row; ``c`` is the recommended arm's
-    comparison (its median TPOT, interval level and gates), None when there is none."""
+    comparison (its mean TPOT, descriptive ratios, interval level and gates), None when
+    there is none."""
     return {
         "arm": str(arm),
         "load": str(load),
-        "ms": ms_cell(c.median_tpot_control_s, c.median_tpot_experiment_s) if c else "–",
+        "ms": ms_cell(*_mean_tpot(c)) if c else "–",
         "ratio": ratio_cell(ratio, ci, c.confidence_level if c else None),
+        **_view_cells(c),
         "verdict": str(verdict),
         "reason": reason,
         "gates": gate_marks(c.gates) if c else "–",
@@ -199,6 +244,8 @@ _COLUMNS = (
     ("load", "load"),
     ("ms", "TPOT ms ctrl → arm"),
     ("ratio", "TPOT ratio [CI] level"),
+    ("per_token", "per token"),
+    ("typical", "typical"),
     ("verdict", "verdict"),
     ("reason", "reason"),
     ("gates", "gates"),
@@ -211,29 +258,37 @@ _COLOUR = {
     "untrustworthy": "red",
 }
 _MARK_COLOUR = {"✔": "green", "✘": "red", "–": "yellow", "?": "yellow"}
+_OPTIONAL = ("per_token",)
+"""Columns shown only where they differ from the traffic's ratio (answer lengths differ)."""
 
 
-def _table(rows: list[dict[str, str]], title: str, width: int) -> Any:
-    """The rich table of :func:`table_rows`, one line per row; when it is wider than
-    ``width``, the reason column gives way first (cut with "…", down to
-    :data:`_REASON_MIN` characters)."""
+def _table(
+    rows: list[dict[str, str]], title: str, width: int, *, lengths_differ: bool = False
+) -> Any:
+    """The rich table of :func:`table_rows`, one line per row (the per-token column only
+    where ``lengths_differ``); when it is wider than ``width``, the reason column gives way
+    first (cut with "…", down to :data:`_REASON_MIN` characters)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    columns = [(k, n) for k, n in _COLUMNS if lengths_differ or k not in _OPTIONAL]
+    keys = [k for k, _ in columns]
+
     def build(reason_width: int | None) -> Table:
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                       collapse_padding=True)  # fmt: skip
-        for key, name in _COLUMNS:
+        for key, name in columns:
             table.add_column(name, no_wrap=True, overflow="ellipsis",
                              max_width=reason_width if key == "reason" else None)  # fmt: skip
         for r in rows:
-            cells = [Text(r[key], no_wrap=True, overflow="ellipsis") for key, _ in _COLUMNS]
-            cells[4].stylize(_COLOUR.get(r["verdict"], "yellow"))
+            cells = [Text(r[key], no_wrap=True, overflow="ellipsis") for key in keys]
+            cells[keys.index("verdict")].stylize(_COLOUR.get(r["verdict"], "yellow"))
+            gates = cells[keys.index("gates")]
             for at, mark in enumerate(r["gates"]):
                 if mark in _MARK_COLOUR and (at == 0 or r["gates"][at - 1] == " "):
-                    cells[6].stylize(_MARK_COLOUR[mark], at, at + 1)
+                    gates.stylize(_MARK_COLOUR[mark], at, at + 1)
             table.add_row(*cells)
         return table
 
@@ -255,10 +310,11 @@ def _plain_lines(renderable: Any, width: int) -> list[str]:
 
 def print_verdicts(summary: RunSummary, *, stream: TextIO | None = None) -> None:
     """The end of ``speclib run``/``analyze`` on ``stream``, in the manner of ``vllm bench
-    serve``'s result block: a table with one line per experiment and load level (median
-    TPOT in ms of control and arm, the TPOT ratio with its interval and level, the verdict,
-    one short reason and the gates' marks), then :func:`end_lines` (the A/A arm's bench
-    check, bench trust), between rules of ``=``. No line is wider than :data:`MAX_LINE`:
+    serve``'s result block: the user's mix (if any), a table with one line per experiment
+    and load level (mean TPOT in ms of control and arm, the traffic's TPOT ratio with its
+    interval and level, the typical request's, the verdict, one short reason and the gates'
+    marks), which ratio is which, then :func:`end_lines` (the A/A arm's bench check, bench
+    trust), between rules of ``=``. No line is wider than :data:`MAX_LINE`:
     plain text in logs and pipes, rich colours on a terminal; the full reasons are in
     ``summary.json`` and the report."""
     from rich.console import Console
@@ -271,19 +327,23 @@ def print_verdicts(summary: RunSummary, *, stream: TextIO | None = None) -> None
         return
     rows = table_rows(summary)
     margin = summary.analysis.margin
-    title = "verdicts: median TPOT in ms, control → arm; TPOT ratio = arm / control" + (
-        "" if margin is None else f"; the rule's margin δ = ±{100 * margin:.3g} %"
+    title = (
+        "verdicts: TPOT ms = mean TPOT; TPOT ratio = the traffic's: their ratio, arm / control"
+        + ("" if margin is None else f"; the rule's margin δ = ±{100 * margin:.3g} %")
     )
-    table = _table(rows, title, width) if rows else None
+    differ = any(c.answer_lengths_differ for c in summary.comparisons)
+    table = _table(rows, title, width, lengths_differ=differ) if rows else None
     head = _plain_lines(table, width) if table else ["no experiment arm (an A/A calibration run)"]
-    tail = end_lines(summary)
-    rule = "=" * min(max(len(x) for x in head + tail), width)
+    mix = mix_line(summary)
+    lead = [fit(mix[:1].upper() + mix[1:])] if mix else []
+    tail = [*([estimand_line(differ)] if table else []), *end_lines(summary)]
+    rule = "=" * min(max(len(x) for x in lead + head + tail), width)
     if table is not None and not plain:
         console.width = width
-        console.print(rule, markup=False)
+        console.print("\n".join([rule, *lead]), markup=False)
         console.print(table)
     else:
-        print("\n".join([rule, *head]), file=console.file)
+        print("\n".join([rule, *lead, *head]), file=console.file)
     print("\n".join([*tail, rule]), file=console.file, flush=True)
 
 
@@ -296,6 +356,7 @@ def outcome_json(result: Any, summary: RunSummary) -> str:
             "report": str(result.report),
             "summary": str(result.summary),
             "failed_launches": list(result.failed_launches),
+            "mix": mix_line(summary),
             "verdicts": verdict_rows(summary),
         }
     )
@@ -377,7 +438,8 @@ def ratio_cell(ratio: Any, ci: Any, level: Any) -> str:
 
 
 def ms_cell(control_s: Any, experiment_s: Any) -> str:
-    """Median TPOT of the control and the arm in ms: ``30.99 → 15.48``."""
+    """Mean TPOT of the control and the arm in ms (the traffic's ratio's two sides):
+    ``30.99 → 15.48``."""
     ms = [f"{1e3 * x:.2f}" if is_finite_number(x) else "–" for x in (control_s, experiment_s)]
     return "–" if ms == ["–", "–"] else " → ".join(ms)
 

@@ -82,6 +82,12 @@ class AnalysisRule(_Entry):
         None, description="The Holm family of the TPOT verdicts, in words."
     )
     interval: str | None = Field(None, description="The TPOT interval, in words.")
+    tpot_estimand: str | None = Field(
+        None, description="Which TPOT ratio the verdicts decide on (`speclib/core/estimand.py`)."
+    )
+    estimands: dict[str, str] = Field(
+        default_factory=dict, description="Each TPOT ratio's name and its definition."
+    )
     primary_metric: str | None = Field(
         None, description="TPOT's definition and whose stamps it comes from."
     )
@@ -172,9 +178,29 @@ class ComparisonEntry(_Entry):
     n_launches: int = Field(0, description="Replicate blocks with pairs.")
     median_tpot_control_s: float | None = Field(None, description="Control's median TPOT (s).")
     median_tpot_experiment_s: float | None = Field(None, description="Arm's median TPOT (s).")
+    mean_tpot_control_s: float | None = Field(
+        None, description="Control's mean TPOT over the paired prompts (s; the mix's, with one)."
+    )
+    mean_tpot_experiment_s: float | None = Field(
+        None, description="Arm's mean TPOT over the paired prompts (s; the mix's, with one)."
+    )
     tpot_ratio: float | None = Field(None, description="TPOT ratio arm / control (< 1: faster).")
     tpot_ratio_ci: list[float | None] | None = Field(
         None, description="Its interval [low, high] at `confidence_level`."
+    )
+    tpot_estimand: str | None = Field(
+        None,
+        description="Which ratio `tpot_ratio` is: `traffic` (mean TPOT over the same prompts), "
+        "`per_token` or `typical_request`; null in a summary written before the kit named it, "
+        "whose ratio is the typical request's.",
+    )
+    tpot_ratios: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Every TPOT ratio by estimand, each with its interval (the verdict's and "
+        "the descriptive ones beside it).",
+    )
+    answer_lengths_differ: bool = Field(
+        False, description="The arms' answer lengths differ: the per-token ratio is shown."
     )
     tpot_ratio_by_category: dict[str, Any] = Field(
         default_factory=dict,
@@ -364,6 +390,11 @@ class RunSummary(_Entry):
     series: Rows = Field(default_factory=list, description="The per-series table.")
     comparisons: list[ComparisonEntry] = Field(
         default_factory=list, description="Every arm against the control at every load level."
+    )
+    mix: dict[str, Any] | None = Field(
+        None,
+        description="The user's traffic mix the verdicts are for (`text`, the shares, the "
+        "run's shares, the categories left out); null for the prompts as sent.",
     )
     answer: AnswerEntry | None = Field(None, description="The run's answer.")
     recommendations: list[RecommendationEntry] = Field(

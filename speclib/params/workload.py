@@ -47,8 +47,9 @@ class WorkloadParams(StrictModel):
         None,
         description="Each prompt category's share of the user's real traffic, e.g. {fresh: "
         "0.8, echo: 0.2} (shares in [0, 1] summing to 1, every category one of the prompt "
-        "set's). The pooled TPOT ratio, its interval and the verdict are for this mix (the "
-        "per-category block contrasts reweighted); default: the prompts as sent.",
+        "set's). The traffic's TPOT ratio, its interval and the verdict are for this mix "
+        "(each side's mean TPOT is the categories' mean TPOTs at these shares); every output "
+        "says the mix, a category it leaves out named; default: the prompts as sent.",
     )
     format: PromptFormat = Field(
         "speclib",

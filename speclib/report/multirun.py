@@ -38,6 +38,7 @@ COMPARE_COLUMNS = (
     "ci_low",
     "ci_high",
     "confidence_level",
+    "estimand",
     "decision",
     "acceptance_rate",
     "n_pairs",
@@ -45,8 +46,12 @@ COMPARE_COLUMNS = (
     "segments",
 )
 """Columns of :func:`compare_runs`, in order. ``tpot_ratio`` is experiment / control (below
-1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``acceptance_rate``
-is accepted / proposed draft tokens (``/metrics`` deltas, else the per-request median).
+1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``estimand`` says
+which ratio it is (:mod:`speclib.core.estimand`): ``traffic`` (mean TPOT) since issue 53, a
+summary written before that carries none and its ratio was the typical request's
+(``typical_request``, a geometric mean), so two runs side by side say whether they compare;
+``acceptance_rate`` is accepted / proposed draft tokens (``/metrics`` deltas, else the
+per-request median).
 ``decision`` is the run's answer (:mod:`speclib.analysis.verdict.answer`; "mixed" included),
 ``pooled_decision`` the pooled word it came from and ``segments`` the answer's sentence
 naming the segments behind "mixed" (empty otherwise)."""
@@ -130,6 +135,7 @@ def _rows(label: str, summary: RunSummary, manifest: dict[str, Any]) -> list[dic
             "ci_low": ci[0],
             "ci_high": ci[1],
             "confidence_level": c.confidence_level,
+            "estimand": c.tpot_estimand or "typical_request",
             "decision": c.decision,
             "acceptance_rate": _acceptance(c),
             "n_pairs": c.n_pairs,

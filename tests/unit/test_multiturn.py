@@ -371,7 +371,8 @@ def test_each_turn_gets_its_ratio_and_block_interval() -> None:
     assert t2.has_interval and t2.ci_high < 1 and t2.df == 2 and t2.n_pairs == 18
     assert t2.ci_high < t1.ci_low  # turn 2 pays more here, and the intervals say so
     sel = pairs[pairs["turn"] == 2]
-    by_block = np.log(sel["tpot_s_e"] / sel["tpot_s_c"]).groupby(sel["block"]).mean()
+    means = sel.groupby("block")[["tpot_s_e", "tpot_s_c"]].mean()
+    by_block = np.log(means["tpot_s_e"] / means["tpot_s_c"])  # the turn's traffic ratio
     assert t2.estimate == pytest.approx(float(np.exp(by_block.mean())))  # the verdict's model
 
 

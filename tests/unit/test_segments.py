@@ -200,9 +200,17 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
     as_sent = analyze_run(run, write=False).experiments[0].cis["tpot_s"]
     fresh = analyze_run(run, write=False, mix="fresh=0.8,echo=0.2")
     ci = fresh.experiments[0].cis["tpot_s"]
-    truth = math.exp(0.8 * math.log(1.4) + 0.2 * math.log(0.5))
+    # the traffic's ratio for the mix: each category's mean TPOT at its share (the control's
+    # TPOT is the same on both), not the geometric exp(0.8 log 1.4 + 0.2 log 0.5) = 1.14
+    truth = 0.8 * 1.4 + 0.2 * 0.5
     assert ci.ci_low < truth < ci.ci_high and ci.estimate > as_sent.estimate
-    assert "mix-weighted" in ci.method and fresh.answer.mix == {"fresh": 0.8, "echo": 0.2}
+    assert not ci.ci_low < math.exp(0.8 * math.log(1.4) + 0.2 * math.log(0.5)) < ci.ci_high
+    assert ci.estimand == "traffic" and "mix-weighted" in ci.method
+    assert fresh.answer.mix.shares == {"fresh": 0.8, "echo": 0.2}
+    assert (
+        fresh.answer.mix.words()
+        == "for your mix: fresh 80 %, echo 20 % (the run's prompts: 50 / 50)"
+    )
     assert fresh.experiments[0].verdict.tpot_decision.word == "worse"
     echo = analyze_run(run, write=False, mix={"echo": 1.0, "fresh": 0.0})
     assert echo.experiments[0].cis["tpot_s"].ci_high < 1

@@ -8,8 +8,10 @@ concurrency 1 and 2, 6 prompts), pruned to what the analysis reads: ``requests.j
 ``cpu.jsonl`` and ``server.log``. Its prompt set is
 ``tests/fixtures/run-standin-prompts.jsonl``. ``tests/fixtures/run-standin-summary.json``
 is what :func:`speclib.analysis.run_analysis.analyze_run` wrote for that folder at commit
-33bcc60, before ``speclib.analysis`` was split into subpackages; re-running the analysis on
-a copy must give the same summary, field for field.
+33bcc60, before ``speclib.analysis`` was split into subpackages, with its TPOT figures
+re-derived once since, when the verdict's ratio became the traffic's (issue 53: every
+block-model TPOT figure changed on purpose, no verdict word did); re-running the analysis
+on a copy must give the same summary, field for field.
 """
 
 from __future__ import annotations

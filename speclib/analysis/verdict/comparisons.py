@@ -12,6 +12,13 @@ speed-up with the standard model of speculative decoding. A launch-blind prompt-
 bootstrap of TPOT is kept as labelled information (``tpot_prompt_level``), never a gate or
 the verdict.
 
+Which TPOT ratio each figure is (:mod:`speclib.core.estimand`): the verdict's,
+``cis["tpot_s"]``, is the traffic's (mean TPOT over the same prompts); ``ratios`` holds it
+beside the token-weighted ratio and the typical request's (a geometric mean), both
+descriptive, at the run's confidence; the per-category and per-turn ratios are each
+group's traffic ratio; the gates' TTFT and E2E and the prompt-level bootstrap are the
+typical request's.
+
 The pairs of a level and their intervals are in :mod:`speclib.analysis.verdict.pairs`, the
 acceptance, the why and the sampling check's gate inputs in
 :mod:`speclib.analysis.verdict.explain`. A comparison's record (:class:`Comparison`, with
@@ -57,6 +64,7 @@ from speclib.analysis.verdict.explain import (
 from speclib.analysis.verdict.gates import GateEvidence, Verdict, apply_gates, rule_gates
 from speclib.analysis.verdict.pairs import (
     GATE_METRICS,
+    estimand_cis,
     finite_pairs,
     gate_cis,
     has_usable_pairs,
@@ -68,6 +76,7 @@ from speclib.analysis.verdict.tpot_verdict import (
     LevelDecision,
     decide_level,
 )
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
@@ -109,6 +118,38 @@ class Comparison:
     )
     by_category: dict[str, CategoryRatio] = field(default_factory=dict)
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
+    # the TPOT ratio as each estimand (speclib.core.estimand): the traffic's is cis["tpot_s"],
+    # the verdict's; the token-weighted and the typical request's are descriptive
+    ratios: dict[Estimand, RatioCI | None] = field(default_factory=dict)
+    mix: dict[str, float] | None = None  # the user's mix the verdict is for (None: as sent)
+
+    @property
+    def mean_tpot_s(self) -> tuple[float | None, float | None]:
+        """The control's and the arm's mean TPOT over the pairs the verdict uses (the two
+        sides of the traffic's ratio; under the user's mix, each category's mean at its
+        share)."""
+        p = finite_pairs(self.pairs) if has_usable_pairs(self.pairs) else None
+        if p is None or not len(p):
+            return None, None
+        if not self.mix or "category" not in p:
+            return float(p["tpot_s_c"].mean()), float(p["tpot_s_e"].mean())
+        means = p.groupby(p["category"].fillna("uncategorised").astype(str))[
+            ["tpot_s_c", "tpot_s_e"]].mean()  # fmt: skip
+        shares = {c: w for c, w in self.mix.items() if w > 0}
+        if not set(shares) <= set(means.index):
+            return None, None
+        return tuple(float(sum(w * means.loc[c, side] for c, w in shares.items()))
+                     for side in ("tpot_s_c", "tpot_s_e"))  # type: ignore[return-value]  # fmt: skip
+
+    @property
+    def lengths_differ(self) -> bool:
+        """Whether the answers of the pairs the verdict uses differ in length (then the
+        token-weighted ratio is not the traffic's and is shown beside it)."""
+        p = finite_pairs(self.pairs) if has_usable_pairs(self.pairs) else None
+        if p is None or "output_tokens_c" not in p or "output_tokens_e" not in p:
+            return False
+        tokens = pd.concat([p["output_tokens_c"], p["output_tokens_e"]])
+        return bool(pd.to_numeric(tokens, errors="coerce").nunique() > 1)
 
     @property
     def role_aa(self) -> bool:
@@ -197,8 +238,15 @@ class Comparison:
                 "n_launches": self.n_launches,
                 "median_tpot_control_s": self.median_tpot_control_s,
                 "median_tpot_experiment_s": self.median_tpot_experiment_s,
+                "mean_tpot_control_s": self.mean_tpot_s[0],
+                "mean_tpot_experiment_s": self.mean_tpot_s[1],
                 "tpot_ratio": tpot.estimate if tpot else None,
                 "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
+                "tpot_estimand": tpot.estimand if tpot else Estimand.TRAFFIC,
+                "tpot_ratios": {
+                    str(est): (ci.to_dict() if ci else None) for est, ci in self.ratios.items()
+                },
+                "answer_lengths_differ": self.lengths_differ,
                 "tpot_ratio_by_category": {cat: r.to_dict() for cat, r in self.by_category.items()},
                 "tpot_ratio_by_category_note": CATEGORY_NOTE if self.by_category else None,
                 "tpot_ratio_by_turn": {str(t): r.to_dict() for t, r in self.by_turn.items()},
@@ -272,6 +320,8 @@ def _compare(
     by_turn: dict[int, CategoryRatio] | None = None,
     latency_cis: dict[str, RatioCI | None] | None = None,
     ttft_problem: str | None = None,
+    ratios: dict[Estimand, RatioCI | None] | None = None,
+    mix: dict[str, float] | None = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -367,6 +417,8 @@ def _compare(
         plausibility=plaus,
         by_category=by_category or {},
         by_turn=by_turn or {},
+        ratios={Estimand.TRAFFIC: ci_tpot, **(ratios or {})},
+        mix=mix,
     )
 
 
@@ -383,6 +435,7 @@ def compare_level(
     mode_problems: dict[str, str] | None = None,
     decided: LevelDecision | None = None,
     ttft_problem: str | None = None,
+    mix: dict[str, float] | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
     """Every arm against the control at one load level: the experiments decided with
     block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
@@ -398,7 +451,9 @@ def compare_level(
     decisions when they were made over a larger family (every load level, looks; see
     :func:`speclib.analysis.verdict.tpot_verdict.decide_family`), else they are decided here with
     this level's experiments as the family; ``ttft_problem`` why the TTFT gate cannot be
-    assessed at this level (the client's TTFT lag differed between arms). When
+    assessed at this level (the client's TTFT lag differed between arms); ``mix`` the
+    user's traffic mix the verdicts were decided for (the token-weighted ratio beside them
+    follows it; it must be the one ``decided`` used). When
     the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is
     "untrustworthy". Returns the comparisons (experiments first, the A/A arm last) and the
     level's block analysis.
@@ -412,6 +467,8 @@ def compare_level(
     salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(arms)}
     usable = {n: finite_pairs(pairs[n]) for n in arms if has_usable_pairs(pairs[n])}
     latency = gate_cis(pairs, aa_arm=aa, confidence_level=a.confidence)
+    views = estimand_cis(usable, aa_arm=aa if aa in usable else None,
+                         confidence_level=a.confidence, mix=mix)  # fmt: skip
     if decided is None and usable:
         decided = decide_level(
             usable,
@@ -455,6 +512,8 @@ def compare_level(
                 by_category=cats,
                 by_turn=turns,
                 ttft_problem=ttft_problem,
+                ratios=views.get(n),
+                mix=mix,
             )
         )
     return out, decided

@@ -32,7 +32,7 @@ from speclib.analysis.speculation.why import (
     stream_steps,
 )
 from speclib.analysis.stats.paired import RatioCI
-from speclib.analysis.verdict.pairs import pair_ratio_ci
+from speclib.analysis.verdict.pairs import geo_ratio, pair_ratio_ci
 from speclib.params.experiment import ExperimentParams
 
 __all__ = [
@@ -157,7 +157,10 @@ def explain_speedup(
     launches: list[LaunchMetrics] | None = None,
 ) -> WhySpeedup | None:
     """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
-    known independently (:mod:`speclib.analysis.speculation.why`)."""
+    known independently (:mod:`speclib.analysis.speculation.why`). The decomposition's
+    factors are geometric means over the pairs, so the ratio it is checked against is the
+    typical request's (:attr:`speclib.core.estimand.Estimand.TYPICAL`), not the traffic's
+    ``tpot``."""
     spec_cfg = params.series_by_name(name).speculative_config or {}
     if not spec_cfg or tpot is None or not (tpot.estimate > 0) or not len(pairs):
         return None
@@ -178,7 +181,7 @@ def explain_speedup(
         method=method,
         k=spec_cfg.get("num_speculative_tokens"),
         stream_factors=paired_stream_factors(sides["c"], sides["e"]),
-        measured_speedup=1 / tpot.estimate,
+        measured_speedup=1 / (geo_ratio(pairs, "tpot_s") or tpot.estimate),
         verify_tokens=tokens,
         verify_tokens_source="/metrics counters" if from_counters else "per-request metrics",
         drafting=arm_drafting(df, name, pairs, launches or []),
