@@ -65,6 +65,7 @@ from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
 from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.scores import read_ranks
 from speclib.params.experiment import AA_ARM, ExperimentParams
 from speclib.params.loader import load_params
 from speclib.params.override import Redecision, redecision
@@ -298,6 +299,7 @@ def analyze_run(
     for col in ("peak_gpu_bytes", "weights_gib", "kv_cache_gib"):
         rows[col] = [(mem.get(str(n)) or {}).get(col) for n in rows["series"]] if len(rows) else []
     plaus = _plausibility(rd, params)
+    ranks = read_ranks(rd.divergences)
     idle = idle_load_frame(rd.root, statuses)
     cores = int((rd.read_manifest().get("hardware") or {}).get("cpu_count") or os.cpu_count() or 1)
     idle_problem = idle_load_problem(idle, cores=cores, max_gap=params.analysis.max_contention_gap)
@@ -320,6 +322,7 @@ def analyze_run(
             mode_problems=measured.mode_problems,
             decided=family.get(lvl),
             ttft_problem=lag.get(lvl),
+            ranks=ranks,
         )
         comps += found
         if decided is not None:

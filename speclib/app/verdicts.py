@@ -511,6 +511,8 @@ def stack_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(f"vLLM log, {series}: {', '.join(kinds)} (the report quotes the lines)")
     if summary.get("acceptance_truth_line"):
         lines.append(f"measured acceptance {summary['acceptance_truth_line']}")
+    if summary.get("acceptance_replay_line"):
+        lines.append(f"measured acceptance {summary['acceptance_replay_line']}")
     return lines
 
 

@@ -12,6 +12,11 @@ Layout (the contract documented in docs/run-folder.md)::
       launches/<launch_id>/   server.log, command.json, metrics_*.prom, memory.jsonl,
                               status.json (one folder per server launch)
       notebooks/              the executed notebooks (the record of what ran)
+      output_scores.jsonl     sampled runs: every output's log-probability under the target
+      divergences.jsonl       greedy runs: where an arm's answer left the control's, the
+                              target's log-probabilities of both tokens there
+      acceptance_replay.json  ``speclib replay-acceptance``: each draft launch's acceptance
+                              counted outside vLLM (transformers forward passes)
       summary.json            the decision, per experiment against the control
       report.html             the self-contained report
       analyses/<UTC time>/    earlier analyses (summary.json, report.html, the notebook),
@@ -29,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ACCEPTANCE_REPLAY_FILE",
+    "DIVERGENCES_FILE",
     "OUTPUT_SCORES_FILE",
     "TURN_HISTORY_FILE",
     "LaunchDir",
@@ -40,6 +47,10 @@ __all__ = [
 
 OUTPUT_SCORES_FILE = "output_scores.jsonl"
 """Sampled runs: the target's log-probability of every output (one JSON line each)."""
+DIVERGENCES_FILE = "divergences.jsonl"
+"""Greedy runs: the target's log-probabilities of both tokens where an answer diverged."""
+ACCEPTANCE_REPLAY_FILE = "acceptance_replay.json"
+"""A draft's acceptance per launch counted outside vLLM (``speclib replay-acceptance``)."""
 TURN_HISTORY_FILE = "turn_history.jsonl"
 """Multi-turn runs: the earlier turns' answers every arm is fed (one JSON line each)."""
 
@@ -238,6 +249,22 @@ class RunDir:
     def output_scores(self) -> Path:
         """Scores of the outputs by the target without speculation (sampled runs only)."""
         return self.root / OUTPUT_SCORES_FILE
+
+    @property
+    def divergences(self) -> Path:
+        """Greedy runs: the target's log-probabilities of the control's and the arm's token
+        at each answer's first divergence (absent when no answer diverged)."""
+        return self.root / DIVERGENCES_FILE
+
+    @property
+    def divergence_error(self) -> Path:
+        """Why the divergences could not be ranked by the target (absent when they could)."""
+        return self.root / "divergences.error.txt"
+
+    @property
+    def acceptance_replay(self) -> Path:
+        """Each draft launch's acceptance counted outside vLLM (``speclib replay-acceptance``)."""
+        return self.root / ACCEPTANCE_REPLAY_FILE
 
     def launch(self, lid: str) -> Path:
         return self.root / "launches" / lid

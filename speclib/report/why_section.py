@@ -72,6 +72,39 @@ def _stream_flag(acceptance: dict[str, Any]) -> str:
     )
 
 
+def _replay_html(replay: dict[str, Any], line: str) -> str:
+    """vLLM's acceptance per position beside the replay outside vLLM, per series."""
+
+    def rates(values: list[float] | None) -> str:
+        return " / ".join(f"{v:.3f}" for v in values) if values else "–"
+
+    rows = "".join(
+        f"<tr><td>{html.escape(str(r['series']))}</td><td>{r['k']}</td><td>{r['launches']}</td>"
+        f"<td>{rates(r['measured_per_position'])}</td><td>{rates(r['replayed_per_position'])}</td>"
+        f"<td>{r['measured_mean_length']:.3f} / {r['replayed_mean_length']:.3f}</td>"
+        f"<td>{r['worst_relative_error']:.1%}</td></tr>"
+        for r in replay.get("series") or []
+        if r.get("measured_mean_length") is not None and r.get("replayed_mean_length")
+    )
+    check = replay.get("target_check") or {}
+    same = check.get("same_share")
+    note = (
+        f" The target's greedy token in transformers ({html.escape(str(replay.get('dtype')))}"
+        f" on {html.escape(str(replay.get('device')))}) was the served one at "
+        f"{same:.2%} of {check.get('positions')} answer positions."
+        if same is not None
+        else ""
+    )
+    return (
+        f"<p><b>Acceptance against a second instrument</b>: the measured acceptance "
+        f"{html.escape(line)}. The replay runs the target and the draft in transformers over "
+        f"the answers each launch served and counts greedy speculation's steps from their "
+        f"greedy tokens.{note}</p><table class='speclib-table'><tr><th>Series</th><th>k</th>"
+        "<th>Launches</th><th>vLLM per position</th><th>Replay per position</th>"
+        f"<th>Mean length (vLLM / replay)</th><th>Largest difference</th></tr>{rows}</table>"
+    )
+
+
 def _stack_html(an: RunAnalysis) -> str:
     """What vLLM's own log says bears on speed, per series (lines the control logged too
     left out), and the acceptance against a synthetic pair's truth."""
@@ -82,6 +115,9 @@ def _stack_html(an: RunAnalysis) -> str:
             f"<p><b>Acceptance against a known truth</b>: the measured acceptance "
             f"{html.escape(truth)}.</p>"
         )
+    replay = an.stack.get("acceptance_replay_line")
+    if replay:
+        out.append(_replay_html(an.stack.get("acceptance_replay") or {}, replay))
     lines = an.stack.get("speed_log") or {}
     rows = [
         f"<tr><td>{html.escape(series)}</td><td>{html.escape(x['kind'])}</td>"

@@ -22,6 +22,7 @@ its ``summary.json`` entry) and its assembly from pairs, intervals and gates
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +32,8 @@ from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
 from speclib.analysis.speculation.agreement import (
     Agreement,
     AgreementSummary,
+    DivergenceClass,
+    classify_divergences,
     compare_outputs,
     count_bad_outputs,
     summarize_agreement,
@@ -109,6 +112,7 @@ class Comparison:
     )
     by_category: dict[str, CategoryRatio] = field(default_factory=dict)
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
+    divergences: dict[str, DivergenceClass] = field(default_factory=dict)  # greedy runs
 
     @property
     def role_aa(self) -> bool:
@@ -229,6 +233,7 @@ class Comparison:
                 "bad_outputs_control": self.bad_outputs_control,
                 "bad_outputs_experiment": self.bad_outputs_experiment,
                 "agreement": vars(self.agreement) if self.agreement else None,
+                "divergences": {pid: asdict(c) for pid, c in self.divergences.items()},
                 "acceptance": self.acceptance,
                 "explanation": _explanation_dict(self.explanation),
                 "peak_rss_bytes": self.peak_rss_bytes,
@@ -272,6 +277,7 @@ def _compare(
     by_turn: dict[int, CategoryRatio] | None = None,
     latency_cis: dict[str, RatioCI | None] | None = None,
     ttft_problem: str | None = None,
+    ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -296,7 +302,16 @@ def _compare(
         if params.workload.temperature == 0.0
         else {}
     )
-    agreement = summarize_agreement(list(agreements.values())) if agreements else None
+    classes = (
+        classify_divergences(
+            agreements,
+            {pid: (ranks or {}).get((name, level, pid)) for pid in agreements},
+            near_tie_nats=a.near_tie_nats,
+        )
+        if agreements
+        else {}
+    )
+    agreement = summarize_agreement(agreements, classes) if agreements else None
     peak = _peak_rss(series_rows, name)
     if decision is None and len(d_e):
         # requests were sent but none paired (every one failed, say): still weigh the
@@ -313,7 +328,7 @@ def _compare(
             control_requests=len(d_c),
             experiment_requests=len(d_e),
             wrong_outputs=max(0, bad_e - bad_c) + implausible_count(plaus),
-            agreement_rate=agreement.exact_match_rate if agreement else None,
+            agreement_rate=agreement.gate_rate if agreement else None,
             min_agreement_rate=a.min_greedy_agreement if agreement else None,
             peak_memory_gib=peak / 1024**3 if peak else None,
             memory_limit_gib=a.memory_limit_gib if peak else None,
@@ -373,6 +388,7 @@ def _compare(
         plausibility=plaus,
         by_category=by_category or {},
         by_turn=by_turn or {},
+        divergences=classes,
     )
 
 
@@ -389,6 +405,7 @@ def compare_level(
     mode_problems: dict[str, str] | None = None,
     decided: LevelDecision | None = None,
     ttft_problem: str | None = None,
+    ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
     """Every arm against the control at one load level: the experiments decided with
     block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
@@ -403,7 +420,9 @@ def compare_level(
     the arm's verdict is then "reject", gate ``mode``), ``decided`` the level's TPOT
     decisions when they were made over a larger family (every load level, looks; see
     :func:`speclib.analysis.verdict.tpot_verdict.decide_family`), else they are decided here with
-    this level's experiments as the family; ``ttft_problem`` why the TTFT gate cannot be
+    this level's experiments as the family; ``ranks`` the target's ranking of each greedy
+    divergence by ``(arm, level, prompt id)`` (``RUN_DIR/divergences.jsonl``: a near tie is
+    not held against the arm); ``ttft_problem`` why the TTFT gate cannot be
     assessed at this level (the client's TTFT lag differed between arms). When
     the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is
     "untrustworthy". Returns the comparisons (experiments first, the A/A arm last) and the
@@ -461,6 +480,7 @@ def compare_level(
                 by_category=cats,
                 by_turn=turns,
                 ttft_problem=ttft_problem,
+                ranks=ranks,
             )
         )
     return out, decided
