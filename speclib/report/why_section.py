@@ -54,9 +54,55 @@ def why_html(an: RunAnalysis) -> str:
         if c.explanation and c.explanation.summary
     ]
     stack = _stack_html(an)
+    kinds = _kinds_html(an)
     if not items and not stack:
         return ""
-    return wrap("<h2>Why this speed-up?</h2>" + _METHOD + "<ul>" + "".join(items) + "</ul>" + stack)
+    return wrap(
+        "<h2>Why this speed-up?</h2>" + _METHOD + "<ul>" + "".join(items) + "</ul>" + kinds + stack
+    )
+
+
+def _kinds_html(an: RunAnalysis) -> str:
+    """Per kind of prompt, at the first load level (c=1 there: one chunk per engine step):
+    the tokens a decode step yielded, a step's cost over a plain one, the speed-up they make
+    and the kind's TPOT ratio; with a replay (``speclib replay-acceptance``), the mean
+    acceptance length the draft gets along the control's answers of that kind."""
+    replay = (an.stack.get("acceptance_replay") or {}).get("control_answers") or {}
+    blocks = []
+    for c in an.comparisons:
+        if c.level != 0 or len(c.why_by_category) < 2:
+            continue
+        mine = replay.get(c.experiment) or {}
+        rows = []
+        for cat, w in c.why_by_category.items():
+            ratio = c.by_category.get(cat)
+            length = (mine.get(cat) or {}).get("mean_acceptance_length")
+            rows.append(
+                f"<tr><td>{html.escape(cat)}</td><td>{w['n_pairs']}</td>"
+                f"<td>{w['tokens_per_step']:.2f}</td><td>{w['step_cost']:.2f}</td>"
+                f"<td>×{w['speedup']:.2f}</td>"
+                f"<td>{'×' + format(ratio.estimate, '.3f') if ratio else '–'}</td>"
+                f"<td>{format(length, '.2f') if length else '–'}</td></tr>"
+            )
+        blocks.append(
+            f"<p><b>{html.escape(c.experiment)}</b> ({html.escape(c.load)}) per kind of prompt:"
+            "</p><table class='speclib-table'><tr><th>Kind</th><th>Pairs</th>"
+            "<th>Tokens per step</th><th>Step cost</th><th>Speed-up (streams)</th>"
+            "<th>TPOT ratio</th><th>Replay: mean acceptance length</th></tr>"
+            + "".join(rows)
+            + "</table>"
+        )
+    if not blocks:
+        return ""
+    return (
+        "<h3>Why, per kind of prompt</h3><p>A kind whose answers the draft can predict (code "
+        "copied from the prompt, a fixed idiom) yields more tokens per step at the same step "
+        "cost. Tokens per step and step cost are geometric means over the kind's paired "
+        "prompts, from the streams; the TPOT ratio is the kind's block-level estimate (below 1: "
+        "faster); the replay column (after <code>speclib replay-acceptance</code>) is what the "
+        "draft accepts along the control's answers of that kind, counted outside vLLM.</p>"
+        + "".join(blocks)
+    )
 
 
 def _stream_flag(acceptance: dict[str, Any]) -> str:

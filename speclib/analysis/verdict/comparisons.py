@@ -56,6 +56,7 @@ from speclib.analysis.verdict.explain import (
     implausible_count,
     plausibility_dict,
     unscored_reason,
+    why_by_category,
 )
 from speclib.analysis.verdict.gates import Verdict, apply_gates
 from speclib.analysis.verdict.pairs import (
@@ -113,6 +114,7 @@ class Comparison:
     by_category: dict[str, CategoryRatio] = field(default_factory=dict)
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
     divergences: dict[str, DivergenceClass] = field(default_factory=dict)  # greedy runs
+    why_by_category: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def role_aa(self) -> bool:
@@ -234,6 +236,7 @@ class Comparison:
                 "bad_outputs_experiment": self.bad_outputs_experiment,
                 "agreement": vars(self.agreement) if self.agreement else None,
                 "divergences": {pid: asdict(c) for pid, c in self.divergences.items()},
+                "why_by_category": self.why_by_category,
                 "acceptance": self.acceptance,
                 "explanation": _explanation_dict(self.explanation),
                 "peak_rss_bytes": self.peak_rss_bytes,
@@ -389,6 +392,7 @@ def _compare(
         by_category=by_category or {},
         by_turn=by_turn or {},
         divergences=classes,
+        why_by_category=why_by_category(pairs) if spec_cfg else {},
     )
 
 
