@@ -31,8 +31,10 @@ while [[ $# -gt 0 ]]; do
         --no-cache-dir --upgrade --target /tmp/coder-site "$w" && rm -f "$w"
     done
     if [[ -f "$pieces/pieces.txt" ]]; then
+      total=$(wc -l < "$pieces/pieces.txt")
       missing=$(cd "$pieces" && while read -r p; do [[ -f "$p" ]] || echo "$p"; done < pieces.txt)
-      echo "have $(( $(wc -l < "$pieces/pieces.txt") - $(echo -n "$missing" | grep -c . || true) )) of $(wc -l < "$pieces/pieces.txt") pieces${missing:+; missing: $(echo $missing | head -c 300)}"
+      n=$(echo -n "$missing" | grep -c . || true)
+      echo "have $(( total - n )) of $total pieces${missing:+; $n missing, first $(echo "$missing" | head -1)}"
     else
       echo "$(ls "$pieces" | grep -c part- || true) pieces here; pieces.txt not yet"
     fi ;;

