@@ -11,7 +11,8 @@
 #   bash scripts/gpu_coder.sh finish   speclib replay-acceptance --analyze, then the evidence
 #                                      (summary, manifest, report, replay, divergences, build
 #                                      info, the raw run folder) into $OUT
-# One call can chain them: `bash scripts/gpu_coder.sh receive build run wait 480`.
+# One call can chain them (each call at most 600 s): `bash scripts/gpu_coder.sh receive build run
+# wait 360`, then `wait 540`, then `wait 300 finish`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pieces=/tmp/coder-pieces run=/tmp/coder-run
@@ -62,6 +63,7 @@ while [[ $# -gt 0 ]]; do
     fi
     tail -n 25 "$run/run.log" ;;
   finish)
+    if pgrep -f "speclib run --out $run" >/dev/null; then echo "the run is still going"; exit 1; fi
     "$py" -m speclib replay-acceptance "$run" --analyze 2>&1 | tee "$run/replay.log"
     out=${OUT:-/tmp/coder-out}; mkdir -p "$out"
     cp "$run"/summary.json "$run"/manifest.json "$run"/report.html "$run"/replay.log "$out"/
