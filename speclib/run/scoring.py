@@ -515,11 +515,17 @@ def _rank_one(api: _Api, model: str, item: _Divergence, prompt_ids: list[int]) -
         rank = hit.get("rank") if isinstance(hit, Mapping) else None
         got[token] = (lp, rank if isinstance(rank, int) else None)
     (c_lp, c_rank), (e_lp, e_rank) = got[item.control_token], got[item.experiment_token]
+    return _rank_of(item, control_logprob=c_lp, experiment_logprob=e_lp,
+                    control_rank=c_rank, experiment_rank=e_rank)  # fmt: skip
+
+
+def _rank_of(item: _Divergence, **ranked: Any) -> DivergenceRank:
+    """The record of ``item``'s ranking: ``ranked`` holds the log-probabilities and ranks,
+    or ``error``."""
     return DivergenceRank(
         series=item.series, level=item.level, prompt_id=item.prompt_id,
         position=len(item.prefix), control_token=item.control_token,
-        experiment_token=item.experiment_token, control_logprob=c_lp,
-        experiment_logprob=e_lp, control_rank=c_rank, experiment_rank=e_rank,
+        experiment_token=item.experiment_token, **ranked,
     )  # fmt: skip
 
 
@@ -551,11 +557,7 @@ def rank_divergences(
             out.append(_rank_one(api, model, item, ids))
         except Exception as exc:  # an odd response must not lose the others
             why = str(exc) if isinstance(exc, _ScoreError) else f"{type(exc).__name__}: {exc}"
-            out.append(DivergenceRank(
-                series=item.series, level=item.level, prompt_id=item.prompt_id,
-                position=len(item.prefix), control_token=item.control_token,
-                experiment_token=item.experiment_token, error=_excerpt(why),
-            ))  # fmt: skip
+            out.append(_rank_of(item, error=_excerpt(why)))
     return out
 
 
