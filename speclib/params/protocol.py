@@ -266,8 +266,8 @@ class AnalysisParams(StrictModel):
         "answers parted on a floating-point near tie and the divergence is not held against "
         "the arm (min_greedy_agreement counts it as agreeing); beyond it, a real "
         "disagreement. The default is just above the most that bf16 numerics moved the gap "
-        "between the two likeliest tokens of Qwen2.5-Coder-1.5B against float32 (0.22 nats "
-        "over 955 positions; p99 0.17: docs/measurements.md).",
+        "between the two likeliest tokens of Qwen2.5-Coder-1.5B against float32 (0.21 nats "
+        "over 763 positions, p99 0.17: tests/benchmarks/bench_bf16_noise.py).",
     )
     memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
     measure_draft_cost: bool = Field(

