@@ -69,6 +69,7 @@ from speclib.core.estimand import DEFINITIONS, Estimand
 from speclib.core.jsonutil import jsonable
 from speclib.core.run_summary import write_summary
 from speclib.core.rundir import RunDir
+from speclib.core.scores import read_ranks
 from speclib.core.stopping import Stopping
 from speclib.params.experiment import AA_ARM, ExperimentParams
 from speclib.params.loader import load_params
@@ -310,6 +311,7 @@ def analyze_run(
     for col in ("peak_gpu_bytes", "weights_gib", "kv_cache_gib"):
         rows[col] = [(mem.get(str(n)) or {}).get(col) for n in rows["series"]] if len(rows) else []
     plaus = _plausibility(rd, params)
+    ranks = read_ranks(rd.divergences)
     idle = idle_load_frame(rd.root, statuses)
     cores = int((rd.read_manifest().get("hardware") or {}).get("cpu_count") or os.cpu_count() or 1)
     idle_problem = idle_load_problem(idle, cores=cores, max_gap=params.analysis.max_contention_gap)
@@ -333,6 +335,7 @@ def analyze_run(
             decided=family.get(lvl),
             ttft_problem=lag.get(lvl),
             mix=measured.traffic,
+            ranks=ranks,
         )
         comps += found
         if decided is not None:

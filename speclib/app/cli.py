@@ -3,7 +3,8 @@
 ``speclib validate FILE`` · ``speclib run PARAMS [--out DIR] [--resume RUN_DIR]`` ·
 ``speclib analyze RUN_DIR [--params FILE]`` · ``speclib doctor [PARAMS]`` ·
 ``speclib build-demo`` · ``speclib compare RUN_A RUN_B ...`` ·
-``speclib crosscheck PARAMS --base-url URL`` · ``speclib schedule RUN_DIR --out FILE``.
+``speclib crosscheck PARAMS --base-url URL`` · ``speclib schedule RUN_DIR --out FILE`` ·
+``speclib replay-acceptance RUN_DIR``.
 Path arguments are resolved against the caller's folder first (the notebooks run
 elsewhere). ``run`` and ``analyze`` show what is happening (:mod:`speclib.app.terminal`)
 and end with the verdict table; ``--quiet`` prints only errors and the report path,
@@ -221,6 +222,51 @@ def _cmd_build_demo(args: argparse.Namespace) -> int:
     return int(build_main(args.rest) or 0)
 
 
+def _cmd_replay_acceptance(args: argparse.Namespace) -> int:
+    import json
+
+    from speclib.analysis.speculation.replay_check import replay_lines, replay_rows
+    from speclib.core.rundir import RunDir
+    from speclib.run.draft_replay import replay_run
+
+    rd = RunDir.at(args.run_dir)
+    if not rd.params_resolved.exists():
+        print(f"error: {rd.root} is no run folder (no params.resolved.json)", file=sys.stderr)
+        return 2
+    try:
+        path = replay_run(rd.root, device=args.device, dtype=args.dtype, log=_stderr_line)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    replay = json.loads(path.read_text("utf-8"))
+    print(f"written: {path} ({replay['seconds']} s on {replay['device']}, {replay['dtype']})")
+    check = replay.get("target_check") or {}
+    if check.get("same_share") is not None:
+        print(
+            f"the target's greedy token in transformers is the served one at "
+            f"{check['same_share']:.2%} of {check['positions']} positions "
+            f"({check['answers']} answers)"
+        )
+    try:
+        metrics = json.loads(rd.summary.read_text("utf-8")).get("launch_metrics") or []
+    except (OSError, ValueError):
+        metrics = []
+    for line in replay_lines(replay_rows(replay, metrics), replay.get("control_answers")):
+        print(line)
+    if args.analyze:
+        from speclib.app.analyze import run_analysis
+
+        run_analysis(rd.root, log=_stderr_line)
+        print(f"report: {rd.report}")
+    else:
+        print(f"the report shows it after: speclib analyze {rd.root}")
+    return 0
+
+
+def _stderr_line(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from speclib.app.out_guard import writable_out
     from speclib.report.multirun import compare_runs
@@ -327,6 +373,19 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build-demo", help="build (or locate) the embedded tiny model pair")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(func=_cmd_build_demo)
+    y = sub.add_parser(
+        "replay-acceptance",
+        help="count each draft launch's acceptance outside vLLM (transformers) and compare",
+    )
+    y.add_argument("run_dir")
+    y.add_argument("--device", help="torch device (default: cuda when there is one, else cpu)")
+    y.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' dtype"
+    )
+    y.add_argument(
+        "--analyze", action="store_true", help="re-run the analysis after (the report shows it)"
+    )
+    y.set_defaults(func=_cmd_replay_acceptance)
     c = sub.add_parser("compare", help="verdict tables of several runs side by side")
     c.add_argument("run_dirs", nargs="+")
     c.add_argument("--out", help="also write the table as HTML here (a new file)")

@@ -10,7 +10,9 @@ per block, then, with ``protocol.max_replicates``, looks at the TPOT verdicts af
 added block to decide whether to add another, and records every launch's server command in
 the manifest (:mod:`speclib.run.manifest`); leaving it reaps every server of the folder. The
 analysis (:mod:`speclib.app.analyze`) executes ``20_analysis`` and exports ``report.html``
-with code hidden. Every executed notebook is kept in ``RUN_DIR/notebooks`` with its
+with code hidden; before it, in a greedy run whose answers differ between arms, the target
+ranks both tokens at each first difference (:func:`speclib.run.scoring.ensure_ranked`).
+Every executed notebook is kept in ``RUN_DIR/notebooks`` with its
 injected parameters. A launch that fails is recorded and the others still run; a server
 left behind by a killed kernel is reaped through the launches' pidfiles.
 """
@@ -49,10 +51,24 @@ def run_experiment(
         run = ready_run(params, out=out, resume=resume, log=log)
         with _blocks_step(run, log) as blocks:
             failed = blocks.run_all(interrupted=interrupted)
+        _rank_step(run, log)
         run_analysis(run.rd.root, log=log)  # the params just recorded: no re-decision
     finally:
         restore()
     return RunResult(run.rd.root, run.rd.report, run.rd.summary, tuple(failed))
+
+
+def _rank_step(run: ReadyRun, log: Callable[[str], None]) -> None:
+    """A greedy run whose arms' answers differ from the control's: the target, served once
+    more without speculation, ranks both tokens at each first difference
+    (:func:`speclib.run.scoring.ensure_ranked`), so the outputs gate can tell a near tie
+    from a real disagreement. ``speclib analyze`` reads what this step wrote and never
+    starts a server for it."""
+    if run.params.workload.temperature != 0:
+        return
+    from speclib.run.scoring import ensure_ranked
+
+    log(ensure_ranked(run.rd.root))
 
 
 def _blocks_step(run: ReadyRun, log: Callable[[str], None]) -> LocalBlocks:

@@ -631,6 +631,8 @@ def stack_lines(summary: RunSummary) -> list[str]:
             lines.append(f"vLLM log, {series}: {', '.join(kinds)} (the report quotes the lines)")
     if summary.acceptance_truth_line:
         lines.append(f"measured acceptance {summary.acceptance_truth_line}")
+    if summary.acceptance_replay_line:
+        lines.append(f"measured acceptance {summary.acceptance_replay_line}")
     return lines
 
 

@@ -248,6 +248,17 @@ class ComparisonEntry(_Entry):
     bad_outputs_control: int = Field(0, description="Control outputs flagged wrong.")
     bad_outputs_experiment: int = Field(0, description="Arm outputs flagged wrong.")
     agreement: dict[str, Any] | None = Field(None, description="Greedy output agreement.")
+    divergences: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Greedy runs: per prompt whose answer left the control's, the first "
+        "differing token's class (a near tie within `analysis.near_tie_nats`, a real "
+        "disagreement, or unranked) with the target's log-probabilities of both tokens.",
+    )
+    why_by_category: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per kind of prompt: tokens per decode step, step cost and TPOT ratio "
+        "from the streams of its pairs.",
+    )
     acceptance: dict[str, Any] = Field(
         default_factory=dict,
         description="Acceptance per request and from `/metrics`, reconciled; under `stream` "
@@ -461,6 +472,13 @@ class RunSummary(_Entry):
         default_factory=list, description="Per launch: acceptance against a synthetic truth."
     )
     acceptance_truth_line: str | None = Field(None, description="That, in one line.")
+    acceptance_replay: dict[str, Any] | None = Field(
+        None,
+        description="`speclib replay-acceptance`: each draft launch's acceptance per position "
+        "counted outside vLLM (`launches`, pooled per `series`, along the `control_answers`, the "
+        "`target_check`, `device`, `dtype`); null when it never ran.",
+    )
+    acceptance_replay_line: str | None = Field(None, description="That, in one line.")
 
     @property
     def experiments(self) -> list[ComparisonEntry]:

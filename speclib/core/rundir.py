@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ACCEPTANCE_REPLAY_FILE",
+    "DIVERGENCES_FILE",
     "OUTPUT_SCORES_FILE",
     "SCORING_LAUNCH",
     "TURN_HISTORY_FILE",
@@ -29,6 +31,10 @@ __all__ = [
 
 OUTPUT_SCORES_FILE = "output_scores.jsonl"
 """Sampled runs: the target's log-probability of every output (one JSON line each)."""
+DIVERGENCES_FILE = "divergences.jsonl"
+"""Greedy runs: the target's log-probabilities of both tokens where an answer diverged."""
+ACCEPTANCE_REPLAY_FILE = "acceptance_replay.json"
+"""A draft's acceptance per launch counted outside vLLM (``speclib replay-acceptance``)."""
 TURN_HISTORY_FILE = "turn_history.jsonl"
 """Multi-turn runs: the earlier turns' answers every arm is fed (one JSON line each)."""
 SCORING_LAUNCH = "scoring"
@@ -281,6 +287,22 @@ class RunDir:
     def launches(self) -> Path:
         """One folder per server launch (:class:`LaunchDir`)."""
         return self.root / "launches"
+
+    @property
+    def divergences(self) -> Path:
+        """Greedy runs: the target's log-probabilities of the control's and the arm's token
+        at each answer's first divergence (absent when no answer diverged)."""
+        return self.root / DIVERGENCES_FILE
+
+    @property
+    def divergence_error(self) -> Path:
+        """Why the divergences could not be ranked by the target (absent when they could)."""
+        return self.root / "divergences.error.txt"
+
+    @property
+    def acceptance_replay(self) -> Path:
+        """Each draft launch's acceptance counted outside vLLM (``speclib replay-acceptance``)."""
+        return self.root / ACCEPTANCE_REPLAY_FILE
 
     def launch(self, lid: str) -> Path:
         """One launch's folder: ``<series>-r<replicate>`` (``-l<level>`` for a sweep's

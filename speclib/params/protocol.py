@@ -288,6 +288,18 @@ class AnalysisParams(StrictModel):
         "demo, fp32: 24 of 24), and every divergent prompt is shown with its first "
         "differing token.",
     )
+    near_tie_nats: float = Field(
+        0.25,
+        ge=0,
+        description="Gate (greedy runs): where an arm's answer first differs from the "
+        "control's, the target served without speculation ranks both tokens "
+        "(divergences.jsonl); if their log-probabilities are within this many nats the "
+        "answers parted on a floating-point near tie and the divergence is not held against "
+        "the arm (min_greedy_agreement counts it as agreeing); beyond it, a real "
+        "disagreement. The default is just above the most that bf16 numerics moved the gap "
+        "between the two likeliest tokens of Qwen2.5-Coder-1.5B against float32 (0.21 nats "
+        "over 763 positions, p99 0.17: tests/benchmarks/bench_bf16_noise.py).",
+    )
     memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
     measure_draft_cost: bool = Field(
         False,

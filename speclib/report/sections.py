@@ -241,7 +241,11 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
     if c.agreement is None:
         return "–"
     ag = c.agreement
-    return f"{ag.n_exact}/{ag.n_compared} identical ({pct(ag.exact_match_rate)})"
+    cell = f"{ag.n_exact}/{ag.n_compared} identical ({pct(ag.exact_match_rate)})"
+    if ag.n_diverged:
+        kinds = [(ag.n_near_tie, "near tie"), (ag.n_real, "real"), (ag.n_unranked, "unranked")]
+        cell += "; " + ", ".join(f"{n} {word}" for n, word in kinds if n)
+    return cell
 
 
 def _context_line(an: RunAnalysis) -> str:

@@ -46,6 +46,8 @@ ADDED_SINCE = {
     "speed_log": {"control": [], "spec": [], "aa": []},  # the stand-in logs none of vLLM's
     "acceptance_truth": [],
     "acceptance_truth_line": None,
+    "acceptance_replay": None,  # speclib replay-acceptance never ran on it
+    "acceptance_replay_line": None,
     "integrity": {  # the records checked whole before deciding (analysis/health/integrity.py)
         "whole": True,
         "missing": [],
@@ -123,6 +125,24 @@ def pop_drafting(new: dict[str, Any], stored: dict[str, Any]) -> None:
         old["explanation"]["summary"] = why["summary"]
 
 
+def pop_divergence_fields(new: dict[str, Any]) -> None:
+    """Take out what each comparison gained with the near-tie classes and the why per kind
+    (issue 55), checked on this folder: every greedy answer equals the control's, so no
+    divergence and a gate rate of the exact-match rate; the n-gram arm's streams give each
+    prompt category tokens per step above 1."""
+    for c in new["comparisons"]:
+        assert c.pop("divergences") == {}
+        agreement = c["agreement"]
+        if agreement is not None:
+            extra = [agreement.pop(k) for k in ("n_near_tie", "n_real", "n_unranked")]
+            assert extra == [0, 0, 0] and agreement.pop("gate_rate") == 1.0
+        kinds = c.pop("why_by_category")
+        if c["experiment"] == "spec":
+            assert kinds and all(w["tokens_per_step"] > 1 for w in kinds.values()), kinds
+        else:
+            assert kinds == {}
+
+
 ADDED_TO_COMPARISONS = ("pooled_decision", "short_reason", "segment_sentence")
 """Fields each experiment's comparison gained with the answer (issue 44): the stored run has
 no segment, so its pooled word is its answer."""
@@ -181,6 +201,7 @@ def test_the_stored_run_gives_the_stored_summary(tmp_path: Path) -> None:
         assert all(field not in row for row in stored[key])
         assert all(isinstance(lag, float) and 0 <= lag < 1000 for lag in lags), lags
     pop_drafting(new, stored)
+    pop_divergence_fields(new)
     answer = new.pop("answer")
     experiments = [c for c in stored["comparisons"] if c["role"] != "aa"]
     assert [a["word"] for a in answer["arms"]] == [c["decision"] for c in experiments]

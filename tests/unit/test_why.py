@@ -59,6 +59,29 @@ def _every_step_drafted() -> DraftedShare:
     )
 
 
+def test_the_decomposition_per_kind_of_prompt() -> None:
+    """Each kind's own pairs: a kind whose steps carry 3 tokens at 1.5x a plain step's cost
+    gets x2.0, one whose steps carry 1 token at the same cost x0.67."""
+    import pandas as pd
+
+    from speclib.analysis.verdict.explain import why_by_category
+
+    plain = [0.0, 0.01, 0.02, 0.03]  # prefill chunk, then three 10 ms steps
+    slow = [0.0, 0.015, 0.03, 0.045]  # three 15 ms steps
+    rows = []
+    for cat, tokens in (("fix", [1, 3, 3, 3]), ("chat", [1, 1, 1, 1])):
+        for _ in range(2):
+            rows.append({"category": cat, "chunk_offsets_s_c": plain, "chunk_tokens_c": [1] * 4,
+                         "chunk_offsets_s_e": slow, "chunk_tokens_e": tokens})  # fmt: skip
+    out = why_by_category(pd.DataFrame(rows))
+    assert set(out) == {"fix", "chat"} and out["fix"]["n_pairs"] == 2
+    assert out["fix"]["tokens_per_step"] == pytest.approx(3.0)
+    assert out["fix"]["step_cost"] == pytest.approx(1.5)
+    assert out["fix"]["speedup"] == pytest.approx(2.0)
+    assert out["chat"]["speedup"] == pytest.approx(2 / 3)
+    assert why_by_category(pd.DataFrame()) == {}
+
+
 def test_without_the_drafted_share_there_is_no_prediction() -> None:
     """An n-gram arm whose counters say 5 tokens per drafted step: the old model assumed
     every step was drafted and predicted 5x; without the share it must not predict."""

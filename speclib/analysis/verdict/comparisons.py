@@ -29,6 +29,7 @@ its ``summary.json`` entry) and its assembly from pairs, intervals and gates
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,6 +39,8 @@ from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
 from speclib.analysis.speculation.agreement import (
     Agreement,
     AgreementSummary,
+    DivergenceClass,
+    classify_divergences,
     compare_outputs,
     count_bad_outputs,
     summarize_agreement,
@@ -60,6 +63,7 @@ from speclib.analysis.verdict.explain import (
     implausible_count,
     plausibility_dict,
     unscored_reason,
+    why_by_category,
 )
 from speclib.analysis.verdict.gates import GateEvidence, Verdict, apply_gates, rule_gates
 from speclib.analysis.verdict.pairs import (
@@ -150,6 +154,9 @@ class Comparison:
             return False
         tokens = pd.concat([p["output_tokens_c"], p["output_tokens_e"]])
         return bool(pd.to_numeric(tokens, errors="coerce").nunique() > 1)
+
+    divergences: dict[str, DivergenceClass] = field(default_factory=dict)  # greedy runs
+    why_by_category: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def role_aa(self) -> bool:
@@ -277,6 +284,8 @@ class Comparison:
                 "bad_outputs_control": self.bad_outputs_control,
                 "bad_outputs_experiment": self.bad_outputs_experiment,
                 "agreement": vars(self.agreement) if self.agreement else None,
+                "divergences": {pid: asdict(c) for pid, c in self.divergences.items()},
+                "why_by_category": self.why_by_category,
                 "acceptance": self.acceptance,
                 "explanation": _explanation_dict(self.explanation),
                 "peak_rss_bytes": self.peak_rss_bytes,
@@ -322,6 +331,7 @@ def _compare(
     ttft_problem: str | None = None,
     ratios: dict[Estimand, RatioCI | None] | None = None,
     mix: dict[str, float] | None = None,
+    ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -346,7 +356,16 @@ def _compare(
         if params.workload.temperature == 0.0
         else {}
     )
-    agreement = summarize_agreement(list(agreements.values())) if agreements else None
+    classes = (
+        classify_divergences(
+            agreements,
+            {pid: (ranks or {}).get((name, level, pid)) for pid in agreements},
+            near_tie_nats=a.near_tie_nats,
+        )
+        if agreements
+        else {}
+    )
+    agreement = summarize_agreement(agreements, classes) if agreements else None
     peak = _peak_rss(series_rows, name)
     if decision is None and len(d_e):
         # requests were sent but none paired (every one failed, say): still weigh the
@@ -361,7 +380,7 @@ def _compare(
             control_requests=len(d_c),
             experiment_requests=len(d_e),
             wrong_outputs=max(0, bad_e - bad_c) + implausible_count(plaus),
-            agreement_rate=agreement.exact_match_rate if agreement else None,
+            agreement_rate=agreement.gate_rate if agreement else None,
             peak_memory_gib=peak / 1024**3 if peak else None,
             ttft=cis.get("ttft_s"),
             e2e=cis.get("e2e_s"),
@@ -419,6 +438,8 @@ def _compare(
         by_turn=by_turn or {},
         ratios={Estimand.TRAFFIC: ci_tpot, **(ratios or {})},
         mix=mix,
+        divergences=classes,
+        why_by_category=why_by_category(pairs) if spec_cfg else {},
     )
 
 
@@ -436,6 +457,7 @@ def compare_level(
     decided: LevelDecision | None = None,
     ttft_problem: str | None = None,
     mix: dict[str, float] | None = None,
+    ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
     """Every arm against the control at one load level: the experiments decided with
     block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
@@ -450,7 +472,9 @@ def compare_level(
     the arm's verdict is then "reject", gate ``mode``), ``decided`` the level's TPOT
     decisions when they were made over a larger family (every load level, looks; see
     :func:`speclib.analysis.verdict.tpot_verdict.decide_family`), else they are decided here with
-    this level's experiments as the family; ``ttft_problem`` why the TTFT gate cannot be
+    this level's experiments as the family; ``ranks`` the target's ranking of each greedy
+    divergence by ``(arm, level, prompt id)`` (``RUN_DIR/divergences.jsonl``: a near tie is
+    not held against the arm); ``ttft_problem`` why the TTFT gate cannot be
     assessed at this level (the client's TTFT lag differed between arms); ``mix`` the
     user's traffic mix the verdicts were decided for (the token-weighted ratio beside them
     follows it; it must be the one ``decided`` used). When
@@ -514,6 +538,7 @@ def compare_level(
                 ttft_problem=ttft_problem,
                 ratios=views.get(n),
                 mix=mix,
+                ranks=ranks,
             )
         )
     return out, decided

@@ -43,6 +43,7 @@ __all__ = [
     "implausible_count",
     "plausibility_dict",
     "unscored_reason",
+    "why_by_category",
 ]
 
 
@@ -189,6 +190,30 @@ def explain_speedup(
         draft_cost=cost,
         no_cost_reason=reason,
     )
+
+
+def why_by_category(pairs: pd.DataFrame) -> dict[str, dict[str, float | int]]:
+    """Per prompt category, the measured decomposition of the speed-up from the streams of
+    its paired prompts (:func:`speclib.analysis.speculation.why.paired_stream_factors`):
+    tokens per decode step, a step's cost over a plain one, their quotient (the speed-up
+    they make) and the pairs used. At c=1 a chunk is one engine step, so this is what each
+    kind of prompt lets the draft accept, and what a step costs, read apart."""
+    if not len(pairs) or "category" not in pairs or "chunk_offsets_s_c" not in pairs:
+        return {}
+    out: dict[str, dict[str, float | int]] = {}
+    for cat in sorted(set(pairs["category"].dropna().astype(str))):
+        mine = pairs[pairs["category"].astype(str) == cat]
+        sides = [
+            [stream_steps(o, t) for o, t in
+             zip(mine[f"chunk_offsets_s_{side}"], mine[f"chunk_tokens_{side}"], strict=True)]
+            for side in ("c", "e")
+        ]  # fmt: skip
+        factors = paired_stream_factors(sides[0], sides[1])
+        if factors is not None:
+            tokens, cost, n = factors
+            out[cat] = {"tokens_per_step": tokens, "step_cost": cost,
+                        "speedup": tokens / cost, "n_pairs": n}  # fmt: skip
+    return out
 
 
 def unscored_reason(params: ExperimentParams, plaus: Any) -> str | None:
