@@ -22,6 +22,7 @@ import pytest
 from speclib.analysis.stats.block_summary import summarize_mean_ratios
 from speclib.analysis.stats.t_interval import t_interval, welch_t_interval
 from speclib.core.estimand import DEFINITIONS, LABELS, Estimand
+from speclib.core.run_summary import read_summary
 from tests.benchmarks.estimand_sim import coverage
 from tests.unit.test_segments import _write_run
 
@@ -86,7 +87,7 @@ def test_the_issues_run_gets_the_traffics_ratio_not_the_geometric_one(
     assert "Best for this traffic as a whole" not in conclusion_parts(an)[0]
     monkeypatch.setenv("COLUMNS", "160")
     out = io.StringIO()
-    print_verdicts(run / "summary.json", stream=out)
+    print_verdicts(read_summary(run / "summary.json"), stream=out)
     shown = out.getvalue()
     assert "TPOT ratio = the traffic's" in shown and "typical = the typical request" in shown
     assert f"×{typical['estimate']:.3f}" in shown and "per token" not in shown.split("ratios:")[0]
@@ -134,7 +135,7 @@ def test_with_answers_of_different_lengths_the_token_weighted_ratio_is_shown_bes
     assert comp["tpot_ratio"] == pytest.approx((0.5 + 1.2) / 2, rel=0.05)
     monkeypatch.setenv("COLUMNS", "160")
     out = io.StringIO()
-    print_verdicts(run / "summary.json", stream=out)
+    print_verdicts(read_summary(run / "summary.json"), stream=out)
     assert f"×{per_token:.3f}" in out.getvalue() and "per token =" in out.getvalue()
 
 
@@ -165,10 +166,10 @@ def test_every_output_of_an_analysis_with_a_mix_says_the_mix(tmp_path, monkeypat
     assert comp["tpot_ratio"] == pytest.approx(means, rel=0.03)
     result = SimpleNamespace(run_dir=run, report=run / "report.html",
                              summary=run / "summary.json", failed_launches=())  # fmt: skip
-    assert json.loads(outcome_json(result))["mix"] == words
+    assert json.loads(outcome_json(result, read_summary(result.summary)))["mix"] == words
     monkeypatch.setenv("COLUMNS", "160")
     out = io.StringIO()
-    print_verdicts(run / "summary.json", stream=out)
+    print_verdicts(read_summary(run / "summary.json"), stream=out)
     assert "For your mix: echo 80 %, fresh 20 %, known 0 % (left out)" in out.getvalue()
     assert conclusion_parts(an)[0].startswith("For your mix: echo 80 %, fresh 20 %")
     assert "For your mix: echo 80 %" in answer_html(an)

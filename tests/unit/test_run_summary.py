@@ -81,13 +81,13 @@ def test_fields_the_model_does_not_declare_are_kept(tmp_path: Path) -> None:
     data = {
         "kit": "speclib",
         "stop_reason": {"code": "decided", "look": 2},  # a field another part may add
-        "comparisons": [{"experiment": "spec", "tpot_estimand": "traffic", "decision": "adopt"}],
+        "comparisons": [{"experiment": "spec", "look_ratio": 0.9, "decision": "adopt"}],
     }
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(data))
     summary = read_summary(path)
     assert summary.model_extra == {"stop_reason": {"code": "decided", "look": 2}}
-    assert summary.comparisons[0].model_extra == {"tpot_estimand": "traffic"}
+    assert summary.comparisons[0].model_extra == {"look_ratio": 0.9}
     assert summary.comparisons[0].decision == "adopt"
     again = write_summary(tmp_path / "again.json", summary)
     assert json.loads(again.read_text()) == data
