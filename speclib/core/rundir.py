@@ -11,13 +11,16 @@ Layout (the contract documented in docs/run-folder.md)::
                               turns, fed to every arm (one JSON line per question and turn)
       launches/<launch_id>/   server.log, command.json, metrics_*.prom, memory.jsonl,
                               status.json (one folder per server launch)
-      notebooks/              the executed notebooks (the record of what ran)
+      notebooks/              the executed notebooks (the record of what ran; a resume's
+                              setup is 00_setup-resume-<n>.ipynb)
       summary.json            the decision, per experiment against the control
       report.html             the self-contained report
       analyses/<UTC time>/    earlier analyses (summary.json, report.html, the notebook),
                               kept when a later ``speclib analyze`` replaces them; a failed
                               analysis leaves its notebook in ``analyses/failed-<UTC time>/``
       server.pid              present only while a kit-started server runs
+      run.lock                present while a kit process owns the folder (a run, an
+                              analysis): its pid, start time, host and command
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speclib.core.fspaths import resolved
+
 __all__ = [
     "OUTPUT_SCORES_FILE",
     "TURN_HISTORY_FILE",
@@ -35,6 +40,7 @@ __all__ = [
     "RunDir",
     "failure_headline",
     "launch_id",
+    "place_problem",
     "write_json_atomic",
 ]
 
@@ -58,6 +64,43 @@ def launch_id(series: str, replicate: int, level: int | None = None) -> str:
     """The id of one server launch: ``<series>-r<replicate>`` (``-c<level>`` for sweeps)."""
     base = f"{series}-r{replicate}"
     return base if level is None else f"{base}-l{level}"
+
+
+_SYSTEM_TREES = tuple(
+    Path(p)
+    for p in ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+              "/run", "/sbin", "/sys", "/usr")
+)  # fmt: skip
+"""The operating system's own folders: a run folder is never in one."""
+_SHARED_TOPS = tuple(
+    Path(p) for p in ("/home", "/media", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var")
+)
+"""Top-level folders that hold everyone's files: a run folder may be inside, not one of them."""
+_NAME_MAX = 255
+
+
+def place_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` may not be a run folder, else None: the file system's root, a system
+    folder or one inside it, a shared top-level folder (``/tmp``, ``/home``), the home
+    folder or one above it, a folder inside another run's folder, or a name longer than a
+    file name may be. Whether the folder itself holds a run is the caller's question."""
+    p, home = resolved(path), resolved(Path.home())
+    if p == Path(p.anchor):
+        return f"{p} is the file system's root: name a new folder for the run"
+    if any(p == t or t in p.parents for t in _SYSTEM_TREES):
+        return f"{p} is a system folder: name a new folder for the run elsewhere"
+    if p in _SHARED_TOPS or p == home or p in home.parents:
+        return f"{p} holds other files than a run's: name a new folder inside it"
+    long = next((part for part in p.parts if len(os.fsencode(part)) > _NAME_MAX), None)
+    if long is not None:
+        return (
+            f"a folder name of {len(os.fsencode(long))} bytes ({long[:24]}…), longer than a "
+            f"file name may be ({_NAME_MAX})"
+        )
+    outer = next((q for q in p.parents if RunDir(q).holds_run()), None)
+    if outer is not None:
+        return f"{p} is inside the run folder {outer}: name a folder outside it"
+    return None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -135,7 +178,7 @@ class RunDir:
 
     @classmethod
     def at(cls, path: str | os.PathLike[str]) -> RunDir:
-        return cls(Path(path).expanduser().resolve())
+        return cls(resolved(path))
 
     @property
     def requests(self) -> Path:
@@ -145,6 +188,24 @@ class RunDir:
     def run_log(self) -> Path:
         """What a detached run (``speclib run --detach``) printed."""
         return self.root / "run.log"
+
+    @property
+    def run_lock(self) -> Path:
+        """Held (``flock``) by the kit process that owns the folder now: a run, or an
+        analysis; it names that process (:mod:`speclib.app.run_lock`)."""
+        return self.root / "run.lock"
+
+    def holds_run(self) -> bool:
+        """Whether the folder holds a run already (its params record, manifest, records or
+        launches), as opposed to nothing or only a detached run's log and the lock."""
+        marks = (self.params_resolved, self.manifest, self.requests, self.root / "launches")
+        return any(p.exists() for p in marks)
+
+    def is_empty(self) -> bool:
+        """No file but a detached run's log and the lock: a run may start here."""
+        if not self.root.is_dir():
+            return True
+        return all(p in (self.run_log, self.run_lock) for p in self.root.iterdir())
 
     @property
     def manifest(self) -> Path:
@@ -169,6 +230,11 @@ class RunDir:
     @property
     def notebooks(self) -> Path:
         return self.root / "notebooks"
+
+    def setup_notebook(self, n: int = 0) -> Path:
+        """The executed ``00_setup`` of the run (``n`` 0), or of its ``n``-th resume
+        (``00_setup-resume-<n>.ipynb``: a resume never writes over the original's)."""
+        return self.notebooks / ("00_setup.ipynb" if n == 0 else f"00_setup-resume-{n}.ipynb")
 
     @property
     def analysis_notebook(self) -> Path:
@@ -201,7 +267,7 @@ class RunDir:
     def owns(self, path: str | os.PathLike[str]) -> bool:
         """Whether ``path`` is one of this run folder's own files (a record, a log, a
         result: anything already inside the folder)."""
-        p = Path(path).expanduser().resolve()
+        p = resolved(path)
         return p.exists() and p != self.root and self.root in p.parents
 
     @property

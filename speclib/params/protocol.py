@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from speclib.params.limits import BLOCKS, CONCURRENCY, RESAMPLES, bounded
 from speclib.params.server import StrictModel
 
 __all__ = [
@@ -79,8 +80,9 @@ class ProtocolParams(StrictModel):
         "server(s), analysed like an experiment. Its ratio is this bench's noise floor; if "
         "it shows an effect, every verdict becomes 'untrustworthy bench'.",
     )
-    max_replicates: int | None = Field(
+    max_replicates: int | None = bounded(
         None,
+        BLOCKS,
         ge=1,
         description="Run until decided: add replicate blocks (up to this many) while a "
         "verdict is inconclusive, with O'Brien-Fleming-type alpha spending across looks.",
@@ -96,8 +98,9 @@ class ProtocolParams(StrictModel):
         "judge the width only, so they spend no alpha); the summary says the resolution "
         "reached and, if short, how many blocks it would need.",
     )
-    slot_requests: int | None = Field(
+    slot_requests: int | None = bounded(
         None,
+        CONCURRENCY,
         ge=1,
         description="Interleaved design: requests per arm per alternating slot (default: "
         "6 at concurrency 1 with a switch pause, 1 without; else 2 x concurrency and at "
@@ -235,13 +238,14 @@ class AnalysisParams(StrictModel):
         "over every experiment and load level); the gates, the A/A arm and goodput use it as is.",
     )
     margin: float = Field(0.05, gt=0, lt=1, description="Equivalence margin δ on TPOT ratio.")
-    n_resamples: int = Field(
+    n_resamples: int = bounded(
         4000,
+        RESAMPLES,
         ge=100,
         description="Bootstrap resamples: of the prompt-level TPOT interval (kept in "
         "summary.json as information) and of the sampled runs' log-prob interval.",
     )
-    seed: int = Field(12345, description="Seed of the bootstrap rng.")
+    seed: int = Field(12345, ge=0, description="Seed of the bootstrap rng.")
     max_error_rate_increase: float = Field(
         0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."
     )
@@ -317,9 +321,9 @@ class AnalysisParams(StrictModel):
     @classmethod
     def _edges_rise(cls, value: dict[str, list[float]] | None) -> dict[str, list[float]] | None:
         for cut, edges in (value or {}).items():
-            if not edges or any(b <= a for a, b in itertools.pairwise(edges)):
+            if not edges or any(b <= a for a, b in itertools.pairwise(edges)) or edges[0] <= 0:
                 raise ValueError(f"analysis.segment_edges.{cut} must be a non-empty rising "
-                                 f"list of token counts (got {edges!r})")  # fmt: skip
+                                 f"list of positive token counts (got {edges!r})")  # fmt: skip
         return value
 
     @field_validator("score_outputs", mode="before")

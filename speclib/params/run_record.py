@@ -18,6 +18,7 @@ from pathlib import Path
 
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError
 
 __all__ = ["recorded_params", "write_record"]
 
@@ -42,6 +43,8 @@ def recorded_params(path: str | os.PathLike[str]) -> ExperimentParams:
     an older kit can be re-analysed (with today's defaults for what changed). ``source``
     stays the file the run was started with (a path only: the file need not exist), so a
     relative model path resolves against that file's folder as it did at the start.
+    A record that cannot be read or is no longer valid is a
+    :class:`~speclib.params.loader.ParamsError` naming the file (exit 2).
     """
     path = Path(path)
     if not path.is_file():
@@ -49,10 +52,19 @@ def recorded_params(path: str | os.PathLike[str]) -> ExperimentParams:
             f"{path}: no params recorded in this run folder: start it with `speclib run` "
             "or the 00_setup notebook with its params_file"
         )
-    data = json.loads(path.read_text("utf-8"))
-    kept = {k: v for k, v in data.items() if k in ExperimentParams.model_fields}
-    for name, info in ExperimentParams.model_fields.items():
-        model, section = info.annotation, kept.get(name)
-        if isinstance(section, dict) and hasattr(model, "model_fields"):
-            kept[name] = {k: v for k, v in section.items() if k in model.model_fields}
-    return ExperimentParams.model_validate(kept)
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        kept = {k: v for k, v in data.items() if k in ExperimentParams.model_fields}
+        for name, info in ExperimentParams.model_fields.items():
+            model, section = info.annotation, kept.get(name)
+            if isinstance(section, dict) and hasattr(model, "model_fields"):
+                kept[name] = {k: v for k, v in section.items() if k in model.model_fields}
+        return ExperimentParams.model_validate(kept)
+    except (OSError, ValueError) as exc:  # damaged JSON, or params no longer valid
+        first = str(exc).splitlines()[0][:300]
+        raise ParamsError(
+            f"{path}: cannot be read as the run's params ({first}); restore it from a copy "
+            "of the run folder"
+        ) from None
