@@ -5,7 +5,8 @@ The manifest holds the kit, vLLM, torch and Python versions, the CPU model and G
 resolved snapshot for hub models when it is in the local cache), the tokenizer and chat
 template hash, the prompt set's provenance (hash, format, records read and skipped, the
 sample drawn), sampling, the series order and start/end times. Setup writes it
-(:mod:`speclib.run.preflight`); every later change goes through here: the blocks that
+(:mod:`speclib.run.preflight`); a resume's setup keeps it and appends its own environment
+(:func:`resumed_manifest`); every later change goes through here: the blocks that
 run-until-decided adds and why it stopped, the Ray executor's block states, and each
 launch's server command line (secrets redacted) at the end of the blocks.
 """
@@ -40,8 +41,22 @@ __all__ = [
     "package_versions",
     "read_plan",
     "record_launches",
+    "resumed_manifest",
+    "setups_before",
     "update_manifest",
 ]
+
+_ENVIRONMENT = (
+    "created_at",
+    "hardware",
+    "versions",
+    "vllm",
+    "models",
+    "placement",
+    "memory_plan",
+    "security_advisories",
+)
+"""What a setup records of where and with what it ran: a resume's go to ``resumes``."""
 
 _PACKAGES = (
     "speclib",
@@ -217,6 +232,22 @@ def read_plan(rd: RunDir) -> RunPlan:
     return RunPlan(
         design["design"], design["reason"], design.get("group_size"), tuple(manifest["blocks"])
     )
+
+
+def setups_before(manifest: dict[str, Any]) -> int:
+    """How many setups wrote ``manifest`` (0: none, a new run; else the run's own and one
+    per resume), so the next setup's notebook is :meth:`RunDir.setup_notebook` of it."""
+    return 1 + len(manifest.get("resumes") or []) if manifest else 0
+
+
+def resumed_manifest(
+    kept: dict[str, Any], fresh: dict[str, Any], *, notebook: str
+) -> dict[str, Any]:
+    """The manifest after a resume's setup: the run's own, kept whole (where and when it
+    started, its design and blocks), with the resume's environment (``fresh``'s time,
+    hardware, versions, models, placement) and setup notebook appended to ``resumes``."""
+    entry = {k: fresh.get(k) for k in _ENVIRONMENT} | {"setup_notebook": notebook}
+    return {**kept, "resumes": [*(kept.get("resumes") or []), entry]}
 
 
 def update_manifest(rd: RunDir, **sections: Any) -> None:
