@@ -257,14 +257,20 @@ def print_verdicts(summary_path: Path, *, stream: TextIO | None = None) -> None:
 
 
 def outcome_json(result: Any) -> str:
-    """One JSON object: the paths of a run's outputs and the verdict rows of its summary."""
+    """One JSON object: the paths of a run's outputs, the verdict rows of its summary and
+    on what they were decided (``decided_on``: records whole or not, a re-decision, a
+    traffic mix; :mod:`speclib.report.decision_basis`)."""
+    from speclib.report.decision_basis import decision_basis
+
+    summary = _read_summary(result.summary)
     return json.dumps(
         {
             "run_dir": str(result.run_dir),
             "report": str(result.report),
             "summary": str(result.summary),
             "failed_launches": list(result.failed_launches),
-            "verdicts": verdict_rows(_read_summary(result.summary)),
+            "verdicts": verdict_rows(summary),
+            "decided_on": decision_basis(summary).to_dict(),
         }
     )
 

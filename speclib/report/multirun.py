@@ -5,7 +5,10 @@ for the comparisons, and ``manifest.json`` (written by setup) for the machine an
 version. Nothing is recomputed, so runs made on different machines, days or vLLM versions
 can be put next to each other on any laptop: one row per run × experiment (× load level),
 in the order the runs were given. A run whose analysis made no comparison still gets a row,
-so it is never silently left out.
+so it is never silently left out, and every row says on what its run was decided when that
+is not the run's own whole records under its own rule (``decided_on``:
+:mod:`speclib.report.decision_basis`). A folder that is missing, has no readable summary
+or manifest is refused, naming it (:class:`CompareRefused`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["COMPARE_COLUMNS", "compare_runs", "machine_label"]
+from speclib.report.decision_basis import decision_basis
+
+__all__ = ["COMPARE_COLUMNS", "CompareRefused", "compare_runs", "machine_label"]
+
+
+class CompareRefused(ValueError):
+    """A run folder given to ``compare`` cannot be read as an analysed run (exit 2)."""
+
 
 COMPARE_COLUMNS = (
     "run",
@@ -39,18 +49,21 @@ COMPARE_COLUMNS = (
     "n_pairs",
     "pooled_decision",
     "segments",
+    "decided_on",
 )
 """Columns of :func:`compare_runs`, in order. ``tpot_ratio`` is experiment / control (below
 1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``acceptance_rate``
 is accepted / proposed draft tokens (``/metrics`` deltas, else the per-request median).
 ``decision`` is the run's answer (:mod:`speclib.analysis.verdict.answer`; "mixed" included),
 ``pooled_decision`` the pooled word it came from and ``segments`` the answer's sentence
-naming the segments behind "mixed" (empty otherwise)."""
+naming the segments behind "mixed" (empty otherwise). ``decided_on`` is empty for a run
+decided on its own whole records under its own rule, else says how it was not
+(:meth:`~speclib.report.decision_basis.DecisionBasis.short`)."""
 
 
 def machine_label(hardware: dict[str, Any] | None) -> str:
     """``"2× NVIDIA A100 80GB"`` for GPU machines, ``"AMD EPYC (16 CPUs)"`` otherwise."""
-    if not hardware:
+    if not hardware or not isinstance(hardware, dict):
         return "unknown"
     gpus = hardware.get("gpus")
     if gpus:
@@ -59,6 +72,16 @@ def machine_label(hardware: dict[str, Any] | None) -> str:
     cpu = hardware.get("cpu_model") or "CPU"
     count = hardware.get("cpu_count")
     return f"{cpu} ({count} CPUs)" if count else str(cpu)
+
+
+def _machines(manifest: dict[str, Any]) -> str:
+    """The run's machine, then each other machine a resume of it ran on."""
+    resumes = [r for r in manifest.get("resumes") or [] if isinstance(r, dict)]
+    labels = [
+        machine_label(h) for h in (manifest.get("hardware"), *(r.get("hardware") for r in resumes))
+    ]
+    first, rest = labels[0], [x for x in dict.fromkeys(labels[1:]) if x != labels[0]]
+    return first + "".join(f"; resumed on {x}" for x in rest)
 
 
 def _vllm_version(manifest: dict[str, Any]) -> str:
@@ -75,10 +98,15 @@ def _vllm_version(manifest: dict[str, Any]) -> str:
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompareRefused(f"{what} {path} cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} {path} is not valid JSON: {exc}") from None
+        raise CompareRefused(
+            f"{what} {path} is not valid JSON ({exc}): restore it from a copy of the run "
+            f"folder, or write it again with `speclib analyze {path.parent}`"
+        ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{what} {path} does not hold a JSON object")
+        raise CompareRefused(f"{what} {path} does not hold a JSON object")
     return data
 
 
@@ -88,9 +116,10 @@ def _check_run_dirs(run_dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     paths = [Path(p) for p in run_dirs]
     for p in paths:
         if not p.is_dir():
-            raise FileNotFoundError(f"run folder {p} does not exist")
+            what = "is not a folder" if p.exists() else "does not exist"
+            raise CompareRefused(f"run folder {p} {what}")
         if not (p / "summary.json").is_file():
-            raise FileNotFoundError(f"{p} holds no summary.json: run `speclib analyze {p}` first")
+            raise CompareRefused(f"{p} holds no summary.json: run `speclib analyze {p}` first")
     return paths
 
 
@@ -110,10 +139,11 @@ def _rows(label: str, summary: dict[str, Any], manifest: dict[str, Any]) -> list
     common = {
         "run": label,
         "params": summary.get("experiment"),
-        "machine": machine_label(manifest.get("hardware")),
+        "machine": _machines(manifest),
         "vllm": _vllm_version(manifest),
+        "decided_on": decision_basis(summary).short(),
     }
-    comps = summary.get("comparisons") or []
+    comps = [c for c in summary.get("comparisons") or [] if isinstance(c, dict)]
     if not comps:
         return [{**common, "decision": "no comparison"}]
     rows = []
@@ -142,8 +172,8 @@ def compare_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
     """One row per run × experiment (× load level) with the verdict columns side by side.
 
     Columns are :data:`COMPARE_COLUMNS`; numbers are floats (NaN when a run has none), the
-    text columns strings. Raises :class:`FileNotFoundError` naming the folder when a run
-    folder or its ``summary.json`` is missing, :class:`ValueError` for an unreadable file.
+    text columns strings. Raises :class:`CompareRefused` naming the folder when a run
+    folder or its ``summary.json`` is missing, or a file cannot be read.
     """
     paths = _check_run_dirs(run_dirs)
     rows: list[dict[str, Any]] = []
