@@ -18,6 +18,7 @@ from pydantic import Field
 __all__ = [
     "BLOCKS",
     "CONCURRENCY",
+    "DRAFTS",
     "NAME_CHARS",
     "PROMPTS",
     "RATE",
@@ -71,6 +72,11 @@ RESAMPLES = Limit(
     "100 000 the Monte Carlo error of a 95 % bound is far below the digits shown",
 )
 TIMEOUT_S = Limit(86_400, "a day: a request or a start that takes longer is a failure to report")
+DRAFTS = Limit(
+    256,
+    "vLLM reserves k + 1 KV-cache slots past every sequence and verifies k drafts at every "
+    "step, and a draft run that long is never accepted whole",
+)
 NAME_CHARS = Limit(
     100, "the default run folder is runs/<name>-<time>, and a file name has at most 255 bytes"
 )

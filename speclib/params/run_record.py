@@ -47,6 +47,8 @@ def recorded_params(path: str | os.PathLike[str]) -> ExperimentParams:
     :class:`~speclib.params.loader.ParamsError` naming the file (exit 2).
     """
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ParamsError(f"{path}: not a file; restore it from a copy of the run folder")
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: no params recorded in this run folder: start it with `speclib run` "

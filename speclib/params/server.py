@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from speclib.core.fspaths import resolved
-from speclib.params.limits import TIMEOUT_S, bounded
+from speclib.params.limits import DRAFTS, TIMEOUT_S, bounded
 
 __all__ = [
     "AA_ARM",
@@ -264,7 +264,9 @@ class SeriesParams(StrictModel):
         "name as that arm.",
     )
     speculative_config: dict[str, Any] | None = Field(
-        None, description="JSON object passed to --speculative-config; null for the control."
+        None,
+        description="JSON object passed to --speculative-config; null for the control. Its "
+        f"num_speculative_tokens is at most {DRAFTS.shown()}: {DRAFTS.why}.",
     )
     per_request_metrics: bool | None = Field(
         None,
@@ -380,6 +382,8 @@ def _validate_spec_config(spec: dict[str, Any]) -> None:
         raise ValueError(f"method {method!r} needs num_speculative_tokens")
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k <= 0):
         raise ValueError(f"num_speculative_tokens must be a positive integer, got {k!r}")
+    if k is not None and k > DRAFTS.value:
+        raise ValueError(f"num_speculative_tokens {k} is above {DRAFTS.shown()}: {DRAFTS.why}")
     if method in _METHODS_NEEDING_MODEL and not spec.get("model"):
         raise ValueError(f"method {method!r} needs 'model' (the draft checkpoint)")
     if method == "ngram":

@@ -105,16 +105,21 @@ def validate_params(
 
 
 def _output_dir_taken(params: ExperimentParams) -> str | None:
-    """``output_dir`` holds a run already: ``speclib run`` would refuse it."""
+    """``output_dir`` holds a run, or other files: ``speclib run`` would refuse it."""
     if not params.output_dir:
         return None
-    path = params.resolve_path(params.output_dir)
-    if not RunDir(path).holds_run():
-        return None
-    return (
-        f"output_dir: {path} holds a run already: `speclib run` refuses it (`speclib run "
-        f"--resume {path}` continues that run); name a new folder for a new run"
-    )
+    rd = RunDir(params.resolve_path(params.output_dir))
+    if rd.holds_run():
+        return (
+            f"output_dir: {rd.root} holds a run already: `speclib run` refuses it (`speclib "
+            f"run --resume {rd.root}` continues that run); name a new folder for a new run"
+        )
+    if not rd.is_empty():
+        return (
+            f"output_dir: {rd.root} holds other files: `speclib run` starts a run only in a "
+            "new or empty folder; name a new one"
+        )
+    return None
 
 
 def mix_problem(params: ExperimentParams, prompts: Sequence[Prompt]) -> str | None:
