@@ -38,7 +38,8 @@ _HELD: dict[Path, list[Any]] = {}
 
 
 class RunFolderBusy(ValueError):
-    """Another live kit process owns the run folder (a run, or an analysis of it)."""
+    """The run folder cannot be owned now: another live kit process owns it (a run, or an
+    analysis of it), or its lock cannot be written (a read-only folder)."""
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,14 @@ def hold_run(rd: RunDir, purpose: str) -> Iterator[Owner | None]:
             _HELD[key][1] -= 1
         return
     require_free(rd)
-    rd.root.mkdir(parents=True, exist_ok=True)
-    fd = _try_lock(path)
+    try:
+        rd.root.mkdir(parents=True, exist_ok=True)
+        fd = _try_lock(path)
+    except OSError as exc:
+        raise RunFolderBusy(
+            f"{rd.root}: cannot take the run folder's lock ({exc.strerror}); a run or an "
+            "analysis writes into its folder, so it must be writable (copy it elsewhere)"
+        ) from None
     if fd is None:
         raise _busy(rd, Owner.read(path.read_text("utf-8", errors="replace")))
     key = resolved(path)

@@ -26,7 +26,7 @@ from pathlib import Path
 from speclib.app.analyze import run_analysis
 from speclib.app.block_loop import LocalBlocks
 from speclib.app.kernel import signal_guard
-from speclib.app.outcome import RunResult, log_to_stderr
+from speclib.app.outcome import RunFailed, RunResult, log_to_stderr
 from speclib.app.run_folder import ReadyRun, check_run_folder, default_run_dir, ready_run
 from speclib.app.run_lock import hold_run
 from speclib.core.rundir import RunDir
@@ -61,10 +61,22 @@ def run_experiment(
             run = ready_run(params, rd=rd, resume=resume, log=log)
             with _blocks_step(run, log) as blocks:
                 failed = blocks.run_all(interrupted=interrupted)
-            run_analysis(run.rd.root, log=log)  # the params just recorded: no re-decision
+            _analysis_step(run, log)
     finally:
         restore()
     return RunResult(run.rd.root, run.rd.report, run.rd.summary, tuple(failed))
+
+
+def _analysis_step(run: ReadyRun, log: Callable[[str], None]) -> None:
+    """The run's own analysis (the params just recorded: no re-decision). Records it
+    cannot decide on (none at all, every launch failed) make a failed run (exit 1), not
+    invalid input as they are for ``speclib analyze``."""
+    from speclib.app.analyze import AnalysisRefused
+
+    try:
+        run_analysis(run.rd.root, log=log)
+    except AnalysisRefused as exc:
+        raise RunFailed(f"the run's analysis refused its records: {exc}") from None
 
 
 def _blocks_step(run: ReadyRun, log: Callable[[str], None]) -> LocalBlocks:
