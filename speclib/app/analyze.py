@@ -195,6 +195,8 @@ def _analyse(
 
     log("analysis: statistics, figures, report")
     rd.analyses.mkdir(exist_ok=True)
+    for left in rd.analyses.glob(rd.analysis_staging("*").name):  # a killed analysis's
+        shutil.rmtree(left, ignore_errors=True)  # (this one owns the folder now)
     stage = Path(tempfile.mkdtemp(prefix=rd.analysis_staging(_stamp()).name + "-", dir=rd.analyses))
     summary, report, nb = (stage / p.name for p in rd.analysis_outputs())
     error = None

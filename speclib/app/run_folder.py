@@ -80,11 +80,20 @@ def check_run_folder(rd: RunDir, *, resume: bool) -> None:
             "design, blocks and where it ran (a resume would lose them): restore it from a "
             "copy of the run folder"
         )
-    if not resume and not rd.is_empty():
-        what = "holds a run" if rd.holds_run() else "is not empty"
+    if not resume and rd.holds_run():
         raise RunFolderRefused(
-            f"run folder {rd.root} {what}; nothing was touched: `speclib run --resume "
-            f"{rd.root}` continues a run there, a new run needs a new --out folder"
+            f"run folder {rd.root} holds a run; nothing was touched: `speclib run --resume "
+            f"{rd.root}` continues that run, a new run needs a new --out folder"
+        )
+    if resume and not rd.holds_run() and not rd.is_empty():
+        raise RunFolderRefused(
+            f"--resume {rd.root}: the folder holds no run to continue (no params record, "
+            "manifest, records or launches), only other files; nothing was touched"
+        )
+    if not resume and not rd.is_empty():
+        raise RunFolderRefused(
+            f"run folder {rd.root} holds other files; nothing was touched: a run starts in "
+            "a new or empty folder (name one with --out)"
         )
 
 

@@ -269,3 +269,23 @@ def test_an_output_dir_with_other_files_is_refused_by_validate(tmp_path: Path) -
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     _refused(tmp_path, _params(tmp_path, output_dir=str(busy)), "holds other files")
+
+
+def test_segment_edges_that_split_no_request_are_noted() -> None:
+    import pandas as pd
+
+    from speclib.analysis.verdict.segments import unsplit_edges
+
+    df = pd.DataFrame(
+        {
+            "series": ["control"] * 3 + ["spec"],
+            "prompt_tokens": [7, 8, 9, 400],
+            "output_tokens": [16, 16, 16, 16],
+        }
+    )
+    edges = {"prompt_length": [1000.0], "output_length": [10.0, 20.0]}
+    notes = unsplit_edges(df, control="control", edges=edges)
+    assert len(notes) == 2
+    assert "prompt_length [1000.0] split no data" in notes[0] and "7–9 prompt tokens" in notes[0]
+    assert unsplit_edges(df, control="control", edges={"prompt_length": [8.0]}) == []
+    assert unsplit_edges(df, control="control", edges=None) == []
