@@ -13,7 +13,8 @@ the bench-trust panel (:mod:`speclib.analysis.health.trust`, with the workload's
 (:mod:`speclib.analysis.health.run_warnings`); a run with a
 sweep also gets the recommended value of each sweep family at each load level
 (:mod:`speclib.analysis.load.recommend`). The result is a frozen :class:`RunAnalysis` whose
-:meth:`~RunAnalysis.summary` is written to ``summary.json``. Nothing is decided from a
+:meth:`~RunAnalysis.summary` is written to ``summary.json`` through its typed model
+(:func:`speclib.core.run_summary.write_summary`). Nothing is decided from a
 folder whose records are not whole (:mod:`speclib.analysis.health.integrity`) unless the
 caller allows it, and then the result says what is missing; a re-decision under another
 params file's ``analysis`` section says which fields changed
@@ -65,7 +66,8 @@ from speclib.analysis.verdict.segments import unsplit_edges
 from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.tpot_verdict import summary_of
 from speclib.core.jsonutil import jsonable
-from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.run_summary import write_summary
+from speclib.core.rundir import RunDir
 from speclib.params.experiment import AA_ARM, ExperimentParams
 from speclib.params.loader import load_params
 from speclib.params.override import Redecision, redecision
@@ -220,7 +222,7 @@ class RunAnalysis:
 
 
 def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
-    if not (rd.root / "output_scores.jsonl").exists():
+    if not rd.output_scores.exists():
         return {}
     from speclib.analysis.speculation.sampling import compare_run
 
@@ -380,7 +382,7 @@ def analyze_run(
         answer=answer,
     )
     if write:
-        write_json_atomic(Path(summary_file) if summary_file else rd.summary, analysis.summary())
+        write_summary(Path(summary_file) if summary_file else rd.summary, analysis.summary())
     return analysis
 
 

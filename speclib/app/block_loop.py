@@ -91,7 +91,7 @@ def execute_block(rd: RunDir, block: dict[str, Any], design: str) -> list[str]:
     """
     from papermill.exceptions import PapermillExecutionError
 
-    out = rd.notebooks / f"10_series-{block['block']}.ipynb"
+    out = rd.series_notebook(block["block"])
     error = None
     try:
         execute_notebook(

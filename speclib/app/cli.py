@@ -153,32 +153,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return _shown(args, args.run_dir, analyze, analysis=True)
 
 
-def _record_lines(summary: Path) -> list[str]:
-    """What the terminal says under the verdicts when the records were not whole or the
-    rule was changed after the run (read from ``summary.json``)."""
-    import json
-
-    from speclib.report.decision_basis import decision_basis
-
-    try:
-        basis = decision_basis(json.loads(summary.read_text("utf-8")))
-    except (OSError, ValueError, AttributeError):
-        return []
-    lines = []
-    if basis.incomplete:
-        lines.append(
-            f"DECIDED ON INCOMPLETE RECORDS (--allow-incomplete): {len(basis.incomplete)} "
-            "problem(s):"
-        )
-        lines += [f"  - {p}" for p in basis.incomplete]
-    elif basis.records_only:
-        lines.append("records only: no launches/ and no design, so no launch evidence")
-    if basis.changed:
-        fields = "; ".join(f"{f} {old!r} → {new!r}" for f, old, new in basis.changed)
-        lines.append(f"RE-DECIDED AFTER THE RUN with {basis.redecided_with}: {fields}")
-    return lines
-
-
 def _shown(
     args: argparse.Namespace,
     run_dir: str,
@@ -188,7 +162,8 @@ def _shown(
 ) -> int:
     """Run ``call(log)`` under the terminal display; end with the verdicts or one line."""
     from speclib.app.terminal import interrupted_line, open_display
-    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
+    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts, record_lines
+    from speclib.core.run_summary import read_summary
 
     try:
         with open_display(run_dir, quiet=args.quiet) as display:
@@ -199,14 +174,15 @@ def _shown(
             raise
         print(interrupted_line(run_dir, analysis=analysis), file=sys.stderr)
         return code
+    summary = read_summary(result.summary)
     if args.json:
-        print(outcome_json(result))
+        print(outcome_json(result, summary))
     elif args.quiet:
         print(f"report: {result.report}")
     else:
-        print_verdicts(result.summary)
+        print_verdicts(summary)
         print(f"report:  {result.report}\nsummary: {result.summary}")
-    for line in _record_lines(Path(result.summary)):
+    for line in record_lines(summary):
         print(line, file=sys.stderr if args.json or args.quiet else sys.stdout)
     if result.failed_launches:
         print(failed_line(result.failed_launches), file=sys.stderr)
@@ -379,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
     from speclib.app.out_guard import OutputRefused
     from speclib.core.prompts import PromptSetError
+    from speclib.core.run_summary import SummaryError
     from speclib.params.loader import ParamsError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -389,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     _absolute_paths(args)
     try:
         return int(args.func(args))
-    except (ParamsError, PromptSetError, OutputRefused) as exc:
+    except (ParamsError, PromptSetError, OutputRefused, SummaryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -25,7 +25,7 @@ def writable_out(out: str, run_dirs: list[str], *, force: bool) -> Path:
 
     path = Path(out)
     folders = [RunDir.at(d) for d in run_dirs]
-    folders += [RunDir(p) for p in path.parents if (p / "requests.jsonl").exists()]
+    folders += [RunDir(p) for p in path.parents if RunDir(p).requests.exists()]
     owner = next((rd for rd in folders if rd.owns(path)), None)
     if owner is not None:
         raise OutputRefused(

@@ -289,7 +289,7 @@ class RunWatcher:
         n = len(self._blocks)
         if fresh(self.rd.report):
             return self._phase(None, "report", RunState("report", n_blocks=n))
-        if fresh(self.rd.notebooks / "20_analysis.ipynb"):
+        if fresh(self.rd.analysis_notebook):
             return self._phase(None, "analysis", RunState("analysis", n_blocks=n))
         return self._phase(None, "finishing", RunState("finishing", n_blocks=n))
 

@@ -1,14 +1,15 @@
-"""On what a run's verdicts were decided, read back from its ``summary.json``.
+"""On what a run's verdicts were decided, from its summary.
 
 Three facts change how far a verdict can be trusted, and every output that shows a verdict
-from a summary (``compare``'s table, ``analyze --json``, the lines under the terminal's
-table) says them: the records were not whole and the run was decided on what was there
-(``--allow-incomplete``), the rule was changed after the run (``analyze --params``), the
-verdict is for a traffic mix (``workload.mix`` or ``analyze --mix``) rather than the
-prompts as sent. :func:`decision_basis` is the one place they are read from a summary's
-``integrity``, ``redecision`` and ``answer.mix`` entries (never from its English); the
-report renders the same facts from the analysis itself
-(:mod:`speclib.report.record_notice`).
+from a summary (``compare``'s table, ``analyze --json``) says them: the records were not
+whole and the run was decided on what was there (``--allow-incomplete``), the rule was
+changed after the run (``analyze --params``), the verdict is for a traffic mix
+(``workload.mix`` or ``analyze --mix``) rather than the prompts as sent.
+:func:`decision_basis` reads them from the typed summary
+(:class:`~speclib.core.run_summary.RunSummary`: its ``integrity``, ``redecision`` and
+``answer.mix`` entries, never its English); the report renders the same facts from the
+analysis itself (:mod:`speclib.report.record_notice`), the terminal's lines under the
+table from the summary (:func:`speclib.app.verdicts.record_lines`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from speclib.core.run_summary import RunSummary
 
 __all__ = ["DecisionBasis", "decision_basis"]
 
@@ -32,7 +35,7 @@ class DecisionBasis:
     records_only: bool = False
     redecided_with: str | None = None
     changed: tuple[tuple[str, Any, Any], ...] = ()
-    mix: Mapping[str, float] | None = None
+    mix: Mapping[str, Any] | None = None
 
     @property
     def own(self) -> bool:
@@ -50,8 +53,8 @@ class DecisionBasis:
         }
 
     def short(self) -> str:
-        """``compare``'s cell: ``incomplete records (2); re-decided: analysis.margin;
-        mix fresh=0.8, echo=0.2`` (empty for the run's own whole decision)."""
+        """``compare``'s cell: ``incomplete records (2); re-decided: analysis.margin; mix``
+        (empty for the run's own whole decision)."""
         parts = []
         if self.incomplete:
             parts.append(f"incomplete records ({len(self.incomplete)})")
@@ -59,33 +62,29 @@ class DecisionBasis:
             fields = ", ".join(f for f, _, _ in self.changed) or "same rule"
             parts.append(f"re-decided: {fields}")
         if self.mix:
-            parts.append("mix " + ", ".join(f"{k}={v:g}" for k, v in self.mix.items()))
+            parts.append(f"mix {_shares(self.mix)}")
         return "; ".join(parts)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+def _shares(mix: Mapping[str, Any]) -> str:
+    """``fresh=0.8, echo=0.2`` for a mix of shares; a mix recorded as a record (its
+    ``shares``) is read through that entry."""
+    shares = mix.get("shares") if isinstance(mix.get("shares"), Mapping) else mix
+    return ", ".join(
+        f"{k}={v:g}" if isinstance(v, int | float) else str(k) for k, v in shares.items()
+    )
 
 
-def decision_basis(summary: Mapping[str, Any]) -> DecisionBasis:
-    """The :class:`DecisionBasis` of a ``summary.json`` (a summary written before these
-    entries existed reads as the run's own whole decision)."""
-    summary = _mapping(summary)
-    found = _mapping(summary.get("integrity"))
-    incomplete = (
-        tuple(str(p) for p in found.get("missing") or ()) if not found.get("whole", True) else ()
-    )
-    change = _mapping(summary.get("redecision"))
-    changed = tuple(
-        (str(c.get("field")), c.get("run"), c.get("now"))
-        for c in change.get("changed") or ()
-        if isinstance(c, Mapping)
-    )
-    mix = _mapping(summary.get("answer")).get("mix")
+def decision_basis(summary: RunSummary) -> DecisionBasis:
+    """The :class:`DecisionBasis` of a summary (one written before these entries existed
+    reads as the run's own whole decision)."""
+    found = summary.integrity
+    change = summary.redecision
+    mix = summary.answer.mix if summary.answer is not None else None
     return DecisionBasis(
-        incomplete=incomplete,
-        records_only=bool(found.get("records_only")),
-        redecided_with=str(change["params_file"]) if change.get("params_file") else None,
-        changed=changed,
-        mix=dict(mix) if isinstance(mix, Mapping) and mix else None,
+        incomplete=tuple(found.missing) if not found.whole else (),
+        records_only=found.records_only,
+        redecided_with=change.params_file if change is not None else None,
+        changed=tuple((c.field, c.run, c.now) for c in change.changed) if change else (),
+        mix=dict(mix) if mix else None,
     )

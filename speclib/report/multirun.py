@@ -1,14 +1,16 @@
 """Verdict tables of several runs side by side (``speclib compare RUN_A RUN_B ...``).
 
-Reads only what each run folder already holds: ``summary.json`` (written by the analysis)
-for the comparisons, and ``manifest.json`` (written by setup) for the machine and the vLLM
-version. Nothing is recomputed, so runs made on different machines, days or vLLM versions
-can be put next to each other on any laptop: one row per run × experiment (× load level),
-in the order the runs were given. A run whose analysis made no comparison still gets a row,
-so it is never silently left out, and every row says on what its run was decided when that
-is not the run's own whole records under its own rule (``decided_on``:
-:mod:`speclib.report.decision_basis`). A folder that is missing, has no readable summary
-or manifest is refused, naming it (:class:`CompareRefused`).
+Reads only what each run folder already holds: ``summary.json`` (written by the analysis,
+read by its one reader, :func:`speclib.core.run_summary.read_summary`) for the comparisons,
+and ``manifest.json`` (written by setup) for the machine and the vLLM version. Nothing is
+recomputed, so runs made on different machines, days or vLLM versions can be put next to
+each other on any laptop: one row per run × experiment (× load level), in the order the
+runs were given. A run whose analysis made no comparison still gets a row, so it is never
+silently left out, and every row says on what its run was decided when that is not the
+run's own whole records under its own rule (``decided_on``:
+:mod:`speclib.report.decision_basis`). A run folder that is missing or
+not a folder, or whose manifest cannot be read, is refused naming it
+(:class:`CompareRefused`; a summary: :class:`~speclib.core.run_summary.SummaryError`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from speclib.core.run_summary import ComparisonEntry, RunSummary, read_summary
+from speclib.core.rundir import RunDir
 from speclib.report.decision_basis import decision_basis
 
 __all__ = ["COMPARE_COLUMNS", "CompareRefused", "compare_runs", "machine_label"]
@@ -118,8 +122,6 @@ def _check_run_dirs(run_dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
         if not p.is_dir():
             what = "is not a folder" if p.exists() else "does not exist"
             raise CompareRefused(f"run folder {p} {what}")
-        if not (p / "summary.json").is_file():
-            raise CompareRefused(f"{p} holds no summary.json: run `speclib analyze {p}` first")
     return paths
 
 
@@ -129,41 +131,40 @@ def _labels(paths: list[Path]) -> list[str]:
     return [p.name if names[p.name] == 1 else f"{p.parent.name}/{p.name}" for p in paths]
 
 
-def _acceptance(comp: dict[str, Any]) -> float | None:
-    acc = comp.get("acceptance") or {}
+def _acceptance(comp: ComparisonEntry) -> float | None:
+    acc = comp.acceptance
     rate = acc.get("metrics_acceptance_rate")
     return rate if rate is not None else acc.get("per_request_median_rate")
 
 
-def _rows(label: str, summary: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(label: str, summary: RunSummary, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     common = {
         "run": label,
-        "params": summary.get("experiment"),
+        "params": summary.experiment,
         "machine": _machines(manifest),
         "vllm": _vllm_version(manifest),
         "decided_on": decision_basis(summary).short(),
     }
-    comps = [c for c in summary.get("comparisons") or [] if isinstance(c, dict)]
-    if not comps:
+    if not summary.comparisons:
         return [{**common, "decision": "no comparison"}]
     rows = []
-    for c in comps:
-        ci = c.get("tpot_ratio_ci") or [None, None]
+    for c in summary.comparisons:
+        ci = c.tpot_ratio_ci or [None, None]
         rows.append({
             **common,
-            "experiment": c.get("experiment"),
-            "method": c.get("method"),
-            "k": c.get("num_speculative_tokens"),
-            "load": c.get("load"),
-            "tpot_ratio": c.get("tpot_ratio"),
+            "experiment": c.experiment,
+            "method": c.method,
+            "k": c.num_speculative_tokens,
+            "load": c.load,
+            "tpot_ratio": c.tpot_ratio,
             "ci_low": ci[0],
             "ci_high": ci[1],
-            "confidence_level": c.get("confidence_level"),
-            "decision": c.get("decision", "inconclusive"),
+            "confidence_level": c.confidence_level,
+            "decision": c.decision,
             "acceptance_rate": _acceptance(c),
-            "n_pairs": c.get("n_pairs"),
-            "pooled_decision": c.get("pooled_decision", c.get("decision", "inconclusive")),
-            "segments": c.get("segment_sentence") or "",
+            "n_pairs": c.n_pairs,
+            "pooled_decision": c.pooled_decision or c.decision,
+            "segments": c.segment_sentence or "",
         })  # fmt: skip
     return rows
 
@@ -173,13 +174,16 @@ def compare_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
 
     Columns are :data:`COMPARE_COLUMNS`; numbers are floats (NaN when a run has none), the
     text columns strings. Raises :class:`CompareRefused` naming the folder when a run
-    folder or its ``summary.json`` is missing, or a file cannot be read.
+    folder is missing or its manifest cannot be read, and
+    :class:`~speclib.core.run_summary.SummaryError` (a :class:`ValueError`; for a missing
+    ``summary.json`` a :class:`FileNotFoundError` too) when its summary is missing or
+    unreadable.
     """
     paths = _check_run_dirs(run_dirs)
     rows: list[dict[str, Any]] = []
-    for path, label in zip(paths, _labels(paths), strict=True):
-        summary = _read_json(path / "summary.json", "summary")
-        manifest_path = path / "manifest.json"
+    summaries = [read_summary(RunDir(p).summary) for p in paths]
+    for path, label, summary in zip(paths, _labels(paths), summaries, strict=True):
+        manifest_path = RunDir(path).manifest
         manifest = _read_json(manifest_path, "manifest") if manifest_path.is_file() else {}
         rows += _rows(label, summary, manifest)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))

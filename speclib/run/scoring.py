@@ -38,7 +38,7 @@ from typing import Any
 
 from speclib.analysis.speculation.nucleus import expected_logprob, outside_nucleus
 from speclib.core.records import read_records
-from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.rundir import SCORING_LAUNCH, RunDir, write_json_atomic
 from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores, sequence_of
 from speclib.core.turns import measured_prompts
 from speclib.run.launching import api_key, server_for
@@ -363,7 +363,8 @@ def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int 
     control = params.series_by_name(params.control_name)
     key = api_key(params)
     info: dict[str, Any] = {"items": len(todo), "started_at": time.time()}
-    with out.open("a", encoding="utf-8") as fh, server_for(params, control, rd, "scoring") as up:
+    scorer = server_for(params, control, rd, SCORING_LAUNCH)
+    with out.open("a", encoding="utf-8") as fh, scorer as up:
         base_url, handle, spec = up
         info["base_url"] = base_url if handle is None else None
         if handle is not None and handle.ready_at is not None:
@@ -378,7 +379,7 @@ def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int 
         ended_at=time.time(), scored=sum(s.ok for s in got), failed=sum(not s.ok for s in got),
         errors=sorted({s.error for s in got if s.error})[:20],
     )  # fmt: skip
-    write_json_atomic(rd.launch("scoring") / "scoring.json", info)
+    write_json_atomic(rd.scoring_record, info)
     return out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from speclib.core.run_summary import SummaryError
 from speclib.report.multirun import COMPARE_COLUMNS, CompareRefused, compare_runs, machine_label
 
 pytestmark = pytest.mark.unit
@@ -110,11 +111,15 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
     with pytest.raises(CompareRefused, match="does not exist"):
         compare_runs([tmp_path / "missing"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CompareRefused, match=r"no summary\.json"):
+    with pytest.raises(SummaryError, match=r"no summary\.json"):
         compare_runs([tmp_path / "empty"])
     broken = _run(tmp_path, "broken", [], manifest=None)
     (broken / "summary.json").write_text("{not json")
-    with pytest.raises(CompareRefused, match="not valid JSON"):
+    with pytest.raises(SummaryError, match="not valid JSON"):
+        compare_runs([broken])
+    (broken / "summary.json").write_text("{}")
+    (broken / "manifest.json").write_text("{not json")
+    with pytest.raises(CompareRefused, match=r"manifest .* is not valid JSON"):
         compare_runs([broken])
 
 

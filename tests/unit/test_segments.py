@@ -123,10 +123,11 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(
     hets = {h["cut"]: h for h in arm["heterogeneity"]}
     assert hets["category"]["differs"] is True
     from speclib.app.verdicts import print_verdicts
+    from speclib.core.run_summary import read_summary
 
     monkeypatch.setenv("COLUMNS", "160")  # the table's width as in a log
     out = io.StringIO()
-    print_verdicts(run / "summary.json", stream=out)
+    print_verdicts(read_summary(run / "summary.json"), stream=out)
     text = out.getvalue()
     assert " mixed " in text and "mixed: echo ×0.5" in text and sentence[:60] in text
     deploy = summary["answer"]["deploy"]

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from speclib.app.progress import RunWatcher
+from speclib.core.run_summary import ComparisonEntry, RunSummary, read_summary, write_summary
 from tests.helpers import fake_servers_left
 
 REPO = Path(__file__).resolve().parents[2]
@@ -491,7 +492,7 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
     else:
         monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
-    print_verdicts(_summary(tmp_path), stream=out)
+    print_verdicts(read_summary(_summary(tmp_path)), stream=out)
     lines = out.getvalue().splitlines()
     assert max(map(len, lines)) <= 160
     (trust,) = [x for x in lines if x.startswith("          pass  A/A: xxx")]
@@ -542,7 +543,7 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
 def test_short_reason_is_one_phrase(over, reason):
     from speclib.app.verdicts import REASON_WIDTH, short_reason
 
-    text = short_reason(_comparison("spec", **over))
+    text = short_reason(ComparisonEntry.model_validate(_comparison("spec", **over)))
     assert reason in text and len(text) <= REASON_WIDTH
 
 
@@ -554,14 +555,14 @@ def test_verdict_json_and_a_summary_without_comparisons(tmp_path):
 
     row = _comparison("draft-k4")
     summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"comparisons": [row]}))
+    write_summary(summary, {"comparisons": [row]})
     result = RunResult(tmp_path, tmp_path / "report.html", summary, ("spec-r1",))
-    data = json.loads(outcome_json(result))
+    data = json.loads(outcome_json(result, read_summary(summary)))
     assert data["failed_launches"] == ["spec-r1"]
     keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision", "reasons")
     assert data["verdicts"][0] == {k: row[k] for k in keys}
     empty = io.StringIO()
-    print_verdicts(tmp_path / "missing.json", stream=empty)
+    print_verdicts(RunSummary(), stream=empty)
     assert empty.getvalue().strip() == "no comparison in the summary"
     line = failed_line([f"draft-model-k{i}-r{j}" for i in range(8) for j in range(3)])
     assert line.startswith("failed launches (24): draft-model-k0-r0, ") and len(line) <= 160

@@ -5,8 +5,8 @@ checks what a run wrote against what the run itself says it wrote:
 
 - every line of ``requests.jsonl`` parses (a damaged line is named as ``file:line``) and the
   file holds measured requests; so does every line of the other JSON-lines files the
-  analysis reads (each launch's ``cpu.jsonl`` and ``memory.jsonl``, ``blocks.jsonl``, a
-  multi-turn history, output scores);
+  analysis reads (each launch's ``cpu.jsonl`` and ``memory.jsonl``, a multi-turn history,
+  output scores);
 - ``manifest.json`` is readable, and ``launches/`` is present when the folder is a kit run;
 - every replicate block of the design (the manifest's ``blocks``) has a ``status.json`` for
   each of its launches;
@@ -158,9 +158,9 @@ def _records(rd: RunDir) -> tuple[Counter[tuple[str, bool]], list[str], _Seen]:
 
 def _jsonl_problems(rd: RunDir) -> list[str]:
     """Every damaged line of the other JSON-lines files the analysis reads (each launch's
-    CPU and memory samples, the blocks, a multi-turn history, output scores)."""
-    paths = [rd.blocks, rd.turn_history, rd.output_scores]
-    for folder in sorted((rd.root / "launches").glob("*/")):
+    CPU and memory samples, a multi-turn history, output scores)."""
+    paths = [rd.turn_history, rd.output_scores]
+    for folder in sorted(rd.launches.glob("*/")):
         files = rd.launch_files(folder.name)
         paths += [files.cpu, files.memory]
     problems = []
@@ -192,8 +192,7 @@ def _statuses(
     server, a null check), which measures nothing and writes no status."""
     found: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
-    launches = rd.root / "launches"
-    for folder in sorted(p for p in launches.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in rd.launches.iterdir() if p.is_dir()):
         path = rd.status_path(folder.name)
         rel = path.relative_to(rd.root)
         if not path.exists():
@@ -262,7 +261,7 @@ def check_integrity(
     counts, problems, seen = _records(rd) if records else (Counter(), [], _Seen(set(), set()))
     problems += _jsonl_problems(rd) if records else []
     has_manifest = rd.manifest.exists()
-    has_launches = (rd.root / "launches").is_dir()
+    has_launches = rd.launches.is_dir()
     read = {
         "allowed": allowed,
         "measured": sum(counts.values()),

@@ -131,8 +131,9 @@ def launch_metrics(
     request sent in it (:func:`window_records`: ``records`` holds every phase, in
     ``requests.jsonl``'s order)."""
     lid, series = status["launch_id"], status["series"]
-    before = _read_prom(rd.launch(lid) / "metrics_before.prom")
-    after = _read_prom(rd.launch(lid) / "metrics_after.prom")
+    files = rd.launch_files(lid)
+    before = _read_prom(files.metrics_before)
+    after = _read_prom(files.metrics_after)
     if before is None or after is None:
         return LaunchMetrics(lid, series, None, None, None, "no /metrics snapshots")
     try:
@@ -178,7 +179,7 @@ def memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:
     """Every launch's memory samples: columns ``series``, ``launch_id``, ``t``, ``rss_bytes``."""
     rows = []
     for s in statuses:
-        path = rd.launch(s["launch_id"]) / "memory.jsonl"
+        path = rd.launch_files(s["launch_id"]).memory
         if not path.exists():
             continue
         for line in path.read_text("utf-8").splitlines():
@@ -217,7 +218,7 @@ def read_crosschecks(rd: RunDir, statuses: list[dict[str, Any]]) -> tuple[dict[s
     """Each launch's ``crosscheck.json`` (vllm bench on the same server), labelled."""
     out = []
     for s in statuses:
-        path = rd.launch(s["launch_id"]) / "crosscheck.json"
+        path = rd.launch_files(s["launch_id"]).crosscheck
         try:
             data = json.loads(path.read_text("utf-8"))
         except (OSError, ValueError):

@@ -54,7 +54,7 @@ from speclib.analysis.verdict.explain import (
     plausibility_dict,
     unscored_reason,
 )
-from speclib.analysis.verdict.gates import Verdict, apply_gates
+from speclib.analysis.verdict.gates import GateEvidence, Verdict, apply_gates, rule_gates
 from speclib.analysis.verdict.pairs import (
     GATE_METRICS,
     finite_pairs,
@@ -305,31 +305,25 @@ def _compare(
         decision = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
     verdict = None
     if decision is not None:
-        verdict = apply_gates(
-            decision,
+        evidence = GateEvidence(
             control_error_rate=err_c,
             experiment_error_rate=err_e,
-            max_error_rate_increase=a.max_error_rate_increase,
             control_requests=len(d_c),
             experiment_requests=len(d_e),
             wrong_outputs=max(0, bad_e - bad_c) + implausible_count(plaus),
             agreement_rate=agreement.exact_match_rate if agreement else None,
-            min_agreement_rate=a.min_greedy_agreement if agreement else None,
             peak_memory_gib=peak / 1024**3 if peak else None,
-            memory_limit_gib=a.memory_limit_gib if peak else None,
             ttft=cis.get("ttft_s"),
             e2e=cis.get("e2e_s"),
-            ttft_margin=a.ttft_margin,
-            ttft_min_delta_s=a.ttft_max_increase_ms / 1e3,
             ttft_control_median_s=finite_median(pairs["ttft_s_c"], positive=True)
             if len(pairs)
             else None,
-            confidence_level=a.confidence,
+            ttft_problem=ttft_problem,
             bench_problem=bench_problem,
             mode_problem=mode_problem,
             correctness_unknown=unscored_reason(params, plaus),
-            ttft_problem=ttft_problem,
         )
+        verdict = apply_gates(decision, evidence, rule_gates(a))
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")
     acc = acceptance_summary(d_e, [m for m in lms if m.series == name])
