@@ -16,6 +16,8 @@ import os
 import shutil
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError
@@ -63,10 +65,19 @@ def recorded_params(path: str | os.PathLike[str]) -> ExperimentParams:
             model, section = info.annotation, kept.get(name)
             if isinstance(section, dict) and hasattr(model, "model_fields"):
                 kept[name] = {k: v for k, v in section.items() if k in model.model_fields}
-        return ExperimentParams.model_validate(kept)
-    except (OSError, ValueError) as exc:  # damaged JSON, or params no longer valid
+    except (OSError, ValueError) as exc:  # damaged: not JSON, not an object
         first = str(exc).splitlines()[0][:300]
         raise ParamsError(
             f"{path}: cannot be read as the run's params ({first}); restore it from a copy "
             "of the run folder"
+        ) from None
+    try:
+        return ExperimentParams.model_validate(kept)
+    except ValidationError as exc:  # readable, but params this kit no longer accepts
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ParamsError(
+            f"{path}: the params the run recorded are not valid for this kit: {where}: "
+            f"{err['msg'].removeprefix('Value error, ')}{more}"
         ) from None

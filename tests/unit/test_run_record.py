@@ -99,10 +99,13 @@ def test_a_damaged_record_is_a_params_error_naming_it(tmp_path) -> None:
 
     rd = RunDir.at(tmp_path / "run")
     rd.root.mkdir()
-    for text in ('{"name": ', "[1, 2]", '{"name": "x"}'):
+    for text in ('{"name": ', "[1, 2]"):
         rd.params_resolved.write_text(text)
         with pytest.raises(ParamsError, match=r"params\.resolved\.json: cannot be read.*restore"):
             recorded_params(rd.params_resolved)
+    rd.params_resolved.write_text('{"name": "x"}')  # readable, not params: the field named
+    with pytest.raises(ParamsError, match=r"not valid for this kit: server: Field required"):
+        recorded_params(rd.params_resolved)
     rd.params_resolved.unlink()
     rd.params_resolved.mkdir()
     with pytest.raises(ParamsError, match="not a file"):
