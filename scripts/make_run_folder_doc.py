@@ -57,6 +57,21 @@ folder); `speclib analyze RUN_DIR` re-decides from these files alone, and
 """
 
 SAFETY = """\
+## One owner at a time
+
+A run folder has one owner: the `speclib run` that writes it (for the whole run, its
+analysis included) or a `speclib analyze` of it. The owner holds an exclusive lock on
+`run.lock` (the kernel releases it when the owner dies, however it dies) and names itself in
+it (`speclib/app/run_lock.py`). A second run, resume or analysis of an owned folder is
+refused with exit 2 naming the owner (pid, host, start time, command), before anything is
+touched. Only `run --resume` of a folder whose owner is gone stops the servers the owner
+left (through the launches' pidfiles, and never one whose supervisor still runs); `run
+--out DIR` of a folder that is not empty refuses without touching any process, and `run
+--resume DIR` of a folder that does not exist says so and starts nothing. A resume keeps
+the run's manifest and `00_setup.ipynb`: its own setup is `00_setup-resume-<n>.ipynb`, and
+its environment (time, hardware, versions, models, placement) is appended to the manifest's
+`resumes`.
+
 ## Append-only results, and integrity before a decision
 
 A run folder is the user's record: `speclib analyze` never costs an earlier result.
@@ -65,14 +80,20 @@ A run folder is the user's record: `speclib analyze` never costs an earlier resu
   the same experiment: its `server`, `series`, `workload` and `protocol` must match the
   run's, the prompt set compared by content) and the records:
   every line of `requests.jsonl` parses (a damaged one is named as `requests.jsonl:LINE`)
-  and it holds measured requests; `manifest.json` is readable; `launches/` is present when
-  the folder has a manifest; every block of the manifest's design has a `status.json` for
-  each of its launches; each launch's `n_ok` / `n_failed` match its measured records.
+  and it holds measured requests; `manifest.json` is there and readable when the folder
+  has `launches/` (a kit run); `launches/` is present when the folder has a manifest; every
+  block of the manifest's design has a `status.json` for each of its launches; each
+  launch's `n_ok` / `n_failed` match its measured records; the records are of the
+  experiment the params describe (every series they name is an arm, the control among
+  them); `--mix` names categories the records have.
   Anything missing: exit 2 and one screen listing it, nothing written
   (`speclib/analysis/health/integrity.py`).
-- **`--allow-incomplete`** decides on what is there instead; `summary.json`'s `integrity`
-  (`whole`, `missing`, `records_only`, `decided_incomplete`), the report's first screen
-  and the terminal then list what is missing.
+- **`--allow-incomplete`** decides on what is there instead (damaged lines left out);
+  `summary.json`'s `integrity` (`whole`, `missing`, `records_only`, `decided_incomplete`),
+  the report's first screen and the terminal then list what is missing, and `analyze
+  --json` (`decided_on`) and `compare` (its `decided_on` column) say so too, as they say
+  a re-decision and a traffic mix (`speclib/report/decision_basis.py`). A folder with no
+  readable measured record is refused even then: there is nothing to decide on.
 - **Written aside, then moved into place.** The new notebook, `summary.json` and
   `report.html` are written in `analyses/.new-<time>/`; only when the analysis succeeded
   are the current ones copied to `analyses/<their time>/` and the new ones moved in.
@@ -81,7 +102,8 @@ A run folder is the user's record: `speclib analyze` never costs an earlier resu
   and the terminal say "re-decided after the run". The folder's `params.yaml` is never
   changed.
 - A folder holding only `requests.jsonl` (records measured elsewhere, with `--params`) is
-  `records_only`: no launch evidence, said on the first screen.
+  `records_only`: no launch evidence, said on the first screen. Its params record
+  (`params.yaml`, `params.resolved.json`) is written only when its analysis succeeds.
 - `compare --out` and `schedule --out` never write over a run folder's own files, and
   replace an existing file only with `--force`.
 """

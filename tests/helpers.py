@@ -91,3 +91,19 @@ def fake_servers_left(timeout_s: float = 15.0) -> list[int]:
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.2)
+
+
+def stand_in_checkpoint(folder, config: dict | None = None):
+    """A folder a speculative config may name: a ``config.json`` (``config``, default
+    empty) and one whole, tiny safetensors file, as the kit checks before any server (the
+    stand-in servers never load it)."""
+    import json
+    import struct
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config or {}))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    return folder

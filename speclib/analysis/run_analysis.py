@@ -62,6 +62,7 @@ from speclib.analysis.verdict.answer import Answer
 from speclib.analysis.verdict.comparisons import Comparison, compare_level
 from speclib.analysis.verdict.run_answer import run_answer
 from speclib.analysis.verdict.run_rules import looks_plan, with_failed_arms
+from speclib.analysis.verdict.segments import unsplit_edges
 from speclib.analysis.verdict.series_table import series_table
 from speclib.analysis.verdict.still_open import open_verdicts
 from speclib.analysis.verdict.tpot_verdict import summary_of
@@ -297,7 +298,7 @@ def analyze_run(
     rd = RunDir.at(run_dir)
     integrity = require_whole(rd.root, allow_incomplete=allow_incomplete)
     params, change = _load_params(rd, params_file)
-    measured = measure_run(rd, params, mix=mix)
+    measured = measure_run(rd, params, mix=mix, skip_damaged=not integrity.whole)
     df, statuses, instrument = measured.records, list(measured.statuses), measured.instrument
     levels, level_conf, family = list(measured.levels), measured.confidence, measured.family
     agreement = launch_agreement(df, rd.root)
@@ -356,6 +357,7 @@ def analyze_run(
     notes = run_warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
     notes += drafting_warnings(m.drafting for m in lms if m.drafting is not None)
     notes += stack_warnings(stack, control=params.control_name, aa=aa_arm)
+    notes += unsplit_edges(df, control=params.control_name, edges=params.analysis.segment_edges)
     aa = [c for c in comps if c.experiment == AA_ARM]
     recs = tuple(
         sweep_recommendations(params, comps, confidence_level=level_conf, mix=measured.traffic)

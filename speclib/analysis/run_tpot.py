@@ -93,12 +93,17 @@ def _without_wrong_mode(
 
 
 def measure_run(
-    rd: RunDir, params: ExperimentParams, *, mix: str | dict[str, float] | None = None
+    rd: RunDir,
+    params: ExperimentParams,
+    *,
+    mix: str | dict[str, float] | None = None,
+    skip_damaged: bool = False,
 ) -> MeasuredRun:
     """The records of ``rd`` as the verdicts read them, and every TPOT comparison decided
     (Holm over every arm and load level, replayed look by look in a run until decided).
-    ``mix`` overrides ``workload.mix`` (:func:`speclib.analysis.verdict.run_answer.traffic_mix`)."""
-    sent = load_records(rd.root, phase=None)
+    ``mix`` overrides ``workload.mix`` (:func:`speclib.analysis.verdict.run_answer.traffic_mix`);
+    ``skip_damaged``: decided on incomplete records, the damaged lines are left out."""
+    sent = load_records(rd.root, phase=None, skip_damaged=skip_damaged)
     df = sent[sent["phase"] == "measure"].reset_index(drop=True) if len(sent) else sent
     traffic = traffic_mix(params, df, mix)
     statuses = rd.statuses()

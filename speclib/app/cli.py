@@ -29,12 +29,14 @@ _PATH_ARGS = ("params", "out", "resume", "run_dir")
 
 def _absolute_paths(args: argparse.Namespace) -> None:
     """Resolve path arguments against the caller's working directory, before anything else."""
+    from speclib.core.fspaths import resolved
+
     for name in _PATH_ARGS:
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
-            setattr(args, name, str(Path(value).expanduser().resolve()))
+            setattr(args, name, str(resolved(value)))
     if getattr(args, "run_dirs", None):
-        args.run_dirs = [str(Path(d).expanduser().resolve()) for d in args.run_dirs]
+        args.run_dirs = [str(resolved(d)) for d in args.run_dirs]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -110,10 +112,15 @@ def _detached(args: argparse.Namespace, params: str | None, out: str) -> int:
     once. The detached kit still stops every server it started when it ends or is killed."""
     import subprocess
 
+    from speclib.app.run_folder import check_run_folder
     from speclib.core.rundir import RunDir
+    from speclib.run.preflight import checked_params
 
-    Path(out).mkdir(parents=True, exist_ok=True)
-    log = RunDir.at(out).run_log
+    rd = RunDir.at(out)
+    check_run_folder(rd, resume=bool(args.resume))  # refused here, not in the child's log
+    checked_params(params, resume=out if args.resume else None)
+    rd.root.mkdir(parents=True, exist_ok=True)
+    log = rd.run_log
     argv = [sys.executable, "-m", "speclib", "run", "--out", out]
     argv += ["--resume", out] if args.resume else []
     argv += [params] if params else []
@@ -132,26 +139,8 @@ def _detached(args: argparse.Namespace, params: str | None, out: str) -> int:
     return 0
 
 
-def _check_mix(run_dir: str, mix: str) -> str | None:
-    """Why ``--mix`` cannot apply to the run's records (its category named), else None."""
-    from speclib.analysis.frames import load_records
-    from speclib.analysis.verdict.mix import check_mix, parse_mix
-
-    try:
-        df = load_records(run_dir)
-        cats = set(df["category"].dropna().astype(str)) if "category" in df else set()
-        check_mix(parse_mix(mix), cats)
-    except (ValueError, FileNotFoundError) as exc:
-        return str(exc)
-    return None
-
-
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from speclib.app.analyze import run_analysis
-
-    if args.mix is not None and (problem := _check_mix(args.run_dir, args.mix)):
-        print(f"error: --mix: {problem}", file=sys.stderr)
-        return 2
 
     def analyze(log: Callable[[str], None]) -> Any:
         return run_analysis(
@@ -454,9 +443,13 @@ def main(argv: list[str] | None = None) -> int:
         from speclib.analysis.health.integrity import RunNotWhole
         from speclib.app.analyze import AnalysisRefused
         from speclib.app.outcome import RunFailed
+        from speclib.app.run_folder import RunFolderRefused
+        from speclib.app.run_lock import RunFolderBusy
+        from speclib.report.multirun import CompareRefused
         from speclib.serve.process import PortInUseError, ServerStartError
 
-        if isinstance(exc, AnalysisRefused | RunNotWhole):  # invalid input: nothing written
+        refused = AnalysisRefused | RunNotWhole | RunFolderRefused | RunFolderBusy | CompareRefused
+        if isinstance(exc, refused):  # invalid input: nothing written
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if isinstance(exc, RunFailed | ServerStartError | PortInUseError | FileNotFoundError):

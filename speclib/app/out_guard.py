@@ -34,6 +34,8 @@ def writable_out(out: str, run_dirs: list[str], *, force: bool) -> Path:
         )
     if path.is_dir():
         raise OutputRefused(f"--out {path}: a folder; give a file path")
+    if not path.parent.is_dir():
+        raise OutputRefused(f"--out {path}: its folder {path.parent} does not exist")
     if path.exists() and not force:
         raise OutputRefused(f"--out {path}: the file exists; add --force to replace it")
     return path

@@ -348,8 +348,11 @@ def print_verdicts(summary: RunSummary, *, stream: TextIO | None = None) -> None
 
 
 def outcome_json(result: Any, summary: RunSummary) -> str:
-    """One JSON object: the paths of a run's outputs (``result``) and the verdict rows of
-    its ``summary``."""
+    """One JSON object: the paths of a run's outputs (``result``), the verdict rows of its
+    ``summary`` and on what they were decided (``decided_on``: records whole or not, a
+    re-decision, a traffic mix; :mod:`speclib.report.decision_basis`)."""
+    from speclib.report.decision_basis import decision_basis
+
     return json.dumps(
         {
             "run_dir": str(result.run_dir),
@@ -358,6 +361,7 @@ def outcome_json(result: Any, summary: RunSummary) -> str:
             "failed_launches": list(result.failed_launches),
             "mix": mix_line(summary),
             "verdicts": verdict_rows(summary),
+            "decided_on": decision_basis(summary).to_dict(),
         }
     )
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speclib.core.fspaths import resolved
+
 __all__ = [
     "ACCEPTANCE_REPLAY_FILE",
     "DIVERGENCES_FILE",
@@ -26,6 +28,7 @@ __all__ = [
     "RunDir",
     "failure_headline",
     "launch_id",
+    "place_problem",
     "write_json_atomic",
 ]
 
@@ -55,6 +58,43 @@ def launch_id(series: str, replicate: int, level: int | None = None) -> str:
     """The id of one server launch: ``<series>-r<replicate>`` (``-c<level>`` for sweeps)."""
     base = f"{series}-r{replicate}"
     return base if level is None else f"{base}-l{level}"
+
+
+_SYSTEM_TREES = tuple(
+    Path(p)
+    for p in ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+              "/run", "/sbin", "/sys", "/usr")
+)  # fmt: skip
+"""The operating system's own folders: a run folder is never in one."""
+_SHARED_TOPS = tuple(
+    Path(p) for p in ("/home", "/media", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var")
+)
+"""Top-level folders that hold everyone's files: a run folder may be inside, not one of them."""
+_NAME_MAX = 255
+
+
+def place_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` may not be a run folder, else None: the file system's root, a system
+    folder or one inside it, a shared top-level folder (``/tmp``, ``/home``), the home
+    folder or one above it, a folder inside another run's folder, or a name longer than a
+    file name may be. Whether the folder itself holds a run is the caller's question."""
+    p, home = resolved(path), resolved(Path.home())
+    if p == Path(p.anchor):
+        return f"{p} is the file system's root: name a new folder for the run"
+    if any(p == t or t in p.parents for t in _SYSTEM_TREES):
+        return f"{p} is a system folder: name a new folder for the run elsewhere"
+    if p in _SHARED_TOPS or p == home or p in home.parents:
+        return f"{p} holds other files than a run's: name a new folder inside it"
+    long = next((part for part in p.parts if len(os.fsencode(part)) > _NAME_MAX), None)
+    if long is not None:
+        return (
+            f"a folder name of {len(os.fsencode(long))} bytes ({long[:24]}…), longer than a "
+            f"file name may be ({_NAME_MAX})"
+        )
+    outer = next((q for q in p.parents if RunDir(q).holds_run()), None)
+    if outer is not None:
+        return f"{p} is inside the run folder {outer}: name a folder outside it"
+    return None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -150,7 +190,7 @@ class RunDir:
 
     @classmethod
     def at(cls, path: str | os.PathLike[str]) -> RunDir:
-        return cls(Path(path).expanduser().resolve())
+        return cls(resolved(path))
 
     @property
     def requests(self) -> Path:
@@ -164,6 +204,24 @@ class RunDir:
         return self.root / "run.log"
 
     @property
+    def run_lock(self) -> Path:
+        """Held (``flock``) by the kit process that owns the folder now: a run, or an
+        analysis; it names that process (:mod:`speclib.app.run_lock`)."""
+        return self.root / "run.lock"
+
+    def holds_run(self) -> bool:
+        """Whether the folder holds a run already (its params record, manifest, records or
+        launches), as opposed to nothing or only a detached run's log and the lock."""
+        marks = (self.params_resolved, self.manifest, self.requests, self.launches)
+        return any(p.exists() for p in marks)
+
+    def is_empty(self) -> bool:
+        """No file but a detached run's log and the lock: a run may start here."""
+        if not self.root.is_dir():
+            return True
+        return all(p in (self.run_log, self.run_lock) for p in self.root.iterdir())
+
+    @property
     def manifest(self) -> Path:
         """Provenance: versions (kit, vLLM, torch, Python), CPU/GPU, model hashes or hub
         snapshots, tokenizer and chat-template hashes, the prompt set's hash, sampling, the
@@ -172,7 +230,9 @@ class RunDir:
         most and the time budget (``until_decided``, fixed before any block); after the run
         every launch's server command line (secrets redacted), start/ready/end times, and
         how many blocks ran and why the run stopped (``stopping``, a code and its
-        numbers)."""
+        numbers); a resumed run keeps all of it and appends each resume's own environment
+        to ``resumes`` (time, hardware, versions, vLLM, models, placement, its setup
+        notebook)."""
         return self.root / "manifest.json"
 
     @property
@@ -244,7 +304,7 @@ class RunDir:
     def owns(self, path: str | os.PathLike[str]) -> bool:
         """Whether ``path`` is one of this run folder's own files (a record, a log, a
         result: anything already inside the folder)."""
-        p = Path(path).expanduser().resolve()
+        p = resolved(path)
         return p.exists() and p != self.root and self.root in p.parents
 
     @property

@@ -18,8 +18,17 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from speclib.core.fspaths import resolved
+from speclib.params.limits import NAME_CHARS, bounded
 from speclib.params.protocol import AnalysisParams, ProtocolParams
-from speclib.params.server import SeriesParams, ServerParams, StrictModel, is_loopback
+from speclib.params.server import (
+    AA_ARM,
+    DRAFT_ALONE_SUFFIX,
+    SeriesParams,
+    ServerParams,
+    StrictModel,
+    is_loopback,
+)
 from speclib.params.sweep import expand_sweeps
 from speclib.params.workload import WorkloadParams
 
@@ -29,14 +38,14 @@ __all__ = [
     "ExperimentParams",
 ]
 
-AA_ARM = "aa"  # the name of the A/A arm that protocol.aa adds
-DRAFT_ALONE_SUFFIX = ".draft-alone"  # arm serving a series' draft alone (measure_draft_cost)
-
 
 class ExperimentParams(StrictModel):
     """A whole experiment file."""
 
-    name: str = Field(
+    name: str = bounded(
+        ...,
+        NAME_CHARS,
+        text=True,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="The experiment's name (the default run folder is runs/<name>-<time>).",
     )
@@ -77,10 +86,6 @@ class ExperimentParams(StrictModel):
             raise ValueError(
                 "analysis.measure_draft_cost serves the draft alone, which needs servers the "
                 "kit starts (no server.base_url or series base_url)"
-            )
-        if self.protocol.aa and AA_ARM in names:
-            raise ValueError(
-                f"series name {AA_ARM!r} is reserved for the A/A arm that protocol.aa adds"
             )
         if len(names) < 2 and not self.protocol.aa:
             raise ValueError(
@@ -254,7 +259,7 @@ class ExperimentParams(StrictModel):
 
     @property
     def base_dir(self) -> Path:
-        return Path(self.source).resolve().parent if self.source else Path.cwd()
+        return resolved(self.source).parent if self.source else Path.cwd()
 
     def series_by_name(self, name: str) -> SeriesParams:
         for s in self.arms:
@@ -265,4 +270,4 @@ class ExperimentParams(StrictModel):
     def resolve_path(self, value: str) -> Path:
         """Resolve a path written in this params file (relative to the file's folder)."""
         path = Path(value).expanduser()
-        return path if path.is_absolute() else (self.base_dir / path).resolve()
+        return resolved(path if path.is_absolute() else self.base_dir / path)

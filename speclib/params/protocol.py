@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from speclib.params.limits import BLOCKS, CONCURRENCY, RESAMPLES, bounded, describe_limit
 from speclib.params.server import StrictModel
 
 __all__ = [
@@ -91,7 +92,7 @@ class ProtocolParams(StrictModel):
         "the blocks your budget affords (the run says how many once its first block is "
         "timed). auto: workload.replicates + 2; null, or workload.replicates: the planned "
         "blocks only, decided once at analysis.confidence. One planned block "
-        "(workload.replicates: 1) runs alone.",
+        "(workload.replicates: 1) runs alone. " + describe_limit(BLOCKS),
     )
     budget_min: float = Field(
         30.0,
@@ -123,12 +124,15 @@ class ProtocolParams(StrictModel):
     @field_validator("max_replicates")
     @classmethod
     def _cap_positive(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, int) and value < 1:
-            raise ValueError(f"max_replicates must be 'auto', null or at least 1 (got {value})")
+        if isinstance(value, int) and not 1 <= value <= BLOCKS.value:
+            raise ValueError(
+                f"max_replicates must be 'auto', null or 1 to {BLOCKS.shown()} (got {value})"
+            )
         return value
 
-    slot_requests: int | None = Field(
+    slot_requests: int | None = bounded(
         None,
+        CONCURRENCY,
         ge=1,
         description="Interleaved design: requests per arm per alternating slot (default: "
         "6 at concurrency 1 with a switch pause, 1 without; else 2 x concurrency and at "
@@ -266,13 +270,14 @@ class AnalysisParams(StrictModel):
         "over every experiment and load level); the gates, the A/A arm and goodput use it as is.",
     )
     margin: float = Field(0.05, gt=0, lt=1, description="Equivalence margin δ on TPOT ratio.")
-    n_resamples: int = Field(
+    n_resamples: int = bounded(
         4000,
+        RESAMPLES,
         ge=100,
         description="Bootstrap resamples: of the prompt-level TPOT interval (kept in "
         "summary.json as information) and of the sampled runs' log-prob interval.",
     )
-    seed: int = Field(12345, description="Seed of the bootstrap rng.")
+    seed: int = Field(12345, ge=0, description="Seed of the bootstrap rng.")
     max_error_rate_increase: float = Field(
         0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."
     )
@@ -360,9 +365,9 @@ class AnalysisParams(StrictModel):
     @classmethod
     def _edges_rise(cls, value: dict[str, list[float]] | None) -> dict[str, list[float]] | None:
         for cut, edges in (value or {}).items():
-            if not edges or any(b <= a for a, b in itertools.pairwise(edges)):
+            if not edges or any(b <= a for a, b in itertools.pairwise(edges)) or edges[0] <= 0:
                 raise ValueError(f"analysis.segment_edges.{cut} must be a non-empty rising "
-                                 f"list of token counts (got {edges!r})")  # fmt: skip
+                                 f"list of positive token counts (got {edges!r})")  # fmt: skip
         return value
 
     @field_validator("score_outputs", mode="before")

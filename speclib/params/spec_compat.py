@@ -25,6 +25,13 @@ tokens where both folders hold one (:func:`vocab_problems`, the one comparison: 
 records it per series with :func:`speclib.run.preflight.check_vocab`). Each problem names
 the field and both values; what cannot be read (a hub model not in the local cache, a vLLM
 whose source lacks a list) is a note, never a silent pass.
+
+Before any of that, a speculative checkpoint that is a local folder must hold what a server
+loads (:func:`folder_problems`): a ``config.json`` that is a file holding a JSON object, and
+weights (``*.safetensors`` whose headers are whole, or ``pytorch_model.bin``; a sharded
+checkpoint's index and every shard it names). An EAGLE/EAGLE-3 head (its architecture or its
+``eagle_config``) given as a ``draft_model`` is refused: a head drafts from the target's
+hidden states and cannot run as a model of its own.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = [
     "DemoResolver",
     "Locate",
     "checkpoint_problems",
+    "folder_problems",
     "hub_cache_folder",
     "model_locator",
     "params_checkpoint_report",
@@ -178,6 +186,97 @@ def vocab_problems(target: Mapping[str, Any], draft: Mapping[str, Any]) -> list[
     if t and d is not None and t != d:
         problems.append(f"special tokens: draft {d} vs target {t}")
     return problems
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why a safetensors file cannot be loaded (its header unreadable, or the file shorter
+    than its tensors), else None."""
+    try:
+        size = path.stat().st_size
+        if size < 8:
+            return f"not a safetensors file ({size} bytes, shorter than its header's length)"
+        with path.open("rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > min(size - 8, 100_000_000):
+                return "not a safetensors file (its header length is past the file's end)"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, struct.error) as exc:
+        return f"not a safetensors file ({type(exc).__name__})"
+    if not isinstance(header, dict):
+        return "not a safetensors file (its header is not a JSON object)"
+    ends = [
+        info["data_offsets"][1]
+        for name, info in header.items()
+        if name != "__metadata__"
+        and isinstance(info, dict)
+        and len(info.get("data_offsets", ())) == 2
+    ]
+    if ends and 8 + n + max(ends) > size:
+        return f"truncated: its tensors need {8 + n + max(ends)} bytes, the file has {size}"
+    return None
+
+
+def _shards_problem(folder: Path, index: Path) -> str | None:
+    """Why a sharded checkpoint's index cannot be loaded (unreadable, a shard missing)."""
+    try:
+        weight_map = json.loads(index.read_text("utf-8")).get("weight_map")
+    except (OSError, ValueError, AttributeError):
+        return f"{index.name}: not a JSON index of the shards"
+    if not isinstance(weight_map, dict) or not weight_map:
+        return f"{index.name}: names no shard (its weight_map is empty)"
+    missing = sorted({str(f) for f in weight_map.values() if not (folder / str(f)).is_file()})
+    if missing:
+        return f"{index.name}: shard(s) {', '.join(missing[:4])} not in the folder"
+    return None
+
+
+def folder_problems(folder: Path) -> list[str]:
+    """What a local checkpoint folder lacks that a vLLM server loads: ``config.json`` (a
+    file holding a JSON object) and its weights (``*.safetensors`` with whole headers, or
+    ``pytorch_model.bin``; a sharded checkpoint's index and its shards). Empty: nothing."""
+    problems = []
+    cfg = folder / "config.json"
+    if not cfg.exists():
+        problems.append(
+            f"config.json: not in {folder} (vLLM reads the model's architecture and sizes from it)"
+        )
+    elif not cfg.is_file():
+        problems.append(f"config.json: {cfg} is not a file")
+    else:
+        try:
+            data = json.loads(cfg.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append(
+                f"config.json: {cfg} is not valid JSON ({str(exc).splitlines()[0][:80]})"
+            )
+        else:
+            if not isinstance(data, dict):
+                problems.append(
+                    f"config.json: {cfg} holds a JSON {type(data).__name__}, not an object"
+                )
+    indexes = [folder / n for n in ("model.safetensors.index.json", "pytorch_model.bin.index.json")]
+    index = next((i for i in indexes if i.is_file()), None)
+    tensors = sorted(p for p in folder.glob("*.safetensors") if p.is_file())
+    if index is not None:
+        if why := _shards_problem(folder, index):
+            problems.append(f"weights: {why}")
+    elif not tensors and not (folder / "pytorch_model.bin").is_file():
+        problems.append(
+            f"weights: no *.safetensors or pytorch_model.bin in {folder} (or a sharded "
+            "checkpoint's index)"
+        )
+    for path in tensors:
+        if why := _safetensors_problem(path):
+            problems.append(f"weights: {path.name}: {why}")
+    return problems
+
+
+def _is_head(cfg: Mapping[str, Any] | None) -> bool:
+    """An EAGLE/EAGLE-3 head's config: an ``Eagle`` architecture or an ``eagle_config``."""
+    if not cfg:
+        return False
+    archs = [str(a) for a in cfg.get("architectures") or []]
+    return any("eagle" in a.lower() for a in archs) or isinstance(cfg.get("eagle_config"), Mapping)
 
 
 # --- the checks -------------------------------------------------------------------------------
@@ -390,6 +489,11 @@ def checkpoint_problems(
     return CompatReport(tuple(problems), tuple(notes))
 
 
+def _arch_of(cfg: Mapping[str, Any] | None) -> str:
+    archs = (cfg or {}).get("architectures") or []
+    return str(archs[0]) if archs else "eagle_config"
+
+
 def _which(target: Any, draft: Any) -> str:
     missing = [name for name, cfg in (("target", target), ("head", draft)) if cfg is None]
     return f"the {' and '.join(missing)}'s config.json not on this machine"
@@ -470,6 +574,21 @@ def params_checkpoint_report(params: ExperimentParams, locate: Locate) -> Compat
         model = spec.get("model")
         draft_dir = locate(model) if isinstance(model, str) else None
         method = spec.get("method")
+        local = (
+            draft_dir is not None and resolve_model_ref(str(model), params.base_dir)[0] == "local"
+        )
+        found = folder_problems(draft_dir) if local and draft_dir else []
+        problems += [f"series {name} ({method}): {p}" for p in found]
+        if found and read_config(draft_dir) is None:
+            continue  # no config.json to read: nothing more can be checked
+        if method == "draft_model" and draft_dir is not None and _is_head(read_config(draft_dir)):
+            problems.append(
+                f"series {name} (draft_model): model {model} is an EAGLE/EAGLE-3 head "
+                f"({_arch_of(read_config(draft_dir))}), which drafts from the target's hidden "
+                "states and cannot run as a draft model of its own: use method 'eagle3' (or "
+                "'eagle') with it"
+            )
+            continue
         tokens = same_vocab_needed(spec)  # the tokenizers too, where the folders hold them
         report = checkpoint_problems(
             spec,

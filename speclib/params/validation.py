@@ -28,6 +28,7 @@ from typing import Any
 
 from speclib.core.datasets import workload_prompts
 from speclib.core.prompts import Prompt, PromptSetError
+from speclib.core.rundir import RunDir
 from speclib.core.turns import expand_turns, sent_prompt_count
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError, load_params
@@ -75,6 +76,8 @@ def validate_params(
     """
     source = str(path)
     params = load_params(path)
+    if problem := _output_dir_taken(params):
+        raise ParamsError(f"{source}: invalid params\n  - {problem}")
     notes = _spec_notes(params)
     checkpoints = require_checkpoints_fit(params, source, resolve_demo=resolve_demo)
     notes += checkpoints.notes
@@ -99,6 +102,24 @@ def validate_params(
         if note:
             notes.append(note)
     return Validation(params=params, prompts=prompts, notes=tuple(notes))
+
+
+def _output_dir_taken(params: ExperimentParams) -> str | None:
+    """``output_dir`` holds a run, or other files: ``speclib run`` would refuse it."""
+    if not params.output_dir:
+        return None
+    rd = RunDir(params.resolve_path(params.output_dir))
+    if rd.holds_run():
+        return (
+            f"output_dir: {rd.root} holds a run already: `speclib run` refuses it (`speclib "
+            f"run --resume {rd.root}` continues that run); name a new folder for a new run"
+        )
+    if not rd.is_empty():
+        return (
+            f"output_dir: {rd.root} holds other files: `speclib run` starts a run only in a "
+            "new or empty folder; name a new one"
+        )
+    return None
 
 
 def mix_problem(params: ExperimentParams, prompts: Sequence[Prompt]) -> str | None:

@@ -5,8 +5,12 @@ read by its one reader, :func:`speclib.core.run_summary.read_summary`) for the c
 and ``manifest.json`` (written by setup) for the machine and the vLLM version. Nothing is
 recomputed, so runs made on different machines, days or vLLM versions can be put next to
 each other on any laptop: one row per run × experiment (× load level), in the order the
-runs were given. A run whose analysis made no comparison still gets a row,
-so it is never silently left out.
+runs were given. A run whose analysis made no comparison still gets a row, so it is never
+silently left out, and every row says on what its run was decided when that is not the
+run's own whole records under its own rule (``decided_on``:
+:mod:`speclib.report.decision_basis`). A run folder that is missing or
+not a folder, or whose manifest cannot be read, is refused naming it
+(:class:`CompareRefused`; a summary: :class:`~speclib.core.run_summary.SummaryError`).
 """
 
 from __future__ import annotations
@@ -22,8 +26,14 @@ import pandas as pd
 
 from speclib.core.run_summary import ComparisonEntry, RunSummary, read_summary
 from speclib.core.rundir import RunDir
+from speclib.report.decision_basis import decision_basis
 
-__all__ = ["COMPARE_COLUMNS", "compare_runs", "machine_label"]
+__all__ = ["COMPARE_COLUMNS", "CompareRefused", "compare_runs", "machine_label"]
+
+
+class CompareRefused(ValueError):
+    """A run folder given to ``compare`` cannot be read as an analysed run (exit 2)."""
+
 
 COMPARE_COLUMNS = (
     "run",
@@ -44,6 +54,7 @@ COMPARE_COLUMNS = (
     "n_pairs",
     "pooled_decision",
     "segments",
+    "decided_on",
 )
 """Columns of :func:`compare_runs`, in order. ``tpot_ratio`` is experiment / control (below
 1 = faster) with its CI ``[ci_low, ci_high]`` at ``confidence_level``; ``estimand`` says
@@ -54,12 +65,14 @@ summary written before that carries none and its ratio was the typical request's
 per-request median).
 ``decision`` is the run's answer (:mod:`speclib.analysis.verdict.answer`; "mixed" included),
 ``pooled_decision`` the pooled word it came from and ``segments`` the answer's sentence
-naming the segments behind "mixed" (empty otherwise)."""
+naming the segments behind "mixed" (empty otherwise). ``decided_on`` is empty for a run
+decided on its own whole records under its own rule, else says how it was not
+(:meth:`~speclib.report.decision_basis.DecisionBasis.short`)."""
 
 
 def machine_label(hardware: dict[str, Any] | None) -> str:
     """``"2× NVIDIA A100 80GB"`` for GPU machines, ``"AMD EPYC (16 CPUs)"`` otherwise."""
-    if not hardware:
+    if not hardware or not isinstance(hardware, dict):
         return "unknown"
     gpus = hardware.get("gpus")
     if gpus:
@@ -68,6 +81,16 @@ def machine_label(hardware: dict[str, Any] | None) -> str:
     cpu = hardware.get("cpu_model") or "CPU"
     count = hardware.get("cpu_count")
     return f"{cpu} ({count} CPUs)" if count else str(cpu)
+
+
+def _machines(manifest: dict[str, Any]) -> str:
+    """The run's machine, then each other machine a resume of it ran on."""
+    resumes = [r for r in manifest.get("resumes") or [] if isinstance(r, dict)]
+    labels = [
+        machine_label(h) for h in (manifest.get("hardware"), *(r.get("hardware") for r in resumes))
+    ]
+    first, rest = labels[0], [x for x in dict.fromkeys(labels[1:]) if x != labels[0]]
+    return first + "".join(f"; resumed on {x}" for x in rest)
 
 
 def _vllm_version(manifest: dict[str, Any]) -> str:
@@ -84,10 +107,15 @@ def _vllm_version(manifest: dict[str, Any]) -> str:
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompareRefused(f"{what} {path} cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} {path} is not valid JSON: {exc}") from None
+        raise CompareRefused(
+            f"{what} {path} is not valid JSON ({exc}): restore it from a copy of the run "
+            f"folder, or write it again with `speclib analyze {path.parent}`"
+        ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{what} {path} does not hold a JSON object")
+        raise CompareRefused(f"{what} {path} does not hold a JSON object")
     return data
 
 
@@ -97,7 +125,8 @@ def _check_run_dirs(run_dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     paths = [Path(p) for p in run_dirs]
     for p in paths:
         if not p.is_dir():
-            raise FileNotFoundError(f"run folder {p} does not exist")
+            what = "is not a folder" if p.exists() else "does not exist"
+            raise CompareRefused(f"run folder {p} {what}")
     return paths
 
 
@@ -117,8 +146,9 @@ def _rows(label: str, summary: RunSummary, manifest: dict[str, Any]) -> list[dic
     common = {
         "run": label,
         "params": summary.experiment,
-        "machine": machine_label(manifest.get("hardware")),
+        "machine": _machines(manifest),
         "vllm": _vllm_version(manifest),
+        "decided_on": decision_basis(summary).short(),
     }
     if not summary.comparisons:
         return [{**common, "decision": "no comparison"}]
@@ -149,11 +179,11 @@ def compare_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
     """One row per run × experiment (× load level) with the verdict columns side by side.
 
     Columns are :data:`COMPARE_COLUMNS`; numbers are floats (NaN when a run has none), the
-    text columns strings. Raises :class:`FileNotFoundError` naming the folder when a run
-    folder is missing, :class:`~speclib.core.run_summary.SummaryError` (a
-    :class:`ValueError`; for a missing ``summary.json`` a :class:`FileNotFoundError` too)
-    when its summary is missing or unreadable, :class:`ValueError` for an unreadable
-    manifest.
+    text columns strings. Raises :class:`CompareRefused` naming the folder when a run
+    folder is missing or its manifest cannot be read, and
+    :class:`~speclib.core.run_summary.SummaryError` (a :class:`ValueError`; for a missing
+    ``summary.json`` a :class:`FileNotFoundError` too) when its summary is missing or
+    unreadable.
     """
     paths = _check_run_dirs(run_dirs)
     rows: list[dict[str, Any]] = []

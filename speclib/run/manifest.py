@@ -7,7 +7,8 @@ template hash, the prompt set's provenance (hash, format, records read and skipp
 sample drawn), sampling, the series order and start/end times, and the blocks the run
 may use (``until_decided``: at least, at most and the time budget, fixed before any block
 runs; the analysis replays its looks from it). Setup writes it
-(:mod:`speclib.run.preflight`); every later change goes through here: the blocks that
+(:mod:`speclib.run.preflight`); a resume's setup keeps it and appends its own environment
+(:func:`resumed_manifest`); every later change goes through here: the blocks that
 run-until-decided adds and why it stopped (``stopping``: a code and its numbers), the Ray
 executor's block states, and each launch's server command line (secrets redacted) at the
 end of the blocks.
@@ -44,9 +45,23 @@ __all__ = [
     "read_plan",
     "record_launches",
     "record_stopping",
+    "resumed_manifest",
+    "setups_before",
     "until_decided_record",
     "update_manifest",
 ]
+
+_ENVIRONMENT = (
+    "created_at",
+    "hardware",
+    "versions",
+    "vllm",
+    "models",
+    "placement",
+    "memory_plan",
+    "security_advisories",
+)
+"""What a setup records of where and with what it ran: a resume's go to ``resumes``."""
 
 _PACKAGES = (
     "speclib",
@@ -233,6 +248,22 @@ def read_plan(rd: RunDir) -> RunPlan:
     return RunPlan(
         design["design"], design["reason"], design.get("group_size"), tuple(manifest["blocks"])
     )
+
+
+def setups_before(manifest: dict[str, Any]) -> int:
+    """How many setups wrote ``manifest`` (0: none, a new run; else the run's own and one
+    per resume), so the next setup's notebook is :meth:`RunDir.setup_notebook` of it."""
+    return 1 + len(manifest.get("resumes") or []) if manifest else 0
+
+
+def resumed_manifest(
+    kept: dict[str, Any], fresh: dict[str, Any], *, notebook: str
+) -> dict[str, Any]:
+    """The manifest after a resume's setup: the run's own, kept whole (where and when it
+    started, its design and blocks), with the resume's environment (``fresh``'s time,
+    hardware, versions, models, placement) and setup notebook appended to ``resumes``."""
+    entry = {k: fresh.get(k) for k in _ENVIRONMENT} | {"setup_notebook": notebook}
+    return {**kept, "resumes": [*(kept.get("resumes") or []), entry]}
 
 
 def update_manifest(rd: RunDir, **sections: Any) -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "heterogeneity",
     "label_pairs",
     "segment_family_text",
+    "unsplit_edges",
 ]
 
 CUTS = ("category", "accepted", "prompt_length", "output_length")
@@ -417,3 +418,26 @@ def heterogeneity(
             f"({100 * level_conf:.4g} % Bonferroni over {tests} pair(s))"
         )
     return Heterogeneity(level, arm, cut, bool(beyond), level_conf, tuple(found), detail)
+
+
+def unsplit_edges(
+    df: pd.DataFrame, *, control: str, edges: Mapping[str, Sequence[float]] | None
+) -> list[str]:
+    """One note per declared cut (``analysis.segment_edges``) that splits none of the
+    control's measured requests: all fall in one segment, so that cut has no segments and
+    the report would show none without saying why."""
+    notes = []
+    rows = df[df["series"] == control] if "series" in df else df
+    for cut, col, unit in (("prompt_length", "prompt_tokens", "prompt tokens"),
+                           ("output_length", "output_tokens", "output tokens")):  # fmt: skip
+        own = (edges or {}).get(cut)
+        if not own or col not in rows:
+            continue
+        v = pd.to_numeric(rows[col], errors="coerce").dropna()
+        if len(v) and _tertile_labels(v, own, unit).empty:
+            notes.append(
+                f"analysis.segment_edges.{cut} {[float(e) for e in own]} split no data: the "
+                f"control's measured requests have {v.min():g}–{v.max():g} {unit}, all in one "
+                f"segment, so there is no {cut.replace('_', ' ')} segment"
+            )
+    return notes
