@@ -215,6 +215,7 @@ def _cmd_replay_acceptance(args: argparse.Namespace) -> int:
     import json
 
     from speclib.analysis.speculation.replay_check import replay_lines, replay_rows
+    from speclib.app.run_lock import hold_run
     from speclib.core.rundir import RunDir
     from speclib.run.draft_replay import replay_run
 
@@ -223,7 +224,8 @@ def _cmd_replay_acceptance(args: argparse.Namespace) -> int:
         print(f"error: {rd.root} is no run folder (no params.resolved.json)", file=sys.stderr)
         return 2
     try:
-        path = replay_run(rd.root, device=args.device, dtype=args.dtype, log=_stderr_line)
+        with hold_run(rd, "replay"):  # it writes into the folder: never beside its owner
+            path = replay_run(rd.root, device=args.device, dtype=args.dtype, log=_stderr_line)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
