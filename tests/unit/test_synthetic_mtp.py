@@ -196,3 +196,57 @@ def test_mtp_references_parse_and_are_found_once_built(tiny: dict, monkeypatch) 
     assert built_demo_dir("tiny/mtp@0.6") == tiny["mtp"]
     assert built_demo_dir("tiny/mtp@0.5") is None  # another agreement is another target
     assert built_demo_dir("tiny/target") is None  # the MTP target is built whole, alone
+
+
+def _mtp_params(tmp_path: Path, model: Path):
+    import yaml
+
+    from speclib.params.loader import load_params
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "w1 w2"}]}\n')
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "m",
+                "server": {"model": str(model)},
+                "series": [
+                    {"name": "control"},
+                    {
+                        "name": "mtp-k3",
+                        "speculative_config": {"method": "mtp", "num_speculative_tokens": 3},
+                    },
+                ],
+                "workload": {"prompts": str(prompts), "temperature": 0.0},
+            }
+        )
+    )
+    return load_params(path)
+
+
+def test_an_mtp_arms_truth_and_weights_come_from_its_target(tiny: dict, tmp_path: Path) -> None:
+    from speclib.core.records import RequestRecord
+    from speclib.demo.synthetic import expected_acceptance
+    from speclib.run.mtp_weights import launch_mtp_weights
+    from speclib.run.synthetic_truth import acceptance_truth
+
+    params = _mtp_params(tmp_path, tiny["mtp"])
+    control, mtp = params.series
+    target_next, _ = chain_maps(tiny["recipe"])
+    guess, _ = mtp_guess_map(tiny["recipe"])
+    walk = [FIRST_WORD + 5]
+    while len(walk) < 300:
+        walk.append(int(target_next[walk[-1]]))
+    record = RequestRecord(
+        series="mtp-k3", replicate=0, prompt_id="a", ok=True, token_ids=tuple(walk)
+    )
+    assert acceptance_truth(params, control, [record]) is None
+    truth = acceptance_truth(params, mtp, [record])
+    assert truth is not None and truth["k"] == 3
+    assert truth["expected"] == expected_acceptance(guess, [walk], 3)
+    assert truth["agreement"] == read_declaration(tiny["mtp"])["agreement_realised"]
+    weights = launch_mtp_weights(params, mtp)
+    shape, vocab = PRESETS["tiny"].mtp, PRESETS["tiny"].vocab_size
+    assert weights is not None and weights["head_params"] == vocab * shape.hidden
+    assert launch_mtp_weights(params, control) is None
