@@ -70,6 +70,18 @@ def _torch_dtype(name: str) -> Any:
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
 
 
+def _save_weights(tensors: dict, folder: Path, dtype: str) -> None:
+    """``folder/model.safetensors``: ``tensors`` in ``dtype``, on the CPU."""
+    from safetensors.torch import save_file
+
+    cast = _torch_dtype(dtype)
+    save_file(
+        {k: v.to(cast).contiguous().cpu() for k, v in tensors.items()},
+        str(folder / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+
+
 def _save_tokenizer(recipe: SyntheticRecipe, folder: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -162,17 +174,11 @@ def _write_model(
     recipe: SyntheticRecipe, shape: QwenShape, next_map: np.ndarray, folder: Path, seed: int
 ) -> None:
     import torch
-    from safetensors.torch import save_file
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     folder.mkdir(parents=True, exist_ok=True)
-    dtype = _torch_dtype(recipe.dtype)
     tensors = _weights(shape, next_map, seed=seed, device=device)
-    save_file(
-        {k: v.to(dtype).contiguous().cpu() for k, v in tensors.items()},
-        str(folder / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    _save_weights(tensors, folder, recipe.dtype)
     del tensors
     _save_config(recipe, shape, folder)
     _save_tokenizer(recipe, folder)
@@ -344,7 +350,6 @@ def build_synthetic_eagle3(
     draft's map) into ``folder``, from the built target in ``target_dir``."""
     import torch
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
     started = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -360,12 +365,7 @@ def build_synthetic_eagle3(
         target_hidden=recipe.shape.target.hidden,
         seed=recipe.seed * 2 + 3,
     )
-    dtype = _torch_dtype(recipe.dtype)
-    save_file(
-        {k: v.to(dtype).contiguous().cpu() for k, v in tensors.items()},
-        str(folder / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    _save_weights(tensors, folder, recipe.dtype)
     del tensors
     _save_eagle3_config(recipe, folder)
     _save_tokenizer(recipe, folder)
@@ -521,7 +521,6 @@ def build_synthetic_mtp(recipe: SyntheticRecipe, folder: Path, *, log: Callable)
     set, :func:`speclib.demo.synthetic.mtp_guess_map`) into ``folder``, with the acceptance it
     declares for ``method: mtp`` at k = 1 … 8."""
     import torch
-    from safetensors.torch import save_file
 
     started = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -531,12 +530,7 @@ def build_synthetic_mtp(recipe: SyntheticRecipe, folder: Path, *, log: Callable)
     tensors = _mtp_weights(
         recipe.shape.mtp, target_next, guess, anchor, seed=recipe.seed * 2 + 5, device=device
     )
-    dtype = _torch_dtype(recipe.dtype)
-    save_file(
-        {k: v.to(dtype).contiguous().cpu() for k, v in tensors.items()},
-        str(folder / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    _save_weights(tensors, folder, recipe.dtype)
     del tensors
     _save_mtp_config(recipe, folder)
     _save_tokenizer(recipe, folder)
