@@ -313,23 +313,37 @@ def declared_acceptance(agreement: float, k: int) -> dict[str, Any]:
 
 
 def expected_acceptance(
-    draft_next: np.ndarray, outputs: Sequence[Sequence[int]], k: int
+    draft_next: np.ndarray,
+    outputs: Sequence[Sequence[int]],
+    k: int,
+    *,
+    target_next: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """The drafts and per-position acceptances that greedy ``draft_model`` speculation
-    with a chain draft (``draft_next``) must give on these greedy outputs, exactly.
+    """The drafts and per-position acceptances that greedy speculation with a chain guesser
+    (``draft_next``: a draft model, an EAGLE-3 head or an MTP layer) must give on these
+    greedy outputs, exactly.
 
     The first output token comes from the prefill; from then on each step drafts ``k``
-    tokens from the last accepted one, the draft's i-th guess is right while every guess
-    before it was (the draft follows its own chain), and the step ends with the target's
-    own token after the accepted run. Only drafts that are verified are counted.
+    tokens from the last accepted one, the guesser's i-th guess is right while every guess
+    before it was (it follows its own guesses), and the step ends with the target's own
+    token after the accepted run. Only drafts that are verified are counted. vLLM drafts
+    all ``k`` on the last step too and counts what it accepts before cutting the output at
+    ``max_tokens``; with ``target_next`` (the target's chain) the replay does the same,
+    verifying the last step's guesses against the target's continuation; without it, it
+    stops at the output's end.
     """
     drafts, per_position = 0, [0] * k
     for ids in outputs:
         pos, n = 0, len(ids)
+        seq = list(ids)
+        if target_next is not None and seq:
+            while len(seq) < n + k:
+                seq.append(int(target_next[seq[-1]]))
+        end = len(seq)
         while pos < n - 1:
             run = 0
             while (
-                run < k and pos + run + 1 < n and draft_next[ids[pos + run]] == ids[pos + run + 1]
+                run < k and pos + run + 1 < end and draft_next[seq[pos + run]] == seq[pos + run + 1]
             ):
                 run += 1
             drafts += 1

@@ -10,7 +10,9 @@ such a folder, each ``eagle3`` arm whose head is, and each ``mtp`` arm whose tar
 ``model``) is, from the arm's measured records, so the analysis can hold the acceptance vLLM
 reported (``/metrics`` deltas) against a truth. Any other arm has none (None). The outputs
 replayed are those of the launch's ``/metrics`` window (:func:`metrics_window`: its level
-warm-ups and measured requests), so the truth counts what the counters count.
+warm-ups and measured requests), and each one's last step is verified against the target's
+continuation past ``max_tokens`` (vLLM counts what it accepts there before cutting the
+output), so the truth counts what the counters count.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def acceptance_truth(
     no ``model``)."""
     from speclib.demo.synthetic import (
         SyntheticRecipe,
+        chain_maps,
         declared_acceptance,
         expected_acceptance,
         guess_map,
@@ -75,11 +78,12 @@ def acceptance_truth(
     k = int(spec["num_speculative_tokens"])
     recipe = SyntheticRecipe(**declaration["recipe"])
     draft_next = guess_map(recipe, role)
+    target_next, _ = chain_maps(recipe)
     outputs = [r.token_ids for r in records if r.ok and r.token_ids]
     return {
         "k": k,
         "agreement": declaration["agreement_realised"],
         "declared": declared_acceptance(declaration["agreement_realised"], k),
-        "expected": expected_acceptance(draft_next, outputs, k),
+        "expected": expected_acceptance(draft_next, outputs, k, target_next=target_next),
         "n_requests": len(outputs),
     }

@@ -244,7 +244,7 @@ def test_an_mtp_arms_truth_and_weights_come_from_its_target(tiny: dict, tmp_path
     assert acceptance_truth(params, control, [record]) is None
     truth = acceptance_truth(params, mtp, [record])
     assert truth is not None and truth["k"] == 3
-    assert truth["expected"] == expected_acceptance(guess, [walk], 3)
+    assert truth["expected"] == expected_acceptance(guess, [walk], 3, target_next=target_next)
     assert truth["agreement"] == read_declaration(tiny["mtp"])["agreement_realised"]
     weights = launch_mtp_weights(params, mtp)
     shape, vocab = PRESETS["tiny"].mtp, PRESETS["tiny"].vocab_size
