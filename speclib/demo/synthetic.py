@@ -45,7 +45,9 @@ and the truth is the same ``agreement ** i``.
 MTP (``method: mtp``) needs the guessing layer *inside* the target's checkpoint, so it gets
 its own target: ``demo:qwen3-4b/mtp@0.7``, a ``MiMoForCausalLM`` (vLLM's dense family with
 MTP layers: Xiaomi's MiMo, a Qwen2 decoder whose checkpoint ends in
-``num_nextn_predict_layers`` MTP layers; vLLM maps it to ``mimo_mtp``). Its decoder follows
+``num_nextn_predict_layers`` MTP layers; vLLM maps it to ``mimo_mtp``; its config is MiMo's
+own, ``model_type: mimo`` with the class in the folder, so vLLM serves it with
+``--trust-remote-code`` as it serves Xiaomi's checkpoints). Its decoder follows
 the same chain as ``demo:qwen3-4b/target``, in Qwen2 layers (q/k/v biases, no q/k norms;
 vLLM's Qwen2 attention derives head_dim = hidden / heads, so 32 heads of 80 at the 4B
 shape), and its one MTP layer guesses the token after next from the token vLLM feeds it
@@ -106,7 +108,7 @@ EAGLE3_VERSION = 2  # bump when the EAGLE-3 head's construction changes (its fol
 EAGLE3_ARCHITECTURE = "Eagle3LlamaForCausalLM"  # vLLM's class for a Llama-layer EAGLE-3 head
 FIRST_WORD = 2  # ids 0 and 1 are UNK and EOS; words follow
 MTP_ARCHITECTURE = "MiMoForCausalLM"  # vLLM's dense target with MTP layers (mimo_mtp)
-MTP_VERSION = 1  # bump when the MTP target's construction changes (its folder's name)
+MTP_VERSION = 2  # bump when the MTP target's construction changes (its folder's name)
 MTP_LAYERS = 1  # as MiMo-7B; vLLM's MiMo MTP runs only its first layer (and reuses it)
 
 

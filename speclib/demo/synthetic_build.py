@@ -481,11 +481,30 @@ def _mtp_weights(
     return out
 
 
+# MiMo's own config class (its checkpoints ship it as remote code): a Qwen2 config with the
+# count of MTP layers; transformers knows no "mimo", so vLLM reads it with --trust-remote-code.
+MIMO_CONFIG_CODE = """\
+\"\"\"MiMo's configuration: a Qwen2 config with MTP layers (written by speclib).\"\"\"
+
+from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
+
+
+class MiMoConfig(Qwen2Config):
+    model_type = "mimo"
+
+    def __init__(self, *args, num_nextn_predict_layers=0, **kwargs):
+        self.num_nextn_predict_layers = num_nextn_predict_layers
+        super().__init__(*args, **kwargs)
+"""
+
+
 def _save_mtp_config(recipe: SyntheticRecipe, folder: Path) -> None:
-    """A Qwen2 config naming ``MiMoForCausalLM`` with ``num_nextn_predict_layers``: what vLLM
-    reads of a MiMo checkpoint (MiMo's own ``model_type: mimo`` needs its remote code;
-    transformers knows ``qwen2``, and vLLM picks the class and the MTP path by the
-    architecture)."""
+    """MiMo's config: ``model_type: mimo`` with its config class as remote code
+    (``configuration_mimo.py``, ``auto_map``), ``MiMoForCausalLM`` and
+    ``num_nextn_predict_layers``, as Xiaomi's checkpoints ship it; vLLM serves it with
+    ``--trust-remote-code`` and picks its own class and the MTP path by the architecture.
+    Not ``model_type: qwen2``: transformers then forces its Qwen2 tokenizer, which reads
+    the synthetic word-level vocabulary as nothing (every prompt empty)."""
     from transformers import Qwen2Config
 
     shape = recipe.shape.mtp
@@ -508,9 +527,12 @@ def _save_mtp_config(recipe: SyntheticRecipe, folder: Path) -> None:
     config.save_pretrained(folder)
     path = folder / "config.json"
     data = json.loads(path.read_text())
+    data["model_type"] = "mimo"
+    data["auto_map"] = {"AutoConfig": "configuration_mimo.MiMoConfig"}
     data["num_nextn_predict_layers"] = MTP_LAYERS
     data["torch_dtype"] = data["dtype"] = recipe.dtype
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    (folder / "configuration_mimo.py").write_text(MIMO_CONFIG_CODE)
     (folder / "generation_config.json").write_text(
         json.dumps({"eos_token_id": 1, "pad_token_id": 1, "do_sample": False}, indent=2) + "\n"
     )

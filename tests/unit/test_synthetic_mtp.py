@@ -104,7 +104,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_the_target_is_a_mimo_checkpoint_vllm_reads(tiny: dict) -> None:
     cfg = json.loads((tiny["mtp"] / "config.json").read_text())
     shape = PRESETS["tiny"].mtp
-    assert cfg["architectures"] == [MTP_ARCHITECTURE] and cfg["model_type"] == "qwen2"
+    assert cfg["architectures"] == [MTP_ARCHITECTURE] and cfg["model_type"] == "mimo"
+    assert cfg["auto_map"] == {"AutoConfig": "configuration_mimo.MiMoConfig"}
     assert cfg["num_nextn_predict_layers"] == MTP_LAYERS == 1
     assert cfg["hidden_size"] == shape.heads * shape.head_dim  # vLLM's Qwen2 derives head_dim
     assert not cfg["tie_word_embeddings"] and cfg["num_hidden_layers"] == shape.layers
@@ -126,11 +127,26 @@ def test_the_target_is_a_mimo_checkpoint_vllm_reads(tiny: dict) -> None:
     )
 
 
+def test_mimos_config_and_tokenizer_load_as_vllm_loads_them(tiny: dict) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    # vLLM with --trust-remote-code: MiMo's config class from the folder, and the word-level
+    # tokenizer (a model_type qwen2 would get transformers' Qwen2 tokenizer: empty prompts)
+    cfg = AutoConfig.from_pretrained(tiny["mtp"], trust_remote_code=True, local_files_only=True)
+    assert type(cfg).__name__ == "MiMoConfig" and cfg.num_nextn_predict_layers == MTP_LAYERS
+    tok = AutoTokenizer.from_pretrained(tiny["mtp"], trust_remote_code=True, local_files_only=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "w0 w1 w2"}], tokenize=True, add_generation_prompt=True
+    )
+    ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+    assert list(ids) == [FIRST_WORD, FIRST_WORD + 1, FIRST_WORD + 2]
+
+
 def test_the_decoder_follows_the_targets_chain(tiny: dict) -> None:
-    from transformers import AutoModelForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     target_next, _ = chain_maps(tiny["recipe"])
-    model = AutoModelForCausalLM.from_pretrained(tiny["mtp"])  # Qwen2 layers, MTP ones unused
+    model = Qwen2ForCausalLM.from_pretrained(tiny["mtp"])  # MiMo's decoder; MTP layers unused
     words = torch.arange(FIRST_WORD, FIRST_WORD + PRESETS["tiny"].words)
     with torch.no_grad():
         logits = model(words[None, :]).logits[0]
