@@ -106,33 +106,44 @@ def _save_tokenizer(recipe: SyntheticRecipe, folder: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def _save_config(recipe: SyntheticRecipe, shape: QwenShape, folder: Path) -> None:
-    from transformers import Qwen3Config
+def _config_args(recipe: SyntheticRecipe, shape: QwenShape) -> dict[str, Any]:
+    """What a synthetic model's transformers config is made of, Qwen3 or Qwen2 (MiMo)."""
+    return {
+        "vocab_size": recipe.shape.vocab_size,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "max_position_embeddings": recipe.max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,  # the head is not the embedding: it maps to the next word
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+        "bos_token_id": None,
+    }
 
-    config = Qwen3Config(
-        vocab_size=recipe.shape.vocab_size,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        head_dim=shape.head_dim,
-        max_position_embeddings=recipe.max_position_embeddings,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,  # the head is not the embedding: it maps to the next word
-        eos_token_id=1,
-        pad_token_id=1,
-        bos_token_id=None,
-    )
-    config.architectures = ["Qwen3ForCausalLM"]
+
+def _write_config(config: Any, folder: Path, dtype: str, **fields: Any) -> None:
+    """``config.json`` (with the dtype under both names: transformers 4 reads one, 5 the
+    other, and ``fields`` over the rest) and a greedy ``generation_config.json``."""
     config.save_pretrained(folder)
     path = folder / "config.json"
     data = json.loads(path.read_text())
-    data["torch_dtype"] = data["dtype"] = recipe.dtype  # transformers 4 reads one, 5 the other
+    data["torch_dtype"] = data["dtype"] = dtype
+    data.update(fields)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     (folder / "generation_config.json").write_text(
         json.dumps({"eos_token_id": 1, "pad_token_id": 1, "do_sample": False}, indent=2) + "\n"
     )
+
+
+def _save_config(recipe: SyntheticRecipe, shape: QwenShape, folder: Path) -> None:
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(**_config_args(recipe, shape), head_dim=shape.head_dim)
+    config.architectures = ["Qwen3ForCausalLM"]
+    _write_config(config, folder, recipe.dtype)
 
 
 def _weights(shape: QwenShape, next_map: np.ndarray, *, seed: int, device: str) -> dict:
@@ -508,34 +519,17 @@ def _save_mtp_config(recipe: SyntheticRecipe, folder: Path) -> None:
     from transformers import Qwen2Config
 
     shape = recipe.shape.mtp
-    config = Qwen2Config(
-        vocab_size=recipe.shape.vocab_size,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        max_position_embeddings=recipe.max_position_embeddings,
-        max_window_layers=shape.layers,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        eos_token_id=1,
-        pad_token_id=1,
-        bos_token_id=None,
-    )
+    config = Qwen2Config(**_config_args(recipe, shape), max_window_layers=shape.layers)
     config.architectures = [MTP_ARCHITECTURE]
-    config.save_pretrained(folder)
-    path = folder / "config.json"
-    data = json.loads(path.read_text())
-    data["model_type"] = "mimo"
-    data["auto_map"] = {"AutoConfig": "configuration_mimo.MiMoConfig"}
-    data["num_nextn_predict_layers"] = MTP_LAYERS
-    data["torch_dtype"] = data["dtype"] = recipe.dtype
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    (folder / "configuration_mimo.py").write_text(MIMO_CONFIG_CODE)
-    (folder / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": 1, "pad_token_id": 1, "do_sample": False}, indent=2) + "\n"
+    _write_config(
+        config,
+        folder,
+        recipe.dtype,
+        model_type="mimo",
+        auto_map={"AutoConfig": "configuration_mimo.MiMoConfig"},
+        num_nextn_predict_layers=MTP_LAYERS,
     )
+    (folder / "configuration_mimo.py").write_text(MIMO_CONFIG_CODE)
 
 
 def build_synthetic_mtp(recipe: SyntheticRecipe, folder: Path, *, log: Callable) -> None:
