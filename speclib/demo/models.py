@@ -58,6 +58,7 @@ from speclib.demo.recipe import DEFAULT_RECIPE, DemoRecipe
 from speclib.demo.synthetic import (
     DECLARATION_FILE,
     EAGLE3_VERSION,
+    MTP_VERSION,
     PRESETS,
     SYNTHETIC_VERSION,
     SyntheticRecipe,
@@ -199,8 +200,9 @@ def demo_model_dir(
     """Folder of a demo model, building it if missing: ``target`` or ``draft`` of the CPU
     pair, a packaged real model (``smollm2``, ``qwen2.5-coder/draft``:
     :mod:`speclib.demo.packaged`),
-    or a synthetic pair's ``<preset>/target``, ``<preset>/draft[@agreement]`` or
-    ``<preset>/eagle3[@agreement]``
+    or a synthetic pair's ``<preset>/target``, ``<preset>/draft[@agreement]``,
+    ``<preset>/eagle3[@agreement]`` or ``<preset>/mtp[@agreement]`` (the target with an MTP
+    layer)
     (:mod:`speclib.demo.synthetic`; a ValueError names a bad reference)."""
     if name in ("target", "draft"):
         pair = build_demo_pair(cache_dir=cache_dir, log=log or _stderr)
@@ -245,6 +247,7 @@ def _synthetic_dir(
             "target": "target",
             "draft": f"draft-a{recipe.agreement:.4f}",
             "eagle3": f"eagle3-v{EAGLE3_VERSION}-a{recipe.agreement:.4f}",
+            "mtp": f"mtp-v{MTP_VERSION}-a{recipe.agreement:.4f}",
         }[role]
     )
     if (final / DECLARATION_FILE).is_file() or not build:
@@ -376,6 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the draft's agreement map)",
     )
     parser.add_argument(
+        "--mtp",
+        action="store_true",
+        help="with --synthetic: build the target with an MTP layer too (demo:PRESET/mtp@A, "
+        "a MiMoForCausalLM of the same chain whose MTP layer has the draft's agreement; "
+        "method: mtp, and its control arm, serve it as the target)",
+    )
+    parser.add_argument(
         "--real",
         metavar="NAME",
         choices=sorted(PACKAGED),
@@ -431,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refs = [f"{args.synthetic}/target", f"{args.synthetic}/draft@{args.agreement:g}"]
         if args.eagle3:
             refs.append(f"{args.synthetic}/eagle3@{args.agreement:g}")
+        if args.mtp:
+            refs.append(f"{args.synthetic}/mtp@{args.agreement:g}")
         for ref in refs:
             print(f"demo:{ref}: {demo_model_dir(ref, cache_dir=args.cache_dir, log=log)}")
         return 0

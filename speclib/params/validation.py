@@ -239,7 +239,7 @@ def _model_limit(target: str) -> int | None:
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def _load_tokenizer(target: str) -> tuple[Any, str | None]:
+def _load_tokenizer(target: str, *, trust_remote_code: bool = False) -> tuple[Any, str | None]:
     folder = Path(target)
     if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         return None, f"no tokenizer files in {target}"
@@ -248,7 +248,9 @@ def _load_tokenizer(target: str) -> tuple[Any, str | None]:
     except ImportError:
         return None, "transformers is not installed"
     try:
-        return AutoTokenizer.from_pretrained(target, local_files_only=True), None
+        return AutoTokenizer.from_pretrained(
+            target, local_files_only=True, trust_remote_code=trust_remote_code
+        ), None
     except Exception as exc:  # not cached, no tokenizer files, remote code...
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return None, f"cannot load the tokenizer of {target} from local files ({first[:160]})"
@@ -268,7 +270,9 @@ def _fit_problem(
             "prompt lengths not checked: no server.max_model_len and no "
             "max_position_embeddings in the target's config.json",
         )
-    tokenizer, why = _load_tokenizer(target)
+    # as the servers load it: the target's own code only where they may run it (MiMo's config)
+    trust = "--trust-remote-code" in params.server.extra_args
+    tokenizer, why = _load_tokenizer(target, trust_remote_code=trust)
     if tokenizer is None:
         return None, f"prompt lengths not checked against max_model_len: {why}"
     if not getattr(tokenizer, "chat_template", None):

@@ -15,6 +15,7 @@ import html
 from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
+from speclib.analysis.speculation.acceptance_truth import TOLERANCE
 from speclib.report.html_format import wrap
 
 __all__ = ["why_html"]
@@ -40,6 +41,14 @@ _METHOD = (
     "LM head against the target's full stack, far below a separate draft model's, but it "
     "cannot be served alone to measure it, so an EAGLE-3 arm gets the measured "
     "decomposition and no model prediction.</p>"
+    "<p>MTP has no draft model at all: its layers ship inside the target's checkpoint, and "
+    "each guess runs one of them on the target's own last hidden state (already computed "
+    "by the verify pass) and the embedding of the token before, then the target's LM head; "
+    "vLLM reuses one layer for every guess when k exceeds the layers the checkpoint has. It "
+    "cannot be served alone either, so its c is <i>modelled</i>, not timed: the weights one "
+    "guess reads (one MTP layer and the LM head) over those a target step reads, as a "
+    "decode step at small batches streams every weight it uses once. The prediction says "
+    "so, and its gap to the measured step cost is what that model leaves out.</p>"
 )
 
 
@@ -159,7 +168,7 @@ def _stack_html(an: RunAnalysis) -> str:
     if truth:
         out.append(
             f"<p><b>Acceptance against a known truth</b>: the measured acceptance "
-            f"{html.escape(truth)}.</p>"
+            f"{html.escape(truth)}.</p>" + _truth_table(an.stack.get("acceptance_truth") or [])
         )
     replay = an.stack.get("acceptance_replay_line")
     if replay:
@@ -182,3 +191,30 @@ def _stack_html(an: RunAnalysis) -> str:
             + "</table>"
         )
     return "".join(out)
+
+
+def _rates(values: Any) -> str:
+    return " / ".join("–" if v is None else f"{v:.3f}" for v in values or [])
+
+
+def _truth_table(rows: list[dict[str, Any]]) -> str:
+    """Per launch: acceptance per draft position as vLLM counted it, the exact expectation
+    on the launch's outputs and the declared ``agreement ** i``."""
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td>{html.escape(str(r.get('series')))}</td>"
+        f"<td>{html.escape(str(r.get('launch_id')))}</td><td>{r.get('k')}</td>"
+        f"<td>{_rates(r.get('measured_per_position'))}</td>"
+        f"<td>{_rates(r.get('expected_per_position'))}</td>"
+        f"<td>{_rates(r.get('declared_per_position'))}</td>"
+        f"<td>{r.get('measured_drafts')} / {r.get('expected_drafts')}</td>"
+        f"<td>{'yes' if r.get('within_per_position') else 'NO'}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<table class='speclib-table'><tr><th>Series</th><th>Launch</th><th>k</th>"
+        "<th>Accepted per position (vLLM)</th><th>Exact on its outputs</th>"
+        "<th>Declared (a<sup>i</sup>)</th><th>Drafts (vLLM / exact)</th>"
+        f"<th>Every position within ±{TOLERANCE:.0%}</th></tr>" + body + "</table>"
+    )

@@ -3,8 +3,9 @@
 :func:`acceptance_summary` sums an arm's acceptance per request and from its launches'
 ``/metrics`` deltas (with the reconciliation of the two); :func:`explain_speedup` splits
 the measured speed-up into tokens per verify step and step cost and, when the draft cost
-``c`` is known independently (:func:`draft_cost`: the draft served alone), sets the
-standard model's prediction beside it (:mod:`speclib.analysis.speculation.why`).
+``c`` is known independently (:func:`draft_cost`: the draft served alone; an MTP layer's
+modelled from the weights a guess reads), sets the standard model's prediction beside it
+(:mod:`speclib.analysis.speculation.why`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "draft_cost",
     "explain_speedup",
     "implausible_count",
+    "mtp_draft_cost",
     "plausibility_dict",
     "unscored_reason",
     "why_by_category",
@@ -111,9 +113,17 @@ def _streams(rows: pd.DataFrame) -> list[tuple[Any, Any]]:
 
 
 def draft_cost(
-    df: pd.DataFrame, params: ExperimentParams, name: str, method: str | None, salt: int
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    name: str,
+    method: str | None,
+    salt: int,
+    launches: list[LaunchMetrics] | None = None,
 ) -> tuple[DraftCost | None, str | None]:
-    """``c`` from the draft served alone (its TPOT over the control's), or why there is none."""
+    """``c`` from the draft served alone (its TPOT over the control's), for MTP modelled from
+    the weights a guess reads (:func:`mtp_draft_cost`), or why there is none."""
+    if method == "mtp":
+        return mtp_draft_cost(launches or [])
     arm = params.draft_cost_arms.get(name)
     if arm is None:
         if method == "draft_model":
@@ -134,6 +144,26 @@ def draft_cost(
         return None, f"the draft-alone arm {arm!r} gave no usable pairs (see its launch)"
     source = f"draft served alone: its TPOT over the target's, {ci.n_pairs} paired prompts"
     return DraftCost(ci.estimate, source, (ci.ci_low, ci.ci_high)), None
+
+
+def mtp_draft_cost(launches: list[LaunchMetrics]) -> tuple[DraftCost | None, str | None]:
+    """An MTP arm's ``c``, modelled (not timed: vLLM cannot serve an MTP layer alone) from
+    what one guess reads against a target step, as its launches recorded it
+    (:mod:`speclib.analysis.speculation.mtp_cost`); or why there is none."""
+    weights = next((m.mtp_weights for m in launches if m.mtp_weights), None)
+    if weights is None:
+        return None, (
+            "an MTP layer cannot be served alone to measure c, and its launches recorded no "
+            "weights count of the checkpoint to model it"
+        )
+    source = (
+        "modelled, not timed: an MTP guess runs one MTP module "
+        f"({weights['mtp_module_params'] / 1e6:,.1f} M parameters) and the LM head "
+        f"({weights['head_params'] / 1e6:,.1f} M) on the target's own hidden state, against "
+        f"{weights['target_params'] / 1e6:,.1f} M a target step reads; no draft model, "
+        "a decode step priced by the weights it reads"
+    )
+    return DraftCost(float(weights["c"]), source), None
 
 
 def arm_drafting(
@@ -168,7 +198,7 @@ def explain_speedup(
     from_counters = acc.get("metrics_mean_acceptance_length")
     tokens = from_counters or acc.get("per_request_median_mean_length")
     method = spec_cfg.get("method")
-    cost, reason = draft_cost(df, params, name, method, salt)
+    cost, reason = draft_cost(df, params, name, method, salt, launches)
     sides = {
         side: [
             stream_steps(o, t)
