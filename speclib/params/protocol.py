@@ -18,6 +18,7 @@ import itertools
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from speclib.params.limits import BLOCKS, CONCURRENCY, RESAMPLES, bounded, describe_limit
 from speclib.params.server import StrictModel
@@ -124,10 +125,10 @@ class ProtocolParams(StrictModel):
     @field_validator("max_replicates")
     @classmethod
     def _cap_positive(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, int) and not 1 <= value <= BLOCKS.value:
-            raise ValueError(
-                f"max_replicates must be 'auto', null or 1 to {BLOCKS.shown()} (got {value})"
-            )
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"max_replicates must be 'auto', null or at least 1 (got {value})")
+        if isinstance(value, int) and value > BLOCKS.value:  # the bound, said as a bound's
+            raise PydanticCustomError("less_than_equal", "at most {le}", {"le": BLOCKS.value})
         return value
 
     slot_requests: int | None = bounded(

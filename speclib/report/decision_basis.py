@@ -49,7 +49,7 @@ class DecisionBasis:
             "records_only": self.records_only,
             "redecided_with": self.redecided_with,
             "changed": [{"field": f, "run": old, "now": new} for f, old, new in self.changed],
-            "mix": dict(self.mix) if self.mix else None,
+            "mix": dict(_share_map(self.mix)) if self.mix else None,
         }
 
     def short(self) -> str:
@@ -66,12 +66,16 @@ class DecisionBasis:
         return "; ".join(parts)
 
 
+def _share_map(mix: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A mix's shares by category; a mix recorded as a record (summary.json's ``mix``:
+    ``shares``, ``run_shares``, ``left_out``, ``text``) is read through its ``shares``."""
+    return mix["shares"] if isinstance(mix.get("shares"), Mapping) else mix
+
+
 def _shares(mix: Mapping[str, Any]) -> str:
-    """``fresh=0.8, echo=0.2`` for a mix of shares; a mix recorded as a record (its
-    ``shares``) is read through that entry."""
-    shares = mix.get("shares") if isinstance(mix.get("shares"), Mapping) else mix
+    """``fresh=0.8, echo=0.2`` for a mix of shares."""
     return ", ".join(
-        f"{k}={v:g}" if isinstance(v, int | float) else str(k) for k, v in shares.items()
+        f"{k}={v:g}" if isinstance(v, int | float) else str(k) for k, v in _share_map(mix).items()
     )
 
 

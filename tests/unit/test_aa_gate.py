@@ -210,6 +210,7 @@ def test_a_launch_in_the_wrong_mode_is_left_out_and_rejects_its_series(tmp_path:
     status = {"launch_id": "spec-r1", "series": "spec", "block": "r1", "ok": False}
     status["mode_check"] = {"ok": False, "problems": ["speculative series but no drafting"]}
     (launch / "status.json").write_text(json.dumps(status))
+    (run / "manifest.json").write_text(json.dumps({"hardware": {"cpu_count": 2}}))  # a kit run
     comps = _by(analyze_run(run).summary())
     spec = comps["spec"]
     assert spec["decision"] == "reject"

@@ -17,7 +17,7 @@ from speclib.analysis.speculation.speedup import (
 )
 from speclib.analysis.speculation.why import DraftCost, explain, paired_stream_factors, stream_steps
 from speclib.params.loader import ParamsError, load_params
-from tests.helpers import fake_servers_left
+from tests.helpers import fake_servers_left, stand_in_checkpoint
 from tests.unit.test_interleaved import _run
 from tests.unit.test_robustness import _params
 
@@ -165,7 +165,7 @@ def test_a_measured_draft_cost_gives_the_standard_model_and_its_range() -> None:
 
 
 def _draft_params(tmp, **analysis):
-    (tmp / "draft").mkdir(exist_ok=True)
+    stand_in_checkpoint(tmp / "draft")  # the files the kit checks before any server
     path = _params(tmp, n_prompts=6)
     data = yaml.safe_load(path.read_text())
     data["series"][1]["speculative_config"] = {
