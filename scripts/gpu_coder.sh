@@ -11,6 +11,11 @@
 #   bash scripts/gpu_coder.sh finish   speclib replay-acceptance --analyze, then the evidence
 #                                      (summary, manifest, report, replay, divergences, build
 #                                      info, the raw run folder) into $OUT
+# Every call carries speclib/notebooks too (the link scripts/setup.sh makes to notebooks/,
+# git-ignored, so it does not travel by itself): without it the run's first block dies
+# with "No such file or directory: .../speclib/notebooks/10_series.ipynb".
+# build dequantises on the GPU when one is free; beside running servers it runs out of
+# memory: then CUDA_VISIBLE_DEVICES= bash scripts/gpu_coder.sh build (148 s on 16 cores).
 # One call can chain them (each call at most 600 s): `bash scripts/gpu_coder.sh receive build run
 # wait 360`, then `wait 540`, then `wait 300 finish`.
 set -euo pipefail

@@ -183,10 +183,20 @@ def _name(o: OpenVerdict) -> str:
 def _item(o: OpenVerdict) -> str:
     what = _name(o)
     if o.ratio is not None:
-        hi = "∞" if o.ci_high is None else f"{o.ci_high:.2f}"
-        lo = "–" if o.ci_low is None else f"{o.ci_low:.2f}"
-        what += f" ×{o.ratio:.2f} [{lo}, {hi}]"
+        what += f" ×{o.ratio:.2f} [{_bound(o.ci_low, low=True)}, {_bound(o.ci_high, low=False)}]"
     return what
+
+
+def _bound(value: float | None, *, low: bool) -> str:
+    """An interval's bound at two decimals; one beyond ×0.01 or ×100 (a block or two: few
+    degrees of freedom) is said as such, not as fourteen digits."""
+    if value is None:
+        return "–" if low else "∞"
+    if low and value < 0.01:
+        return "<0.01"
+    if not low and value > 100:
+        return ">100"
+    return f"{value:.2f}"
 
 
 def _needs(o: OpenVerdict, blocks: int, block_min: float | None) -> str:

@@ -22,6 +22,7 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.params.experiment import AA_ARM
+from speclib.report.conclusion import conf_words
 from speclib.report.figure_base import FigureWithCaption, new_figure, resolve_palette
 
 __all__ = ["FOREST_COLUMNS", "forest_figure", "forest_frame", "plot_forest"]
@@ -143,8 +144,8 @@ def plot_forest(
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(FixedFormatter([f"×{t:g}" for t in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
-    levels = sorted({round(100 * float(v), 2) for v in df["level"]})
-    level_text = " and ".join(f"{v:g} %" for v in levels)
+    levels = sorted({conf_words(float(v)) for v in df["level"]}, key=lambda t: float(t[:-2]))
+    level_text = " and ".join(levels)
     caption = (
         f"Which arms are faster, and by how much? Dot: the traffic's TPOT ratio to the control "
         f"(the arm's mean TPOT over the control's on the same prompts); bar: "
