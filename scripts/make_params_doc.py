@@ -17,6 +17,7 @@ written by hand, here.
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import sys
@@ -229,6 +230,8 @@ def render_type(tp: Any, sections: dict[type, str]) -> str:
         return f"map {render_type(key, sections)} → {render_type(value, sections)}"
     if _is_model(tp):
         return f"section `{sections[tp]}`" if tp in sections else tp.__name__
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return " \\| ".join(json.dumps(m.value) for m in tp)
     names = {str: "string", int: "int", float: "number", bool: "bool"}
     return names.get(tp, getattr(tp, "__name__", str(tp)))
 

@@ -43,6 +43,7 @@ from typing import Any, TextIO
 from speclib.core.estimand import Estimand
 from speclib.core.run_summary import ComparisonEntry, GateEntry, RunSummary, TrustCheckEntry
 from speclib.core.stopping import Stopping, stopping_lines
+from speclib.core.verdict_words import Word
 from speclib.core.wording import STATUS_MARKS
 
 __all__ = [
@@ -251,11 +252,11 @@ _COLUMNS = (
     ("gates", "gates"),
 )
 _COLOUR = {
-    "mixed": "magenta",
-    "adopt": "green",
-    "reject": "red",
-    "failed": "red",
-    "untrustworthy": "red",
+    Word.MIXED: "magenta",
+    Word.ADOPT: "green",
+    Word.REJECT: "red",
+    Word.FAILED: "red",
+    Word.UNTRUSTWORTHY: "red",
 }
 _MARK_COLOUR = {"✔": "green", "✘": "red", "–": "yellow", "?": "yellow"}
 _OPTIONAL = ("per_token",)
@@ -463,9 +464,9 @@ def short_reason(
     word, gates = c.decision, c.gates
     failed = [g.name for g in gates if g.state == "fail"]
     reasons = c.reasons
-    if word == "failed":
+    if word == Word.FAILED:
         return fit(reasons[0] if reasons else "every launch failed", REASON_WIDTH)
-    if word == "untrustworthy":
+    if word == Word.UNTRUSTWORTHY:
         bench = next((g for g in gates if g.name == "bench"), None)
         detail = bench.detail if bench else ""
         what = detail and f": {detail.split(':', 1)[0]} failed"
@@ -476,13 +477,13 @@ def short_reason(
         return fit(f"gate{'s' * (len(failed) > 1)} {', '.join(failed)} failed", REASON_WIDTH)
     tpot = c.tpot_decision or word
     ci = c.tpot_ratio_ci or [None, None]
-    if word == "inconclusive" and tpot == "adopt":
+    if word == Word.INCONCLUSIVE and tpot == Word.ADOPT:
         return "faster by > δ, but correctness unknown"
-    if tpot == "adopt":
+    if tpot == Word.ADOPT:
         return "time per token cut by > δ"
-    if tpot == "worse":
+    if tpot == Word.WORSE:
         return "slower than the control (lower bound > 1)"
-    if tpot == "equivalent":
+    if tpot == Word.EQUIVALENT:
         if is_finite_number(ci[0]) and ci[0] > 1:
             return "within ±δ, but measurably slower"
         if is_finite_number(ci[1]) and ci[1] < 1:
@@ -540,7 +541,7 @@ def bench_check_line(c: ComparisonEntry, *, margin: float | None = None) -> str:
         return fit(reasons[0])
     res, m = bc.resolution, bc.margin if "margin" in bc.model_fields_set else margin
     n = bc.n_blocks or 0
-    if bc.word == "equivalent":
+    if bc.word == Word.EQUIVALENT:
         outlook = "equivalent"
     elif res is None:
         outlook = "run ≥ 2 blocks for a resolution"

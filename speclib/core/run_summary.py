@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from speclib.core.rundir import write_json_atomic
+from speclib.core.verdict_words import Word
 
 __all__ = [
     "AnalysisRule",
@@ -150,7 +151,7 @@ class BenchCheckEntry(_Entry):
     n_blocks: int = Field(0, description="Replicate blocks.")
     df: int | None = Field(None, description="Degrees of freedom.")
     block_sd_log: float | None = Field(None, description="Block-to-block SD of the log ratio.")
-    word: str | None = Field(None, description="The rule's word on the A/A interval.")
+    word: Word | None = Field(None, description="The rule's word on the A/A interval.")
     excludes_one: bool = Field(False, description="The interval excludes 1.")
     false_effect: bool = Field(False, description="The rule's word is an effect: untrustworthy.")
     blocks_needed: int | None = Field(None, description="Blocks for a resolution of ±δ.")
@@ -218,9 +219,9 @@ class ComparisonEntry(_Entry):
     tpot_ratio_by_turn_note: str | None = Field(None, description="What they are.")
     confidence_level: float | None = Field(None, description="Level of the TPOT interval.")
     ci_method: str | None = Field(None, description="The TPOT interval's method.")
-    tpot_decision: str = Field("inconclusive", description="The TPOT rule's word.")
-    decision: str = Field(
-        "inconclusive", description='The final word (the answer\'s, "mixed" included).'
+    tpot_decision: Word = Field(Word.INCONCLUSIVE, description="The TPOT rule's word.")
+    decision: Word = Field(
+        Word.INCONCLUSIVE, description='The final word (the answer\'s, "mixed" included).'
     )
     reasons: list[str] = Field(default_factory=list, description="Why, in words.")
     extra_pairs_needed: int | None = Field(
@@ -276,7 +277,7 @@ class ComparisonEntry(_Entry):
     plausibility: dict[str, Any] | None = Field(
         None, description="Sampled runs: the outputs' log-prob check."
     )
-    pooled_decision: str | None = Field(
+    pooled_decision: Word | None = Field(
         None, description='The gated pooled word ("decision" is the answer\'s).'
     )
     short_reason: str | None = Field(

@@ -13,10 +13,10 @@ import re
 from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.analysis.verdict.answer import MIXED
 from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import Estimand
+from speclib.core.verdict_words import Word
 from speclib.core.wording import ratio_words, speed_words
 from speclib.report.html_format import wrap
 
@@ -115,34 +115,34 @@ def _failed_words(c: Comparison) -> str:
 
 def _sentence(c: Comparison, an: RunAnalysis) -> str:
     ci = c.cis.get("tpot_s")
-    if c.word == "failed":
+    if c.word == Word.FAILED:
         return _failed_words(c) + "."
     if ci is None:
         return f"**{c.experiment}**{at_load(c, an)}: no successful request pairs, so no comparison."
     effect = _effect(ci)
     word = c.word
     tail = {
-        "adopt": f"worth turning on for this workload at {_load_words(c, an)}",
-        "equivalent": f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
-        "worse": "slower: keep it off",
-        "reject": "rejected by a gate: "
+        Word.ADOPT: f"worth turning on for this workload at {_load_words(c, an)}",
+        Word.EQUIVALENT: f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
+        Word.WORSE: "slower: keep it off",
+        Word.REJECT: "rejected by a gate: "
         + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if g.failed),
-        "inconclusive": "not enough data to decide",
-        "untrustworthy": "not decided: the bench cannot be trusted (see the bench-trust "
+        Word.INCONCLUSIVE: "not enough data to decide",
+        Word.UNTRUSTWORTHY: "not decided: the bench cannot be trusted (see the bench-trust "
         "panel above)",
-        "failed": "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
-        "mixed": _mixed_words(c, an),
+        Word.FAILED: "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
+        Word.MIXED: _mixed_words(c, an),
     }[word]
     extra = ""
     note = ci.note or ""
-    if word == "inconclusive" and note.startswith("no degrees of freedom"):
+    if word == Word.INCONCLUSIVE and note.startswith("no degrees of freedom"):
         extra = (
             " — one launch per arm cannot separate the effect from launch-to-launch noise: "
             "run at least two replicate blocks (or add protocol.aa)"
         )
-    elif word == "inconclusive" and c.decision and c.decision.extra_launches_needed:
+    elif word == Word.INCONCLUSIVE and c.decision and c.decision.extra_launches_needed:
         extra = f" — about {c.decision.extra_launches_needed} more replicate blocks may decide it"
-    elif word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
+    elif word == Word.INCONCLUSIVE and c.decision and c.decision.extra_pairs_needed:
         extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
     unknown = [g.name for g in (c.verdict.gates if c.verdict else ()) if g.status == "not assessed"]
     if unknown:
@@ -206,9 +206,9 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
             "",
             _warning_pointer(an),
         )
-    wins = [c for c in an.experiments if c.word == "adopt"]
-    failed = list({c.experiment: c for c in an.experiments if c.word == "failed"}.values())
-    measured = [c for c in an.experiments if c.word != "failed"]
+    wins = [c for c in an.experiments if c.word == Word.ADOPT]
+    failed = list({c.experiment: c for c in an.experiments if c.word == Word.FAILED}.values())
+    measured = [c for c in an.experiments if c.word != Word.FAILED]
     if failed and not measured:
         headline = (
             "No verdict: "
@@ -258,7 +258,7 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
     if said:
         mixed = " ".join(s[0].upper() + s[1:] + "." for s in said)
         headline = f"{mixed} {headline}"
-    if any(c.word == "untrustworthy" for c in an.experiments):
+    if any(c.word == Word.UNTRUSTWORTHY for c in an.experiments):
         headline = (
             f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
             "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
@@ -283,7 +283,8 @@ def _best_for_the_whole(an: RunAnalysis) -> Comparison | None:
     """The fastest "mixed" arm whose pooled verdict over all its requests is "adopt": the
     one deployment that pays for the traffic as a whole, though not on every segment."""
     arms = getattr(getattr(an, "answer", None), "arms", ())
-    pooled = {(a.arm, a.level) for a in arms if a.word == MIXED and a.pooled_word == "adopt"}
+    pooled = {(a.arm, a.level) for a in arms
+              if a.word == Word.MIXED and a.pooled_word == Word.ADOPT}  # fmt: skip
     found = [c for c in an.experiments
              if (c.experiment, c.level) in pooled and c.cis.get("tpot_s") is not None]  # fmt: skip
     return min(found, key=lambda c: c.cis["tpot_s"].estimate, default=None)  # type: ignore[union-attr]

@@ -20,6 +20,7 @@ from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import DEFINITIONS, LABELS, Estimand
 from speclib.core.stopping import stopping_lines
+from speclib.core.verdict_words import Word
 from speclib.core.wording import STATUS_MARKS, speed_words, time_change_words
 from speclib.report.conclusion import (
     conclusion,
@@ -130,7 +131,7 @@ def _reason(c: Comparison) -> str:
     bench = reason.startswith("bench check")  # the A/A row: its blocks are in the reason
     said = "more blocks" in reason or "more pairs" in reason
     if (
-        d.word == "inconclusive"
+        d.word == Word.INCONCLUSIVE
         and not bench
         and not said
         and (d.extra_pairs_needed or d.extra_launches_needed)
@@ -417,10 +418,10 @@ def _recommended_row(r: Any) -> str:
     :mod:`speclib.analysis.load.recommend`)."""
     if r.value is None:
         label = {"no_k_pays": "NO K PAYS", "undecided": "UNDECIDED"}.get(r.outcome, "NO DATA")
-        word = word_badge("inconclusive", label)
+        word = word_badge(Word.INCONCLUSIVE, label)
     else:
         value = ", ".join(f"{k}={v}" for k, v in r.value.items())
-        word = word_badge("adopt", value)
+        word = word_badge(Word.ADOPT, value)
     ratio = "–"
     if r.ratio is not None and r.ci_low is not None:
         ratio = (

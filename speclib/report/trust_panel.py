@@ -13,6 +13,7 @@ from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.resolution import bench_check
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 from speclib.core.wording import STATUS_MARKS
 from speclib.report.conclusion import (
     at_load,
@@ -77,7 +78,7 @@ def noise_floor_html(an: RunAnalysis) -> str:
             margin = c.decision.margin if c.decision else an.params.analysis.margin
             check = bench_check(ci, margin=margin).text()
             text += html.escape(check[0].upper() + check[1:]) + ". "
-            if c.word in ("adopt", "worse", "reject"):
+            if c.word in (*FALSE_EFFECT, Word.REJECT):
                 text += (
                     "The bench shows an effect where none exists: no verdict of this run "
                     "can be trusted."

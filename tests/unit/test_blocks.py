@@ -30,7 +30,7 @@ import pytest
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.block_intervals import ONE_BLOCK_NOTE, block_ratio_cis
 from speclib.analysis.stats.block_summary import BlockSummary, block_summary, summarize_blocks
-from speclib.analysis.stats.sequential import interval_word
+from speclib.analysis.stats.margin_rule import classify
 
 pytestmark = pytest.mark.unit
 
@@ -144,7 +144,7 @@ def test_false_decisions_under_ratio_one_stay_below_alpha(blocks):
     """(b) With a true ratio of 1 neither "adopt" nor "worse" comes out more than α."""
     ratios, names = (1.0, 1.0), ("ngram", "aa")
     table = interval_table(30 + blocks, blocks=blocks, ratios=ratios, names=names, aa="aa")
-    words = [interval_word(lo, hi, margin=MARGIN) for lo, hi in table[:, 0]]
+    words = [classify(lo, hi, margin=MARGIN).word for lo, hi in table[:, 0]]
     false = np.mean([w in ("adopt", "worse") for w in words])
     assert false <= 0.05 + 0.015, false
 
@@ -173,7 +173,7 @@ def test_power_adopts_ratio_point_six_with_three_blocks():
             table = interval_table(50, blocks=blocks, ratios=ratios, names=names, aa="aa",
                                    reference=reference)  # fmt: skip
             adopted = np.mean(
-                [interval_word(lo, hi, margin=MARGIN) == "adopt" for lo, hi in table[:, 0]]
+                [classify(lo, hi, margin=MARGIN).word == "adopt" for lo, hi in table[:, 0]]
             )
             assert adopted >= minimum, (blocks, reference, adopted)
 
@@ -289,7 +289,7 @@ def test_one_block_without_aa_cannot_decide():
     ci = res.arms["ngram"]
     assert (ci.ci_low, ci.ci_high, ci.df, ci.decidable) == (0.0, math.inf, 0, False)
     assert ci.note == ONE_BLOCK_NOTE == res.note and "one launch per arm" in ci.note
-    assert interval_word(ci.ci_low, ci.ci_high, margin=MARGIN) == "inconclusive"
+    assert classify(ci.ci_low, ci.ci_high, margin=MARGIN).word == "inconclusive"
     assert ci.to_dict()["ci_high"] is None and ci.to_dict()["decidable"] is False
 
 

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.verdict.answer import MIXED
 from speclib.analysis.verdict.mix import check_mix, parse_mix
 from speclib.analysis.verdict.segments import decide_segments, heterogeneity, label_pairs
+from speclib.core.verdict_words import Word
 
 pytestmark = pytest.mark.unit
 
@@ -112,9 +112,9 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(
     assert summary["answer"]["segment_family"].startswith("Holm step-down over 4 segment")
     assert echo["confidence_level"] >= 0.95 and fresh["confidence_level"] >= 0.95
     # the word, everywhere
-    assert arm["word"] == MIXED and arm["pooled_word"] != MIXED
+    assert arm["word"] == Word.MIXED and arm["pooled_word"] != Word.MIXED
     comp = next(c for c in summary["comparisons"] if c["experiment"] == "ngram-k4")
-    assert comp["decision"] == MIXED and comp["pooled_decision"] == arm["pooled_word"]
+    assert comp["decision"] == Word.MIXED and comp["pooled_decision"] == arm["pooled_word"]
     sentence = arm["sentence"]
     assert sentence.startswith("mixed: ngram-k4 at c=1 is ×0.")
     assert "on echo (50 % of requests) and ×1." in sentence and "on fresh (50 %)" in sentence
@@ -142,7 +142,7 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(
 
     table = compare_runs([run])
     row = table[table["experiment"] == "ngram-k4"].iloc[0]
-    assert row["decision"] == MIXED and row["segments"] == sentence
+    assert row["decision"] == Word.MIXED and row["segments"] == sentence
 
 
 def test_segments_that_differ_beyond_delta_make_mixed_though_neither_alone_decides(
@@ -159,7 +159,7 @@ def test_segments_that_differ_beyond_delta_make_mixed_though_neither_alone_decid
     assert {s["decision"] for s in cats.values()} == {"inconclusive"}
     het = next(h for h in arm["heterogeneity"] if h["cut"] == "category")
     assert het["differs"] is True
-    assert arm["word"] == MIXED and arm["pooled_word"] == "inconclusive"
+    assert arm["word"] == Word.MIXED and arm["pooled_word"] == "inconclusive"
     assert "fresh takes ×2." in arm["sentence"] and "neither alone is decided" in arm["sentence"]
 
 
@@ -216,7 +216,7 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
     assert echo.experiments[0].cis["tpot_s"].ci_high < 1
     assert echo.experiments[0].verdict.tpot_decision.word == "adopt"
     seg = next(s for s in fresh.answer.arms[0].segments if s.segment == "fresh")
-    assert seg.share == 0.8 and fresh.answer.arms[0].word == MIXED
+    assert seg.share == 0.8 and fresh.answer.arms[0].word == Word.MIXED
     # a category the user does not send cannot make the answer mixed
     assert echo.answer.arms[0].word == "adopt" and echo.answer.arms[0].sentence is None
 
@@ -376,7 +376,7 @@ def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_pat
     assert (
         drafted["nothing accepted"]["n_pairs"] == 18 and drafted["drafts accepted"]["n_pairs"] == 18
     )
-    assert arm["word"] == MIXED and "on echo (50 % of requests)" in arm["sentence"]
+    assert arm["word"] == Word.MIXED and "on echo (50 % of requests)" in arm["sentence"]
     report = (out / "report.html").read_text()
     assert html_text(arm["sentence"])[:40] in report
     # the user's mix re-decides from the records, without servers
@@ -458,7 +458,7 @@ def test_a_mixed_arm_that_pays_over_all_its_requests_is_best_for_the_whole(tmp_p
     run = _write_run(tmp_path, effect={"echo": 0.5, "fresh": 1.0}, aa=False)
     an = analyze_run(run)
     arm = _arm(an.summary())
-    assert (arm["word"], arm["pooled_word"]) == (MIXED, "adopt")
+    assert (arm["word"], arm["pooled_word"]) == (Word.MIXED, "adopt")
     headline = conclusion_parts(an)[0]
     assert "Best for this traffic as a whole: **ngram-k4**" in headline, headline
     assert "keep speculative decoding off" not in headline
@@ -475,7 +475,7 @@ def test_where_no_arm_pays_over_all_the_headline_names_the_kinds_where_one_does(
     run = _write_run(tmp_path, effect={"echo": 0.5, "fresh": 1.8}, aa=False)
     an = analyze_run(run)
     arm = _arm(an.summary())
-    assert arm["word"] == MIXED and arm["pooled_word"] != "adopt", arm["pooled_word"]
+    assert arm["word"] == Word.MIXED and arm["pooled_word"] != "adopt", arm["pooled_word"]
     headline = conclusion_parts(an)[0]
     assert "Speculation pays on some kinds of prompt: **echo** (ngram-k4 ×0.5" in headline
     assert "on fresh no arm is shown to pay" in headline, headline

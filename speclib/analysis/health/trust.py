@@ -70,6 +70,7 @@ from speclib.analysis.health.instrument import (
 )
 from speclib.analysis.verdict.resolution import bench_check
 from speclib.core.records import LAG_PERIOD_S
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 
 __all__ = [
     "FAIL",
@@ -333,7 +334,7 @@ def aa_check(aa: list[Any], margin: float) -> TrustCheck:
     texts = "; ".join(
         b.text() if len(checks) == 1 else f"{getattr(c, 'load', '')}: {b.text()}" for c, b in checks
     )
-    false = [c for c, _ in cis if getattr(c, "word", None) in ("adopt", "worse", "reject")]
+    false = [c for c, _ in cis if getattr(c, "word", None) in (*FALSE_EFFECT, Word.REJECT)]
     if false:
         return TrustCheck(
             name,

@@ -46,6 +46,7 @@ from speclib.analysis.verdict.comparisons import Comparison
 from speclib.analysis.verdict.tpot_verdict import pair_summary
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Word
 from speclib.params.experiment import ExperimentParams
 from speclib.params.sweep import sweep_sort_key
 
@@ -60,7 +61,7 @@ __all__ = [
 
 OUTCOMES = ("recommended", "no_k_pays", "undecided", "no_data")
 
-PAYS = "adopt"  # the verdict word of an arm that pays
+PAYS = Word.ADOPT  # the verdict word of an arm that pays
 
 
 @dataclass(frozen=True)

@@ -48,27 +48,22 @@ from speclib.analysis.verdict.mix import TrafficMix
 from speclib.analysis.verdict.segments import CUTS, Heterogeneity, SegmentResult
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import GATED, Word
 
 __all__ = [
-    "GATED_WORDS",
-    "MIXED",
     "Answer",
     "ArmAnswer",
     "build_answer",
     "segment_role",
 ]
 
-MIXED = "mixed"
-GATED_WORDS = ("reject", "untrustworthy", "failed")
-"""Pooled words a segment never overrides: a gate or the bench has the last word."""
-
 
 def segment_role(seg: SegmentResult, margin: float) -> str:
     """``"helps"``, ``"hurts"``, ``"no gain"`` or ``"unclear"`` (see the module docstring)."""
     word = seg.decision.word
-    if word == "adopt":
+    if word == Word.ADOPT:
         return "helps"
-    if word == "worse":
+    if word == Word.WORSE:
         return "hurts"
     if seg.ci is not None and seg.ci.ci_low > 1 - margin:
         return "no gain"
@@ -99,8 +94,8 @@ class ArmAnswer:
     arm: str
     level: int
     load: str
-    word: str
-    pooled_word: str
+    word: Word
+    pooled_word: Word
     ratio: float | None
     ci: tuple[float, float] | None
     reasons: tuple[str, ...]
@@ -113,7 +108,7 @@ class ArmAnswer:
     @property
     def short(self) -> str | None:
         """The terminal's one phrase for "mixed" (None: the pooled word's own phrase)."""
-        if self.word != MIXED:
+        if self.word != Word.MIXED:
             return None
         parts = [f"{seg} ×{next(s.estimate for s in self.segments if s.segment == seg):.2f}"
                  for _, seg, _ in self.named]  # fmt: skip
@@ -183,7 +178,7 @@ def _by_roles(
         roles = {s.segment: segment_role(s, margin) for s in mine}
         helps = [s for s in mine if roles[s.segment] == "helps"]
         bad = [s for s in mine if roles[s.segment] in ("hurts", "no gain")]
-        if bad and (helps or pooled == "adopt"):
+        if bad and (helps or pooled == Word.ADOPT):
             named = sorted([*helps, *bad], key=lambda s: s.estimate)
             return tuple((cut, s.segment, roles[s.segment]) for s in named), cut
     return (), None
@@ -235,7 +230,7 @@ def _mixed(
 ) -> tuple[tuple[tuple[str, str, str], ...], str | None, tuple[float, float, float] | None]:
     """The segments named, their cut and (rule b) how far apart they are, when the arm is
     mixed; ``((), None, None)`` otherwise (see the module docstring)."""
-    if pooled in GATED_WORDS:
+    if pooled in GATED:
         return (), None, None
     segs = [s for s in segs if s.share > 0]  # a category the user's mix does not send
     named, cut = _by_roles(pooled, segs, margin)
@@ -248,7 +243,7 @@ def _undecided_clause(segs: Sequence[SegmentResult]) -> str:
     """Which of the two segments the difference rests on is not decided by its own
     interval: ", though neither alone is decided", ", though X alone is not decided", or
     nothing when both are."""
-    open_ = [s.segment for s in segs if s.decision.word == "inconclusive"]
+    open_ = [s.segment for s in segs if s.decision.word == Word.INCONCLUSIVE]
     if len(open_) == len(segs):
         return ", though neither alone is decided"
     if open_:
@@ -276,9 +271,9 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
                          f"time per token of {named[0][1]}, beyond δ"
                          + _undecided_clause([by_name[n] for _, n, _ in named]))  # fmt: skip
         sentence += f" (the traffic's ratio {pooled_ratio}, {pooled}; segments by {cut})"
-        word = MIXED
+        word = Word.MIXED
         reasons = (*reasons, sentence)
-    elif pooled == "adopt" and (uneven := _uneven(segs, hets, margin)) is not None:
+    elif pooled == Word.ADOPT and (uneven := _uneven(segs, hets, margin)) is not None:
         named, cut, apart = uneven
         by_name = {s.segment: s for s in segs if s.cut == cut}
         fast, slow = named[0][1], named[1][1]
@@ -326,12 +321,12 @@ def build_answer(
         out.append(c)
     headline = []
     for name in dict.fromkeys(a.arm for a in arms if a.sentence):
-        for kind in (MIXED, "uneven"):
+        for kind in (Word.MIXED, "uneven"):
             mine = [a for a in arms if a.arm == name and (a.sentence or "").startswith(kind)]
             also = ", ".join(a.load for a in mine[1:])
             if mine:
                 headline.append(mine[0].sentence + (f"; {kind} too at {also}" if also else ""))
     pooled = {(a.level, a.arm): a.ratio for a in arms
-              if a.ratio is not None and a.pooled_word in ("adopt", MIXED)}  # fmt: skip
+              if a.ratio is not None and a.pooled_word in (Word.ADOPT, Word.MIXED)}  # fmt: skip
     plan = deployment(segments, pooled, {a.level: a.load for a in arms}, margin=margin)
     return Answer(tuple(arms), segment_family, mix, tuple(headline), plan), out

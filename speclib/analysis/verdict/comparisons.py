@@ -82,6 +82,7 @@ from speclib.analysis.verdict.tpot_verdict import (
 )
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Word
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
 __all__ = [
@@ -164,9 +165,9 @@ class Comparison:
         return self.experiment == AA_ARM
 
     @property
-    def word(self) -> str:
+    def word(self) -> Word:
         """The verdict word (``"inconclusive"`` without valid pairs)."""
-        return self.verdict.word if self.verdict else "inconclusive"
+        return self.verdict.word if self.verdict else Word.INCONCLUSIVE
 
     @property
     def absolute(self) -> dict[str, dict[str, Any]]:
@@ -260,7 +261,7 @@ class Comparison:
                 "tpot_ratio_by_turn_note": TURN_NOTE if self.by_turn else None,
                 "confidence_level": tpot.confidence_level if tpot else None,
                 "ci_method": tpot.method if tpot else None,
-                "tpot_decision": dec.word if dec else "inconclusive",
+                "tpot_decision": dec.word if dec else Word.INCONCLUSIVE,
                 "decision": self.word,
                 "reasons": [
                     *(self.verdict.reasons if self.verdict else ["no valid pairs"]),
@@ -371,7 +372,7 @@ def _compare(
         # requests were sent but none paired (every one failed, say): still weigh the
         # gates, so an arm whose every request failed is rejected by its errors, not left
         # "inconclusive" with no gate
-        decision = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
+        decision = Decision(Word.INCONCLUSIVE, "no valid pairs", a.margin, a.confidence)
     verdict = None
     if decision is not None:
         evidence = GateEvidence(
@@ -517,7 +518,7 @@ def compare_level(
         cats = category_ratios(pairs[n], **groups)
         turns = turn_ratios(pairs[n], **groups)  # empty unless the records have turns
         if dec is None and mode:
-            dec = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
+            dec = Decision(Word.INCONCLUSIVE, "no valid pairs", a.margin, a.confidence)
         out.append(
             _compare(
                 n,

@@ -45,11 +45,12 @@ from typing import Any
 import numpy as np
 
 from speclib.analysis.stats.base import t_width_scale
+from speclib.analysis.stats.margin_rule import classify
 from speclib.analysis.stats.paired import RatioCI
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Side, Word
 
 __all__ = [
-    "DECISION_WORDS",
     "MAX_EXTRA_LAUNCHES",
     "MAX_EXTRA_PAIRS",
     "Decision",
@@ -57,7 +58,6 @@ __all__ = [
     "holm_decide",
 ]
 
-DECISION_WORDS = ("adopt", "equivalent", "worse", "inconclusive")
 MAX_EXTRA_PAIRS = 100_000
 """Above this many extra pairs the planning answer is ``None`` (no practical n decides)."""
 MAX_EXTRA_LAUNCHES = 1_000
@@ -67,13 +67,13 @@ MAX_EXTRA_LAUNCHES = 1_000
 class Decision:
     """The TPOT decision. ``target_word`` is the decision the extra data would likely reach."""
 
-    word: str
+    word: Word
     reason: str
     margin: float
     confidence_level: float
     extra_pairs_needed: int | None = None
     extra_launches_needed: int | None = None
-    target_word: str | None = None
+    target_word: Word | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping."""
@@ -100,35 +100,36 @@ def check_ci(ci: Any, name: str) -> RatioCI:
 # ---------------------------------------------------------------------- the TPOT rule
 
 
-def _classify(ci: RatioCI, margin: float) -> tuple[str, str]:
+def _classify(ci: RatioCI, margin: float) -> tuple[Word, str]:
     lo, hi = ci.ci_low, ci.ci_high
     text = (
         f"TPOT ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI {lo:.3f}–{hi:.3f}, "
         f"{ci.method}, {ci.n_pairs} pairs, {ci.n_launches} launch(es) per arm)"
     )
-    if hi < 1 - margin:
-        return "adopt", (
+    found = classify(lo, hi, margin=margin)
+    if found.word == Word.ADOPT:
+        return found.word, (
             f"{text}: upper bound below 1 − δ = {1 - margin:.3f}, time per token cut by more than δ"
         )
-    if lo > 1 - margin and hi < 1 + margin:
+    if found.word == Word.EQUIVALENT:
         inside = f"inside (1 − δ, 1 + δ) = ({1 - margin:.3f}, {1 + margin:.3f})"
-        if lo > 1:
+        if found.side == Side.ABOVE_ONE:
             inside = (f"equivalent within ±δ = ±{margin:.3g}, but measurably slower: the whole "
                       f"interval is above 1 ({inside})")  # fmt: skip
-        elif hi < 1:
+        elif found.side == Side.BELOW_ONE:
             inside = (f"measurably faster, but by less than δ = {margin:.3g}: the whole "
                       f"interval is below 1 ({inside})")  # fmt: skip
-        return "equivalent", f"{text}: {inside}"
-    if lo > 1:
-        return "worse", f"{text}: lower bound above 1, slower than control"
-    return "inconclusive", f"{text}: no rule applies at δ = {margin:.3f}"
+        return found.word, f"{text}: {inside}"
+    if found.word == Word.WORSE:
+        return found.word, f"{text}: lower bound above 1, slower than control"
+    return found.word, f"{text}: no rule applies at δ = {margin:.3f}"
 
 
 def _ratio(distance: float, half_width: float) -> float:
     return distance / half_width if half_width > 0 else math.inf
 
 
-def _needed_shrink(ci: RatioCI, margin: float) -> tuple[float, str] | None:
+def _needed_shrink(ci: RatioCI, margin: float) -> tuple[float, Word] | None:
     """Largest factor ``s`` on both half-widths (log scale) that would reach a decision.
 
     Returns ``(s, word)`` for the decision needing the least shrinking, or None when the
@@ -141,11 +142,12 @@ def _needed_shrink(ci: RatioCI, margin: float) -> tuple[float, str] | None:
     lower, upper = math.log(1 - margin), math.log(1 + margin)
     options = []
     if est < lower:
-        options.append((_ratio(lower - est, hw_hi), "adopt"))
+        options.append((_ratio(lower - est, hw_hi), Word.ADOPT))
     if lower < est < upper:
-        options.append((min(_ratio(est - lower, hw_lo), _ratio(upper - est, hw_hi)), "equivalent"))
+        options.append((min(_ratio(est - lower, hw_lo), _ratio(upper - est, hw_hi)),
+                        Word.EQUIVALENT))  # fmt: skip
     if est > 0:
-        options.append((_ratio(est, hw_lo), "worse"))
+        options.append((_ratio(est, hw_lo), Word.WORSE))
     best = max(options, default=None)
     return best if best is not None and best[0] > 0 else None
 
@@ -198,7 +200,7 @@ def decide(ci: RatioCI, *, margin: float) -> Decision:
     margin = check_fraction(margin, "margin", low_open=True)
     word, reason = _classify(ci, margin)
     common = {"margin": margin, "confidence_level": ci.confidence_level}
-    if word != "inconclusive":
+    if word != Word.INCONCLUSIVE:
         return Decision(word, reason, **common)
     if ci.method == "degenerate":
         return Decision(word, f"{reason}; one pair gives no variance estimate", **common)
@@ -217,7 +219,7 @@ def decide(ci: RatioCI, *, margin: float) -> Decision:
 
 
 def _plan_text(
-    pairs: int | None, launches: int | None, target: str, *, unit: str = "launches"
+    pairs: int | None, launches: int | None, target: Word, *, unit: str = "launches"
 ) -> str:
     parts = []
     if pairs is not None:
@@ -225,8 +227,8 @@ def _plan_text(
     if launches is not None:
         parts.append(f"about {launches} more {unit}")
     if not parts:
-        return f"no practical amount of data would likely reach {target!r}"
-    return " or ".join(parts) + f" would likely reach {target!r} if the estimate holds"
+        return f"no practical amount of data would likely reach '{target}'"
+    return " or ".join(parts) + f" would likely reach '{target}' if the estimate holds"
 
 
 # ------------------------------------------------------------- several experiments
@@ -258,7 +260,7 @@ def holm_decide(
         level = 1 - alpha / len(remaining)
         results = {n: check_ci(compute_ci(n, level), "compute_ci(...)") for n in remaining}
         decided = {n: decide(ci, margin=margin) for n, ci in results.items()}
-        settled = [n for n in remaining if decided[n].word != "inconclusive"]
+        settled = [n for n in remaining if decided[n].word != Word.INCONCLUSIVE]
         for n in settled if settled else remaining:
             out[n] = (results[n], decided[n])
         remaining = [n for n in remaining if n not in out]

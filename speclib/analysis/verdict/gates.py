@@ -32,21 +32,15 @@ import numpy as np
 from scipy import stats
 
 from speclib.analysis.stats.paired import RatioCI
-from speclib.analysis.verdict.decision import (
-    DECISION_WORDS,
-    Decision,
-    check_ci,
-    check_fraction,
-)
+from speclib.analysis.verdict.decision import Decision, check_ci, check_fraction
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Word
 
 if TYPE_CHECKING:
     from speclib.params.protocol import AnalysisParams
 
 __all__ = [
-    "BENCH_WORD",
     "GATE_STATUSES",
-    "VERDICT_WORDS",
     "BenchGate",
     "E2eGate",
     "ErrorGate",
@@ -65,13 +59,6 @@ __all__ = [
 
 
 GATE_STATUSES = ("pass", "fail", "not assessed")
-
-
-VERDICT_WORDS = (*DECISION_WORDS, "reject", "untrustworthy", "failed", "mixed")
-"""Every final word; "mixed" is decided by :mod:`speclib.analysis.verdict.answer`."""
-
-
-BENCH_WORD = "untrustworthy"  # the verdict when the bench itself shows an effect (A/A gate)
 
 
 @dataclass(frozen=True)
@@ -118,7 +105,7 @@ def _gate(name: str, ok: bool, detail: str) -> GateResult:
 class Verdict:
     """Final word for one experiment series, the reasons behind it, and every gate checked."""
 
-    word: str
+    word: Word
     reasons: tuple[str, ...]
     tpot_decision: Decision
     gates: tuple[GateResult, ...] = ()
@@ -484,12 +471,12 @@ def apply_gates(decision: Decision, evidence: GateEvidence, gates: Sequence[Gate
         *(f"gate {g.name!r} failed: {g.detail}" for g in failed),
         *(f"gate {g.name!r} not assessed: {g.detail}" for g in unknown),
     ]
-    word = "reject" if failed else decision.word
-    if evidence.correctness_unknown and word == "adopt":
-        word = "inconclusive"
+    word = Word.REJECT if failed else decision.word
+    if evidence.correctness_unknown and word == Word.ADOPT:
+        word = Word.INCONCLUSIVE
         reasons.append(f"correctness unknown ({evidence.correctness_unknown}): cannot be adopted")
     if evidence.bench_problem:
-        word = BENCH_WORD
-    if failed and decision.word == "adopt":
+        word = Word.UNTRUSTWORTHY
+    if failed and decision.word == Word.ADOPT:
         reasons.append("faster on TPOT, but a failed gate rules adoption out")
     return Verdict(word, tuple(reasons), decision, tuple(results))

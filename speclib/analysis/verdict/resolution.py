@@ -52,6 +52,7 @@ from speclib.analysis.stats.base import t_width_scale
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, decide
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 
 __all__ = [
     "MAX_BLOCKS",
@@ -65,8 +66,6 @@ __all__ = [
 
 MAX_BLOCKS = 1_000
 """Above this many blocks a target resolution counts as not reachable."""
-
-FALSE_EFFECT_WORDS = ("adopt", "worse")
 
 
 def _pct(x: float) -> str:
@@ -141,7 +140,7 @@ class BenchCheck:
     n_blocks: int
     df: int
     block_sd_log: float | None
-    word: str
+    word: Word
     excludes_one: bool
     false_effect: bool
     blocks_needed: int | None
@@ -153,14 +152,14 @@ class BenchCheck:
     def more_blocks(self) -> int | None:
         """Blocks to add before the interval would likely be "equivalent" (None when it
         already is, when only its centre keeps it out, or when not reachable)."""
-        if self.word == "equivalent" or self.blocks_needed is None:
+        if self.word == Word.EQUIVALENT or self.blocks_needed is None:
             return None
         more = self.blocks_needed - self.n_blocks
         return more if more > 0 else None
 
     def outlook(self) -> str:
         """Where the check stands against δ: equivalent, N more blocks, or not reachable."""
-        if self.word == "equivalent":
+        if self.word == Word.EQUIVALENT:
             return "equivalent"
         if self.resolution is None or self.df < 1:
             return "not reachable yet: one block has no degrees of freedom, run at least 2"
@@ -186,7 +185,7 @@ class BenchCheck:
         if self.resolution is None:
             return "resolution unknown (one block has no degrees of freedom)"
         res = f"±{_pct(self.resolution)}"
-        if self.word == "equivalent":
+        if self.word == Word.EQUIVALENT:
             outlook = "equivalent"
         elif self.more_blocks is not None:
             outlook = f"{self.more_blocks} more block(s) would likely make it equivalent"
@@ -204,7 +203,7 @@ class BenchCheck:
                 f"{span} excludes 1 and the rule would call it '{self.word}': a false effect, "
                 "this bench is untrustworthy (its noise is larger than its intervals admit)"
             )
-        if self.excludes_one and self.word == "equivalent":
+        if self.excludes_one and self.word == Word.EQUIVALENT:
             return (
                 f"{span} excludes 1: an instance effect smaller than δ, which the rule "
                 "does not act on"
@@ -231,7 +230,7 @@ class BenchCheck:
         return Decision(
             self.word, self.text(), self.margin, self.confidence_level,
             extra_pairs_needed=None, extra_launches_needed=more,
-            target_word="equivalent" if more is not None else None,
+            target_word=Word.EQUIVALENT if more is not None else None,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
@@ -257,7 +256,7 @@ def bench_check(ci: RatioCI, *, margin: float) -> BenchCheck:
         resolution=None if h is None else math.expm1(h), margin=margin,
         confidence_level=ci.confidence_level, n_blocks=ci.n_launches, df=df, block_sd_log=sd,
         word=word, excludes_one=not (ci.ci_low <= 1 <= ci.ci_high),
-        false_effect=word in FALSE_EFFECT_WORDS, blocks_needed=needed, estimate=ci.estimate,
+        false_effect=word in FALSE_EFFECT, blocks_needed=needed, estimate=ci.estimate,
         ci_low=ci.ci_low, ci_high=ci.ci_high,
     )  # fmt: skip
 

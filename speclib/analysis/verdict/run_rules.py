@@ -19,6 +19,7 @@ from speclib.analysis.stats.sequential import SpendingPlan, spending_plan
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.analysis.verdict.decision import Decision
 from speclib.analysis.verdict.gates import Verdict
+from speclib.core.verdict_words import Word
 from speclib.params.experiment import ExperimentParams
 
 __all__ = [
@@ -133,8 +134,8 @@ def with_failed_arms(
         first = launches[0]
         cause = first.get("error_cause") or (first.get("error") or "unknown").splitlines()[0]
         why = f"every launch of {c.experiment} failed: {cause}"
-        dec = c.decision or Decision("inconclusive", why, margin, confidence)
-        failed = replace(c, verdict=Verdict("failed", (why,), dec, ()))
+        dec = c.decision or Decision(Word.INCONCLUSIVE, why, margin, confidence)
+        failed = replace(c, verdict=Verdict(Word.FAILED, (why,), dec, ()))
         if not any(s.get("n_ok") or s.get("n_failed") for s in launches):
             failed = replace(failed, error_rate_experiment=None)  # nothing was sent: no rate
         out.append(failed)

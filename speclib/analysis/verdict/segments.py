@@ -55,6 +55,7 @@ from speclib.analysis.verdict.decision import Decision, check_fraction, holm_dec
 from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis, pair_summary
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Word
 
 __all__ = [
     "CUTS",
@@ -316,7 +317,7 @@ def decide_segments(
             ci, note = None, small[key]
             rough = _seg_ci(mine, aa_seg, arm, aa_arm, confidence)
             est = rough.estimate if rough is not None else math.nan
-            dec = Decision("inconclusive", f"{cut} {seg}: {note}", margin, confidence)
+            dec = Decision(Word.INCONCLUSIVE, f"{cut} {seg}: {note}", margin, confidence)
         out.append(
             SegmentResult(
                 level,

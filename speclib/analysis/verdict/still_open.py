@@ -30,6 +30,7 @@ from speclib.analysis.stats.sequential import SpendingPlan, blocks_to_decide
 from speclib.analysis.verdict.answer import Answer, segment_role
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.stopping import OpenVerdict
+from speclib.core.verdict_words import Word
 
 __all__ = ["FINAL_GATES", "open_verdicts"]
 
@@ -60,13 +61,13 @@ def _projected(
 def _pooled_open(word: str, c: Comparison | None) -> bool:
     """Whether an arm's own verdict at a load is open (see the module docstring)."""
     if c is None or c.verdict is None:
-        return word == "inconclusive"
-    if c.verdict.tpot_decision.word != "inconclusive":
+        return word == Word.INCONCLUSIVE
+    if c.verdict.tpot_decision.word != Word.INCONCLUSIVE:
         return False
-    if word == "inconclusive":
+    if word == Word.INCONCLUSIVE:
         return True
     failed = {g.name for g in c.verdict.gates if g.status == "fail"}
-    return word == "reject" and not failed & set(FINAL_GATES)
+    return word == Word.REJECT and not failed & set(FINAL_GATES)
 
 
 def open_verdicts(

@@ -61,6 +61,7 @@ from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, holm_decide
 from speclib.analysis.verdict.resolution import bench_check
 from speclib.core.estimand import Estimand
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 
 __all__ = [
     "MIX_NOTE",
@@ -347,7 +348,7 @@ def decide_family(
         out = holm_decide(compute_ci, open_, family_confidence=conf, margin=margin)
         last = i == len(plan) - 1
         for key, (ci, dec) in out.items():
-            if dec.word != "inconclusive" or last:
+            if dec.word != Word.INCONCLUSIVE or last:
                 settled[key], at_look[key] = (ci, dec), i
     keys = list(settled)
     text = family_text(keys, confidence=plan[-1][1]) if keys else ""
@@ -371,7 +372,7 @@ def _aa_gate(main, pairs_by_arm, aa_arm, reps, margin):
         return None, None
     ci = as_ratio_ci(main.aa, _before(pairs_by_arm[aa_arm], reps))
     decision = bench_check(ci, margin=margin).decision()
-    if decision.word not in ("adopt", "worse"):
+    if decision.word not in FALSE_EFFECT:
         return (ci, decision), None
     return (ci, decision), (
         f"the A/A arm (a second copy of the control) measured ratio {ci.estimate:.3f} "
