@@ -61,9 +61,10 @@ def _ratio_cell(c: Comparison) -> str:
     if ci is None:
         return "no valid pairs"
     words = f"{time_change_words(ci.estimate)}, {speed_words(ci.estimate)}"
+    p = ci.bootstrap.wilcoxon_p if ci.bootstrap is not None else None
     wilcoxon = (
-        f"; Wilcoxon signed-rank p = {ci.wilcoxon_p:.2g} (information, not the rule)"
-        if ci.wilcoxon_p is not None and math.isfinite(ci.wilcoxon_p)
+        f"; Wilcoxon signed-rank p = {p:.2g} (information, not the rule)"
+        if p is not None and math.isfinite(p)
         else ""
     )
     return (
@@ -71,8 +72,8 @@ def _ratio_cell(c: Comparison) -> str:
         f"<span class='speclib-small'>{words}</span><br>"
         f"<span class='speclib-nowrap'>{conf_words(ci.confidence_level)} CI "
         f"{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
-        f"<br><span class='speclib-small' title='{html.escape(ci.method, quote=True)}'>"
-        f"{ci.n_pairs} pairs in {ci.n_launches} block(s){_df_words(ci)}{wilcoxon}</span>"
+        f"<br><span class='speclib-small' title='{html.escape(ci.label, quote=True)}'>"
+        f"{ci.n_pairs} pairs in {ci.n_blocks} block(s){_df_words(ci)}{wilcoxon}</span>"
         f"{_other_ratios_html(c)}{_exclusion_note(c)}"
     )
 

@@ -204,7 +204,7 @@ def test_complete_design_estimates_equal_block_means():
     half = 4.30265273 * np.std(contrast, ddof=1) / math.sqrt(3)  # t[2, 0.975]
     assert math.log(both.arms["ngram"].ci_high) == pytest.approx(contrast.mean() + half)
     assert both.arms["ngram"].reference == "controls" and both.arms["draft"].df == 2
-    assert "mean of control and aa, df=2" in both.arms["ngram"].method
+    assert both.arms["ngram"].label == "blocks (own-arm paired t vs mean of control and aa, df=2)"
     assert both.aa.ci_low == pytest.approx(res.aa.ci_low)
 
 
@@ -222,7 +222,7 @@ def test_components_and_heterogeneity():
     rng = np.random.default_rng(70)
     lr, _ = simulate_blocks(rng, runs=1, blocks=4, ratios=(0.8, 1.0))
     res = block_ratio_cis(summaries(lr, ("ngram", "aa"))[0], aa_arm="aa")
-    ci = res.arms["ngram"]
+    ci = res.arms["ngram"].blocks
     assert ci.se_within_log > 0 and ci.se_log > 0
     assert 0 <= ci.instance_share <= 1
     assert ci.more_blocks_help is (ci.instance_share > 0.5)
@@ -261,7 +261,7 @@ def test_a_noisy_arm_gets_a_wider_interval_than_a_quiet_one():
     quiet, noisy = res.arms["quiet"], res.arms["noisy"]
     assert quiet.estimate == pytest.approx(noisy.estimate)
     assert math.log(noisy.ci_high / noisy.ci_low) > 5 * math.log(quiet.ci_high / quiet.ci_low)
-    assert noisy.se_log == pytest.approx(np.std(means["noisy"], ddof=1) / math.sqrt(3))
+    assert noisy.blocks.se_log == pytest.approx(np.std(means["noisy"], ddof=1) / math.sqrt(3))
 
 
 @pytest.mark.parametrize("reference", ["control", "controls"])
@@ -277,7 +277,7 @@ def test_an_arms_interval_ignores_another_arms_noise(reference):
         a, b = quiet.arms[name], loud.arms[name]
         assert (a.ci_low, a.ci_high, a.df) == pytest.approx((b.ci_low, b.ci_high, b.df))
     assert quiet.aa.ci_high == pytest.approx(loud.aa.ci_high)
-    assert loud.arms["draft"].se_log > 10 * quiet.arms["draft"].se_log
+    assert loud.arms["draft"].blocks.se_log > 10 * quiet.arms["draft"].blocks.se_log
 
 
 # ------------------------------------------------------------------- degenerate data
@@ -310,7 +310,7 @@ def test_all_equal_block_means_warn_and_give_zero_width_not_nan():
     ci = res.arms["ngram"]
     assert ci.ci_low == pytest.approx(ci.estimate) == pytest.approx(ci.ci_high)
     assert ci.estimate == pytest.approx(math.exp(-0.1))
-    assert ci.instance_share is None and ci.note is not None
+    assert ci.blocks.instance_share is None and ci.note is not None
     flat = json.dumps(res.to_dict())
     assert "NaN" not in flat
 

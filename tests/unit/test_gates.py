@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.decision import Decision, decide
 from speclib.analysis.verdict.gates import (
     BenchGate,
@@ -36,6 +36,7 @@ from speclib.analysis.verdict.gates import (
     error_increase_bounds,
 )
 from speclib.analysis.verdict.pairs import gate_cis
+from tests.intervals import block_interval
 
 ADOPT = Decision("adopt", "TPOT ratio 0.80: faster", margin=0.05, confidence_level=0.95)
 WORSE = Decision("worse", "TPOT ratio 1.20: slower", margin=0.05, confidence_level=0.95)
@@ -84,7 +85,7 @@ def _pairs(ttft=(), e2e=(), *, ttft_c=0.2, n=20, noise=0.05, seed=0) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def _cis(pairs: pd.DataFrame) -> dict[str, RatioCI | None]:
+def _cis(pairs: pd.DataFrame) -> dict[str, RatioInterval | None]:
     return gate_cis({"spec": pairs}, aa_arm=None, confidence_level=0.95)["spec"]
 
 
@@ -104,7 +105,7 @@ def _ttft_verdict(pairs: pd.DataFrame, decision: Decision = ADOPT, **extra):
 def test_ttft_clearly_worse_across_blocks_fails_and_rejects():
     verdict = _ttft_verdict(_pairs(ttft=[2.0, 2.1, 1.9, 2.05, 1.95, 2.0]))
     ci = _cis(_pairs(ttft=[2.0, 2.1, 1.9, 2.05, 1.95, 2.0]))["ttft_s"]
-    assert ci.df == 5 and ci.method.startswith("blocks")  # the block model, not a bootstrap
+    assert ci.df == 5 and ci.method.of_blocks  # the block model, not a bootstrap
     assert ci.ci_low > 1.5
     assert _status(verdict, "ttft") == "fail"
     assert verdict.word == "reject"
@@ -166,7 +167,7 @@ def test_gate_intervals_use_the_same_reference_as_tpot_with_an_aa_arm():
     spec = _pairs(ttft=[1.2, 1.25, 1.15, 1.2])
     aa = _pairs(ttft=[1.0, 1.0, 1.0, 1.0], seed=1)
     cis = gate_cis({"spec": spec, "aa": aa}, aa_arm="aa", confidence_level=0.95)
-    assert "mean of control" in cis["spec"]["ttft_s"].method
+    assert cis["spec"]["ttft_s"].reference == "controls"
     assert cis["aa"]["ttft_s"] is not None and cis["aa"]["ttft_s"].df == 3
 
 
@@ -327,13 +328,8 @@ def test_report_lists_every_gate_and_marks_not_assessed():
 # ------------------------------------------------------------------ equivalent wording
 
 
-def _ci(low: float, est: float, high: float) -> RatioCI:
-    return RatioCI(
-        estimate=est, ci_low=low, ci_high=high, confidence_level=0.95, method="blocks",
-        n_pairs=100, n_launches=4, median_delta=0.0, wilcoxon_p=None,
-        between_launch_share=None, more_launches_help=None, var_between=None,
-        var_within=None, n_resamples=0, df=3,
-    )  # fmt: skip
+def _ci(low: float, est: float, high: float) -> RatioInterval:
+    return block_interval(est, low, high, n_pairs=100)
 
 
 def test_equivalent_but_measurably_slower_or_faster_is_said():

@@ -34,12 +34,13 @@ from speclib.analysis.health.trust import (
     ttft_lag_causes,
     ttft_problems,
 )
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.core.prometheus import histogram_mean
 from speclib.core.records import RequestRecord, server_tpot_s, server_ttft_s, tpot_s
 from speclib.serve import priority
 from speclib.serve.priority import autogroup_of, place, place_client
 from speclib.serve.supervisor import start_supervised, stop_supervised
+from tests.intervals import block_interval
 
 # ---------------------------------------------------------------- CPU priority of servers
 
@@ -297,14 +298,9 @@ def test_every_check_passes_on_a_clean_bench(tmp_path):
     assert late_check(pd.DataFrame()).status == "not assessed"
 
 
-def _ci(lo: float, hi: float, blocks: int = 4) -> RatioCI:
+def _ci(lo: float, hi: float, blocks: int = 4) -> RatioInterval:
     """A block interval of an A/A arm (``blocks - 1`` df), symmetric on the log scale."""
-    return RatioCI(
-        estimate=(lo * hi) ** 0.5, ci_low=lo, ci_high=hi, confidence_level=0.95,
-        method="blocks", n_pairs=8 * blocks, n_launches=blocks, median_delta=0.0,
-        wilcoxon_p=None, between_launch_share=None, more_launches_help=None,
-        var_between=None, var_within=None, n_resamples=0, df=blocks - 1,
-    )  # fmt: skip
+    return block_interval((lo * hi) ** 0.5, lo, hi, blocks=blocks, n_pairs=8 * blocks)
 
 
 class _Comp:

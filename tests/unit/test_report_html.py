@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import CATEGORY_NOTE
 from speclib.analysis.verdict.decision import Decision
@@ -29,19 +29,17 @@ from speclib.report.sections import (
     verdict_html,
     verdict_table_html,
 )
+from tests.intervals import bootstrap_interval
 
 pytestmark = pytest.mark.unit
 
 
-def _ci(est: float, lo: float, hi: float, level: float = 0.975) -> RatioCI:
-    return RatioCI(
-        estimate=est, ci_low=lo, ci_high=hi, confidence_level=level, method="BCa", n_pairs=24,
-        n_launches=1, median_delta=-0.001, wilcoxon_p=0.01, between_launch_share=None,
-        more_launches_help=None, var_between=None, var_within=0.01, n_resamples=4000,
-    )  # fmt: skip
+def _ci(est: float, lo: float, hi: float, level: float = 0.975) -> RatioInterval:
+    return bootstrap_interval(est, lo, hi, level=level, n_pairs=24, wilcoxon_p=0.01,
+                              var_within=0.01)  # fmt: skip
 
 
-def _comparison(name: str, ci: RatioCI | None, word: str, reason: str) -> SimpleNamespace:
+def _comparison(name: str, ci: RatioInterval | None, word: str, reason: str) -> SimpleNamespace:
     decision = Decision(word, reason, 0.05, 0.975)
     return SimpleNamespace(
         experiment=name, method="ngram", k=4, load="c=1", level=0, word=word,

@@ -21,7 +21,7 @@ from speclib.analysis.verdict.resolution import (
     calibration,
     half_width,
 )
-from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis
+from speclib.analysis.verdict.tpot_verdict import block_analysis, with_pairs
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +38,7 @@ def aa_ci(block_log_ratios, *, pairs=8, confidence=0.95):
                          "block": f"r{b}", "replicate": b})  # fmt: skip
     frame = pd.DataFrame(rows)
     found = block_analysis({"aa": frame}, aa_arm="aa", confidence_level=confidence)
-    return as_ratio_ci(found.aa, frame)
+    return with_pairs(found.aa, frame)
 
 
 def by_hand(block_log_ratios, target, confidence=0.95):
@@ -129,7 +129,7 @@ def test_blocks_for_is_validated_and_returns_today_when_met():
         blocks_for(0.1, n_blocks=3, df=2, confidence_level=0.95, target=0)
     with pytest.raises(ValueError, match="`half_width_log`"):
         blocks_for(-1.0, n_blocks=3, df=2, confidence_level=0.95, target=0.1)
-    with pytest.raises(ValueError, match="`ci` must be a RatioCI"):
+    with pytest.raises(ValueError, match="`ci` must be a RatioInterval"):
         bench_check((0.9, 1.1), margin=MARGIN)
 
 

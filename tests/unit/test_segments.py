@@ -205,7 +205,7 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
     truth = 0.8 * 1.4 + 0.2 * 0.5
     assert ci.ci_low < truth < ci.ci_high and ci.estimate > as_sent.estimate
     assert not ci.ci_low < math.exp(0.8 * math.log(1.4) + 0.2 * math.log(0.5)) < ci.ci_high
-    assert ci.estimand == "traffic" and "mix-weighted" in ci.method
+    assert ci.estimand == "traffic" and ci.mixed
     assert fresh.answer.mix.shares == {"fresh": 0.8, "echo": 0.2}
     assert (
         fresh.answer.mix.words()

@@ -234,7 +234,7 @@ def test_a_decision_at_an_early_look_is_frozen():
     ci, decision = frozen.experiments["x"]
     assert decision.word == "adopt" and frozen.looks == {"x": 0}
     assert ci.confidence_level == pytest.approx(plan.confidence_levels[0])
-    assert ci.n_launches == 2 and ci.df == 1
+    assert ci.n_blocks == 2 and ci.df == 1
     at_once = decide_family({0: arms}, experiments=["x"], aa_arm=None,
                             confidence=plan.confidence_levels[-1], margin=MARGIN)[0]  # fmt: skip
     assert at_once.experiments["x"][1].word == "inconclusive"

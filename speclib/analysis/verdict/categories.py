@@ -158,7 +158,7 @@ def _one(
     high = ci.ci_high if math.isfinite(ci.ci_high) else None
     return CategoryRatio(
         category, ci.estimate, ci.ci_low, high, ci.confidence_level, ci.df, ci.n_pairs,
-        ci.n_blocks, ci.reference, ci.method, ci.note,
+        ci.n_blocks, ci.reference, ci.label, ci.note,
     )  # fmt: skip
 
 

@@ -47,7 +47,7 @@ from speclib.analysis.speculation.agreement import (
 )
 from speclib.analysis.speculation.launches import LaunchMetrics
 from speclib.analysis.speculation.why import WhySpeedup
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import (
     CATEGORY_NOTE,
@@ -103,7 +103,7 @@ class Comparison:
     k: int | None
     pairing: dict[str, Any]
     n_launches: int
-    cis: dict[str, RatioCI | None]
+    cis: dict[str, RatioInterval | None]
     decision: Decision | None
     verdict: Verdict | None
     error_rate_control: float
@@ -125,7 +125,7 @@ class Comparison:
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
     # the TPOT ratio as each estimand (speclib.core.estimand): the traffic's is cis["tpot_s"],
     # the verdict's; the token-weighted and the typical request's are descriptive
-    ratios: dict[Estimand, RatioCI | None] = field(default_factory=dict)
+    ratios: dict[Estimand, RatioInterval | None] = field(default_factory=dict)
     mix: dict[str, float] | None = None  # the user's mix the verdict is for (None: as sent)
 
     @property
@@ -260,7 +260,7 @@ class Comparison:
                 "tpot_ratio_by_turn": {str(t): r.to_dict() for t, r in self.by_turn.items()},
                 "tpot_ratio_by_turn_note": TURN_NOTE if self.by_turn else None,
                 "confidence_level": tpot.confidence_level if tpot else None,
-                "ci_method": tpot.method if tpot else None,
+                "ci_method": tpot.label if tpot else None,
                 "tpot_decision": dec.word if dec else Word.INCONCLUSIVE,
                 "decision": self.word,
                 "reasons": [
@@ -317,7 +317,7 @@ def _compare(
     name: str,
     df: pd.DataFrame,
     params: ExperimentParams,
-    ci_tpot: RatioCI | None,
+    ci_tpot: RatioInterval | None,
     decision: Decision | None,
     lms: list[LaunchMetrics],
     series_rows: pd.DataFrame,
@@ -328,9 +328,9 @@ def _compare(
     mode_problem: str | None = None,
     by_category: dict[str, CategoryRatio] | None = None,
     by_turn: dict[int, CategoryRatio] | None = None,
-    latency_cis: dict[str, RatioCI | None] | None = None,
+    latency_cis: dict[str, RatioInterval | None] | None = None,
     ttft_problem: str | None = None,
-    ratios: dict[Estimand, RatioCI | None] | None = None,
+    ratios: dict[Estimand, RatioInterval | None] | None = None,
     mix: dict[str, float] | None = None,
     ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> Comparison:
@@ -338,7 +338,7 @@ def _compare(
     control = params.control_name
     paired: PairedFrame = pair_frame(df, control=control, experiment=name)
     pairs = paired.pairs
-    cis: dict[str, RatioCI | None] = {"tpot_s": ci_tpot}
+    cis: dict[str, RatioInterval | None] = {"tpot_s": ci_tpot}
     for m in GATE_METRICS:
         cis[m] = (latency_cis or {}).get(m)
     # what a launch-blind prompt-level bootstrap would say (information, never the verdict)

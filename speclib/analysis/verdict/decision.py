@@ -1,7 +1,7 @@
 """The decision: turn a TPOT ratio CI and the gate inputs into one verdict word with reasons.
 
 :func:`decide` applies the rule declared before the run (margin δ, confidence level) to a
-:class:`~speclib.analysis.stats.paired.RatioCI` of experiment / control TPOT:
+:class:`~speclib.analysis.stats.paired.RatioInterval` of experiment / control TPOT:
 
 * **adopt** – the CI's upper bound is below ``1 - δ`` (time per token cut by more than the margin);
 * **equivalent** – the CI lies inside ``(1 - δ, 1 + δ)``;
@@ -46,7 +46,7 @@ import numpy as np
 
 from speclib.analysis.stats.base import t_width_scale
 from speclib.analysis.stats.margin_rule import classify
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import IntervalMethod, RatioInterval
 from speclib.core.jsonutil import jsonable
 from speclib.core.verdict_words import Side, Word
 
@@ -91,20 +91,20 @@ def check_fraction(value: Any, name: str, *, low_open: bool = False) -> float:
     raise ValueError(f"`{name}` must be a number in {interval} (got {value!r})")
 
 
-def check_ci(ci: Any, name: str) -> RatioCI:
-    if not isinstance(ci, RatioCI):
-        raise ValueError(f"`{name}` must be a RatioCI (got {type(ci).__name__})")
+def check_ci(ci: Any, name: str) -> RatioInterval:
+    if not isinstance(ci, RatioInterval):
+        raise ValueError(f"`{name}` must be a RatioInterval (got {type(ci).__name__})")
     return ci
 
 
 # ---------------------------------------------------------------------- the TPOT rule
 
 
-def _classify(ci: RatioCI, margin: float) -> tuple[Word, str]:
+def _classify(ci: RatioInterval, margin: float) -> tuple[Word, str]:
     lo, hi = ci.ci_low, ci.ci_high
     text = (
         f"TPOT ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI {lo:.3f}–{hi:.3f}, "
-        f"{ci.method}, {ci.n_pairs} pairs, {ci.n_launches} launch(es) per arm)"
+        f"{ci.label}, {ci.n_pairs} pairs, {ci.n_blocks} launch(es) per arm)"
     )
     found = classify(lo, hi, margin=margin)
     if found.word == Word.ADOPT:
@@ -129,13 +129,13 @@ def _ratio(distance: float, half_width: float) -> float:
     return distance / half_width if half_width > 0 else math.inf
 
 
-def _needed_shrink(ci: RatioCI, margin: float) -> tuple[float, Word] | None:
+def _needed_shrink(ci: RatioInterval, margin: float) -> tuple[float, Word] | None:
     """Largest factor ``s`` on both half-widths (log scale) that would reach a decision.
 
     Returns ``(s, word)`` for the decision needing the least shrinking, or None when the
     estimate sits on a boundary (``s == 0``) or the interval is undefined.
     """
-    if ci.method == "degenerate" or not (0 < ci.ci_low <= ci.ci_high < math.inf):
+    if ci.method is IntervalMethod.DEGENERATE or not (0 < ci.ci_low <= ci.ci_high < math.inf):
         return None
     est = math.log(ci.estimate)
     hw_lo, hw_hi = est - math.log(ci.ci_low), math.log(ci.ci_high) - est
@@ -152,15 +152,17 @@ def _needed_shrink(ci: RatioCI, margin: float) -> tuple[float, Word] | None:
     return best if best is not None and best[0] > 0 else None
 
 
-def _extra_pairs(ci: RatioCI, shrink: float) -> int | None:
+def _extra_pairs(ci: RatioInterval, shrink: float) -> int | None:
     """Extra pairs (launch count unchanged) so that the half-widths shrink by ``shrink``."""
     n = ci.n_pairs
-    if ci.n_launches < 2:
+    boot = ci.bootstrap
+    if ci.n_blocks < 2:
         target = n / shrink**2
     else:
-        var_b, var_w = ci.var_between or 0.0, ci.var_within or 0.0
-        now = var_b / ci.n_launches + var_w / n
-        room = shrink**2 * now - var_b / ci.n_launches
+        var_b = (boot.var_between if boot else None) or 0.0
+        var_w = (boot.var_within if boot else None) or 0.0
+        now = var_b / ci.n_blocks + var_w / n
+        room = shrink**2 * now - var_b / ci.n_blocks
         if var_w <= 0 or room <= 0:
             return None
         target = var_w / room
@@ -168,7 +170,7 @@ def _extra_pairs(ci: RatioCI, shrink: float) -> int | None:
     return max(extra, 1) if extra <= MAX_EXTRA_PAIRS else None
 
 
-def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
+def _extra_launches(ci: RatioInterval, shrink: float) -> int | None:
     """Extra launches (same pairs per launch) so that the half-widths shrink by ``shrink``.
 
     Both variance terms of the mean scale with ``1/L``, and the CI uses a t quantile on
@@ -176,7 +178,7 @@ def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
     one per added launch, so the half-width at ``L'`` launches is
     ``t[df + L' - L] / t[df] * sqrt(L / L')`` times today's.
     """
-    n_launch = ci.n_launches
+    n_launch = ci.n_blocks
     df = ci.df if ci.df is not None else n_launch - 1
     if n_launch < 2 or df < 1:
         return None
@@ -188,7 +190,7 @@ def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
     return int(more[hit[0]] - n_launch) if hit.size else None
 
 
-def decide(ci: RatioCI, *, margin: float) -> Decision:
+def decide(ci: RatioInterval, *, margin: float) -> Decision:
     """Apply the adopt / equivalent / worse / inconclusive rule to a TPOT ratio CI.
 
     ``margin`` is δ in (0, 1), declared before the run. For an inconclusive result the
@@ -202,13 +204,13 @@ def decide(ci: RatioCI, *, margin: float) -> Decision:
     common = {"margin": margin, "confidence_level": ci.confidence_level}
     if word != Word.INCONCLUSIVE:
         return Decision(word, reason, **common)
-    if ci.method == "degenerate":
+    if ci.method is IntervalMethod.DEGENERATE:
         return Decision(word, f"{reason}; one pair gives no variance estimate", **common)
     need = _needed_shrink(ci, margin)
     if need is None:
         return Decision(word, f"{reason}; the estimate sits on a boundary", **common)
     shrink, target = need
-    blocks = ci.method.startswith("blocks")
+    blocks = ci.method.of_blocks
     # A block interval's t quantile has df = blocks - 1 whatever the pairs per block: more
     # prompts cannot buy degrees of freedom, so only more blocks are advised.
     pairs = None if blocks else _extra_pairs(ci, shrink)
@@ -235,15 +237,15 @@ def _plan_text(
 
 
 def holm_decide(
-    compute_ci: Callable[[Any, float], RatioCI],
+    compute_ci: Callable[[Any, float], RatioInterval],
     names: Sequence[Hashable],
     *,
     family_confidence: float = 0.95,
     margin: float,
-) -> dict[Any, tuple[RatioCI, Decision]]:
+) -> dict[Any, tuple[RatioInterval, Decision]]:
     """Decide several experiments against one control with Holm's step-down procedure.
 
-    ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioCI` of experiment
+    ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioInterval` of experiment
     ``name`` at that level (e.g. a closure over
     :func:`speclib.analysis.stats.paired.paired_ratio_ci`).
     Returns ``{name: (ci, decision)}``, each CI at the level its decision was made; see the

@@ -32,7 +32,7 @@ from speclib.analysis.speculation.why import (
     paired_stream_factors,
     stream_steps,
 )
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.pairs import geo_ratio, pair_ratio_ci
 from speclib.params.experiment import ExperimentParams
 
@@ -183,7 +183,7 @@ def explain_speedup(
     name: str,
     pairs: pd.DataFrame,
     acc: dict[str, Any],
-    tpot: RatioCI | None,
+    tpot: RatioInterval | None,
     salt: int,
     launches: list[LaunchMetrics] | None = None,
 ) -> WhySpeedup | None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.decision import Decision, check_ci, check_fraction
 from speclib.core.jsonutil import jsonable
 from speclib.core.verdict_words import Word
@@ -189,7 +189,7 @@ def _output_gate(wrong: int, agreement: float | None, min_agreement: float | Non
 
 def _latency_gate(
     name: str,
-    ci: RatioCI,
+    ci: RatioInterval,
     margin: float,
     min_delta_s: float = 0.0,
     control_median_s: float | None = None,
@@ -199,7 +199,7 @@ def _latency_gate(
     rise = f" and the median rises by more than {1e3 * min_delta_s:.0f} ms" if min_delta_s else ""
     head = (
         f"{name} ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI "
-        f"{lo:.3f}–{hi:.3f}, {ci.method}), median change {1e3 * ci.median_delta:+.1f} ms; "
+        f"{lo:.3f}–{hi:.3f}, {ci.label}), median change {1e3 * ci.median_delta:+.1f} ms; "
         f"clearly worse when the lower bound exceeds {limit:.3f}{rise}"
     )
     if lo > limit and (min_delta_s <= 0 or ci.median_delta > min_delta_s):
@@ -269,8 +269,8 @@ class GateEvidence:
     wrong_outputs: int = 0
     agreement_rate: float | None = None
     peak_memory_gib: float | None = None
-    ttft: RatioCI | None = None
-    e2e: RatioCI | None = None
+    ttft: RatioInterval | None = None
+    e2e: RatioInterval | None = None
     ttft_control_median_s: float | None = None
     ttft_problem: str | None = None
     bench_problem: str | None = None

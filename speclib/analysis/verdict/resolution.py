@@ -49,7 +49,7 @@ import numpy as np
 from scipy import stats
 
 from speclib.analysis.stats.base import t_width_scale
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.decision import Decision, decide
 from speclib.core.jsonutil import jsonable
 from speclib.core.verdict_words import FALSE_EFFECT, Word
@@ -79,13 +79,13 @@ def _check_target(value: Any, name: str) -> float:
     return float(value)
 
 
-def _check_ci(ci: Any) -> RatioCI:
-    if not isinstance(ci, RatioCI):
-        raise ValueError(f"`ci` must be a RatioCI (got {type(ci).__name__})")
+def _check_ci(ci: Any) -> RatioInterval:
+    if not isinstance(ci, RatioInterval):
+        raise ValueError(f"`ci` must be a RatioInterval (got {type(ci).__name__})")
     return ci
 
 
-def half_width(ci: RatioCI) -> float | None:
+def half_width(ci: RatioInterval) -> float | None:
     """The interval's half-width on the log scale, ``(log hi - log lo) / 2`` (None when the
     interval is undefined, e.g. ``(0, inf)`` from one block)."""
     lo, hi = _check_ci(ci).ci_low, ci.ci_high
@@ -94,8 +94,8 @@ def half_width(ci: RatioCI) -> float | None:
     return (math.log(hi) - math.log(lo)) / 2
 
 
-def _df(ci: RatioCI) -> int:
-    return int(ci.df) if ci.df is not None else ci.n_launches - 1
+def _df(ci: RatioInterval) -> int:
+    return int(ci.df) if ci.df is not None else ci.n_blocks - 1
 
 
 def blocks_for(
@@ -239,7 +239,7 @@ class BenchCheck:
         return {**out, "more_blocks": self.more_blocks, "text": self.text()}
 
 
-def bench_check(ci: RatioCI, *, margin: float) -> BenchCheck:
+def bench_check(ci: RatioInterval, *, margin: float) -> BenchCheck:
     """The A/A arm's interval ``ci`` as a bench check at margin δ = ``margin``."""
     ci = _check_ci(ci)
     margin = _check_target(margin, "margin")
@@ -249,12 +249,12 @@ def bench_check(ci: RatioCI, *, margin: float) -> BenchCheck:
     sd = needed = None
     if h is not None and df >= 1:
         q = 0.5 + ci.confidence_level / 2
-        sd = h * math.sqrt(ci.n_launches) / float(stats.t.ppf(q, df))
-        needed = blocks_for(h, n_blocks=ci.n_launches, df=df,
+        sd = h * math.sqrt(ci.n_blocks) / float(stats.t.ppf(q, df))
+        needed = blocks_for(h, n_blocks=ci.n_blocks, df=df,
                             confidence_level=ci.confidence_level, target=margin)  # fmt: skip
     return BenchCheck(
         resolution=None if h is None else math.expm1(h), margin=margin,
-        confidence_level=ci.confidence_level, n_blocks=ci.n_launches, df=df, block_sd_log=sd,
+        confidence_level=ci.confidence_level, n_blocks=ci.n_blocks, df=df, block_sd_log=sd,
         word=word, excludes_one=not (ci.ci_low <= 1 <= ci.ci_high),
         false_effect=word in FALSE_EFFECT, blocks_needed=needed, estimate=ci.estimate,
         ci_low=ci.ci_low, ci_high=ci.ci_high,
@@ -301,19 +301,19 @@ class Calibration:
         return {**out, "text": self.text()}
 
 
-def calibration(cis: Sequence[RatioCI], *, target: float) -> Calibration:
+def calibration(cis: Sequence[RatioInterval], *, target: float) -> Calibration:
     """Did the A/A intervals ``cis`` (one per load level) reach half-width ``target``?"""
     target = _check_target(target, "target")
     cis = [_check_ci(c) for c in cis]
     if not cis:
         return Calibration(target, None, False, 0, None, None)
     widths = [half_width(c) for c in cis]
-    blocks = max(c.n_launches for c in cis)
+    blocks = max(c.n_blocks for c in cis)
     if any(w is None for w in widths):
         return Calibration(target, None, False, blocks, None, cis[0].confidence_level)
     worst = max(range(len(cis)), key=lambda i: widths[i])  # type: ignore[arg-type,return-value]
     ci, h = cis[worst], float(widths[worst])  # type: ignore[arg-type]
-    needed = blocks_for(h, n_blocks=ci.n_launches, df=_df(ci),
+    needed = blocks_for(h, n_blocks=ci.n_blocks, df=_df(ci),
                         confidence_level=ci.confidence_level, target=target)  # fmt: skip
     reached = math.expm1(h) <= target * (1 + 1e-12)
-    return Calibration(target, math.expm1(h), reached, ci.n_launches, needed, ci.confidence_level)
+    return Calibration(target, math.expm1(h), reached, ci.n_blocks, needed, ci.confidence_level)

@@ -48,11 +48,11 @@ import numpy as np
 import pandas as pd
 
 from speclib.analysis.stats.base import DegenerateDataWarning
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.stats.t_interval import t_interval
 from speclib.analysis.verdict.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
 from speclib.analysis.verdict.decision import Decision, check_fraction, holm_decide
-from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis, pair_summary
+from speclib.analysis.verdict.tpot_verdict import block_analysis, pair_summary, with_pairs
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 from speclib.core.verdict_words import Word
@@ -95,7 +95,7 @@ class SegmentResult:
     n_pairs: int
     n_blocks: int
     estimate: float
-    ci: RatioCI | None
+    ci: RatioInterval | None
     decision: Decision
     note: str | None = None
     mean_control_s: float | None = None
@@ -236,14 +236,14 @@ def _aa_subset(aa: pd.DataFrame | None, mine: pd.DataFrame, col: str, seg: str, 
     return aa.merge(keys, on=_KEY, how="inner")
 
 
-def _seg_ci(mine, aa, arm, aa_arm, level) -> RatioCI | None:
+def _seg_ci(mine, aa, arm, aa_arm, level) -> RatioInterval | None:
     by_arm = {arm: mine} if aa is None or not len(aa) else {arm: mine, aa_arm: aa}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateDataWarning)
         found = block_analysis(by_arm, aa_arm=aa_arm, confidence_level=level)
     if found is None or arm not in found.arms:
         return None
-    return as_ratio_ci(found.arms[arm], mine)
+    return with_pairs(found.arms[arm], mine)
 
 
 def _usable(p: pd.DataFrame) -> pd.DataFrame:
@@ -298,7 +298,7 @@ def decide_segments(
                     small[key] = f"too few pairs for an interval, need {min_pairs}"
     family = [k for k in cells if k not in small]
 
-    def compute_ci(key: Hashable, level: float) -> RatioCI:
+    def compute_ci(key: Hashable, level: float) -> RatioInterval:
         mine, aa_seg = cells[key]  # type: ignore[index]
         ci = _seg_ci(mine, aa_seg, key[1], aa_arm, level)  # type: ignore[index]
         assert ci is not None

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.stats.sequential import SpendingPlan, blocks_to_decide
 from speclib.analysis.verdict.answer import Answer, segment_role
 from speclib.analysis.verdict.comparisons import Comparison
@@ -40,13 +40,13 @@ untrustworthy bench (every verdict of a level "untrustworthy")."""
 
 
 def _projected(
-    base: OpenVerdict, ci: RatioCI | None, *, plan: SpendingPlan | None, confidence: float,
+    base: OpenVerdict, ci: RatioInterval | None, *, plan: SpendingPlan | None, confidence: float,
     margin: float,
 ) -> OpenVerdict:  # fmt: skip
     """``base`` with its interval and the blocks that would likely decide it."""
     if ci is None:
         return base
-    df = ci.df if ci.df is not None else max(ci.n_launches - 1, 0)
+    df = ci.df if ci.df is not None else max(ci.n_blocks - 1, 0)
     needed, target = blocks_to_decide(
         estimate=ci.estimate, ci_high=ci.ci_high, df=int(df),
         confidence_level=ci.confidence_level, family_alpha=1 - confidence, margin=margin,
