@@ -1,5 +1,6 @@
-"""Ratio intervals built by hand for tests: a block interval or a bootstrap one, by keyword
-(speclib/analysis/stats/ratio_interval.py)."""
+"""Ratio intervals and decisions built by hand for tests: a block interval or a bootstrap one,
+by keyword (speclib/analysis/stats/ratio_interval.py), and the rule's decision on an interval
+that says a given word."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from speclib.analysis.stats.ratio_interval import (
     IntervalMethod,
     RatioInterval,
 )
+from speclib.analysis.verdict.decision import Decision, decide
 from speclib.core.estimand import Estimand
 
 
@@ -40,3 +42,19 @@ def bootstrap_interval(
         estimate=estimate, ci_low=low, ci_high=high, confidence_level=level, method=method,
         n_pairs=n_pairs, n_blocks=launches, df=df, median_delta=-0.001, bootstrap=diag,
     )  # fmt: skip
+
+
+_AT = {
+    "adopt": (0.80, 0.75, 0.85),
+    "equivalent": (1.00, 0.98, 1.02),
+    "worse": (1.20, 1.10, 1.30),
+    "inconclusive": (1.00, 0.90, 1.10),
+}
+
+
+def decision_of(word: str, *, margin: float = 0.05, level: float = 0.95) -> Decision:
+    """The rule's own decision on a block interval that says ``word`` (its reason is the
+    rule's, with the interval's numbers)."""
+    found = decide(block_interval(*_AT[word], level=level), margin=margin)
+    assert found.word == word
+    return found

@@ -41,6 +41,7 @@ import sys
 from typing import Any, TextIO
 
 from speclib.core.estimand import Estimand
+from speclib.core.reason_text import bench_phrase, render
 from speclib.core.run_summary import ComparisonEntry, GateEntry, RunSummary, TrustCheckEntry
 from speclib.core.stopping import Stopping, stopping_lines
 from speclib.core.verdict_words import Word
@@ -463,16 +464,14 @@ def short_reason(
     comparison's own estimate at its level is used."""
     word, gates = c.decision, c.gates
     failed = [g.name for g in gates if g.state == "fail"]
-    reasons = c.reasons
-    if word == Word.FAILED:
-        return fit(reasons[0] if reasons else "every launch failed", REASON_WIDTH)
+    if word == Word.FAILED:  # the root cause (a summary from before the codes: its words)
+        said = next((r for e in c.reason_codes if (r := e.reason()) is not None), None)
+        text = render(said) if said is not None else next(iter(c.reasons), None)
+        return fit(text or "every launch failed", REASON_WIDTH)
     if word == Word.UNTRUSTWORTHY:
         bench = next((g for g in gates if g.name == "bench"), None)
-        detail = bench.detail if bench else ""
-        what = detail and f": {detail.split(':', 1)[0]} failed"
-        if detail.startswith("the A/A arm"):
-            what = ": the A/A arm shows a false effect"
-        return fit(f"bench untrustworthy{what}", REASON_WIDTH)
+        why = bench.reason.reason() if bench is not None and bench.reason is not None else None
+        return fit(bench_phrase(why), REASON_WIDTH)
     if failed:
         return fit(f"gate{'s' * (len(failed) > 1)} {', '.join(failed)} failed", REASON_WIDTH)
     tpot = c.tpot_decision or word

@@ -16,6 +16,8 @@ from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import Estimand
+from speclib.core.reason_text import render, render_all
+from speclib.core.reasons import Code
 from speclib.core.verdict_words import Word
 from speclib.core.wording import ratio_words, speed_words
 from speclib.report.html_format import wrap
@@ -109,7 +111,8 @@ def at_load(c: Comparison, an: RunAnalysis) -> str:
 def _failed_words(c: Comparison) -> str:
     """``draft-k4 could not be measured: <root cause>; fix it and run again``."""
     reasons = c.verdict.reasons if c.verdict else ()
-    cause = (reasons[0] if reasons else "every launch failed").split(" failed: ", 1)[-1]
+    failed = next((r for r in reasons if r.code is Code.ARM_FAILED), None)
+    cause = failed["cause"] if failed is not None else "every launch failed"
     return f"**{c.experiment}** could not be measured: {cause}; fix it and run again"
 
 
@@ -130,12 +133,11 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         Word.INCONCLUSIVE: "not enough data to decide",
         Word.UNTRUSTWORTHY: "not decided: the bench cannot be trusted (see the bench-trust "
         "panel above)",
-        Word.FAILED: "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
+        Word.FAILED: "failed: " + "; ".join(render_all(c.verdict.reasons if c.verdict else ())),
         Word.MIXED: _mixed_words(c, an),
     }[word]
     extra = ""
-    note = ci.note or ""
-    if word == Word.INCONCLUSIVE and note.startswith("no degrees of freedom"):
+    if word == Word.INCONCLUSIVE and ci.note is not None and ci.note.code is Code.NO_DF:
         extra = (
             " — one launch per arm cannot separate the effect from launch-to-launch noise: "
             "run at least two replicate blocks (or add protocol.aa)"
@@ -158,7 +160,8 @@ def _mixed_words(c: Comparison, an: RunAnalysis) -> str:
     """The answer's sentence for a "mixed" arm (:mod:`speclib.analysis.verdict.answer`)."""
     answer = getattr(an, "answer", None)
     mine = answer.of(c.experiment, c.level) if answer is not None else None
-    return (mine.sentence if mine and mine.sentence else "mixed").removeprefix("mixed: ")
+    said = mine.segment_reason if mine is not None else None
+    return render(said, lead=False) if said is not None else "mixed"
 
 
 def _group_words(groups: dict[Any, Any]) -> str:
@@ -171,7 +174,7 @@ def _group_words(groups: dict[Any, Any]) -> str:
             ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
             where = f"{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
         else:
-            where = f"{counts}: {r.note or 'no interval'}"
+            where = f"{counts}: {render(r.note) if r.note is not None else 'no interval'}"
         parts.append(f"{r.category} {ratio_words(r.estimate)} ({where})")
     return "; ".join(parts)
 
@@ -254,7 +257,7 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
         "block-to-block variance (Holm-adjusted over every experiment arm and load level); "
         "the method is at the end of this page."
     )
-    said = getattr(getattr(an, "answer", None), "headline", ())
+    said = render_all(getattr(getattr(an, "answer", None), "headline", ()))
     if said:
         mixed = " ".join(s[0].upper() + s[1:] + "." for s in said)
         headline = f"{mixed} {headline}"

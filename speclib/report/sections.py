@@ -19,6 +19,8 @@ from typing import Any
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import DEFINITIONS, LABELS, Estimand
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code
 from speclib.core.stopping import stopping_lines
 from speclib.core.verdict_words import Word
 from speclib.core.wording import STATUS_MARKS, speed_words, time_change_words
@@ -122,15 +124,15 @@ def _reason(c: Comparison) -> str:
     failed = [g for g in c.verdict.gates if g.failed]
     d = c.verdict.tpot_decision
     if failed:
-        gates = "; ".join(f"gate <b>{g.name}</b>: {html.escape(g.detail)}" for g in failed)
+        gates = "; ".join(f"gate <b>{g.name}</b>: {render(g.reason, 'html')}" for g in failed)
         return f"TPOT alone: <b>{d.word}</b>. Failed {gates}{gates_html(c)}"
-    # The reason opens with the ratio and its CI, already in the table's ratio column.
-    reason = d.reason
-    if reason.startswith("TPOT ratio ") and "): " in reason:
-        reason = reason.split("): ", 1)[1]
+    # the rule's outcome without its lead: the ratio and its CI are in the ratio column
+    reason = render(d.reason, lead=False)
     text = html.escape(reason[:1].upper() + reason[1:])
-    bench = reason.startswith("bench check")  # the A/A row: its blocks are in the reason
-    said = "more blocks" in reason or "more pairs" in reason
+    bench = d.reason.code is Code.BENCH_CHECK  # the A/A row: its blocks are in the reason
+    said = d.reason.code is Code.RULE_INCONCLUSIVE and any(
+        d.reason.get(k) is not None for k in ("extra_pairs", "extra_blocks")
+    )
     if (
         d.word == Word.INCONCLUSIVE
         and not bench
@@ -156,7 +158,7 @@ def gates_html(c: Comparison) -> str:
         for g in gates
     )
     unknown = "".join(
-        f"<br>gate <b>{html.escape(g.name)}</b> not assessed: {html.escape(g.detail)}"
+        f"<br>gate <b>{html.escape(g.name)}</b> not assessed: {render(g.reason, 'html')}"
         for g in gates
         if g.status == "not assessed"
     )

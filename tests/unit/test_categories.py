@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from speclib.analysis.verdict.categories import CATEGORY_NOTE, MIN_CATEGORY_PAIRS, category_ratios
+from speclib.core.reasons import Code, Reason
 from speclib.core.wording import ratio_words, speed_words, time_change_words
 
 pytestmark = pytest.mark.unit
@@ -74,9 +75,9 @@ def test_a_category_with_few_pairs_or_one_block_gets_no_interval() -> None:
     assert known.n_pairs == 2 and known.n_blocks == 2
     assert known.estimate == pytest.approx(0.51, rel=0.1)
     assert not known.has_interval and known.ci_low is None and known.df is None
-    assert known.note == f"too few pairs for an interval, need {MIN_CATEGORY_PAIRS}"
+    assert known.note == Reason(Code.TOO_FEW, {"what": "pairs", "need": MIN_CATEGORY_PAIRS})
     assert not lonely.has_interval and lonely.n_pairs == 10 and lonely.n_blocks == 1
-    assert lonely.note == "too few blocks for an interval, need 2"
+    assert lonely.note == Reason(Code.TOO_FEW, {"what": "blocks", "need": 2})
     assert got["repeat"].has_interval and got["repeat"].df == 2
 
 

@@ -431,22 +431,20 @@ def test_a_best_arm_that_changes_with_load_is_not_sold_as_a_k_schedule():
 
 
 def test_the_mixed_sentence_says_which_segment_alone_is_not_decided() -> None:
-    """Rule (b) names two segments shown to differ: the sentence says "neither alone is
-    decided" only when neither is (the SmolLM2 demo: copy adopt ×0.45, code open)."""
-    from speclib.analysis.verdict.answer import _undecided_clause
-    from speclib.analysis.verdict.decision import Decision
+    """Rule (b) names two segments shown to differ: the sentence names the one its own
+    interval does not decide, or both (the SmolLM2 demo: copy adopt ×0.45, code open)."""
+    from speclib.analysis.verdict.answer import _undecided
     from speclib.analysis.verdict.segments import SegmentResult
+    from tests.intervals import decision_of
 
     def seg(name: str, word: str) -> SegmentResult:
         return SegmentResult(0, "ngram-k2", "category", name, 0.5, 6, 3, 0.5, None,
-                             Decision(word, "", 0.05, 0.95))  # fmt: skip
+                             decision_of(word))  # fmt: skip
 
-    assert _undecided_clause([seg("copy", "adopt"), seg("code", "inconclusive")]) == (
-        ", though code alone is not decided"
-    )
+    assert _undecided([seg("copy", "adopt"), seg("code", "inconclusive")]) == ["code"]
     both_open = [seg("copy", "inconclusive"), seg("code", "inconclusive")]
-    assert _undecided_clause(both_open) == ", though neither alone is decided"
-    assert _undecided_clause([seg("copy", "adopt"), seg("code", "worse")]) == ""
+    assert _undecided(both_open) == ["copy", "code"]
+    assert _undecided([seg("copy", "adopt"), seg("code", "worse")]) == []
 
 
 def test_a_mixed_arm_that_pays_over_all_its_requests_is_best_for_the_whole(tmp_path) -> None:

@@ -19,7 +19,7 @@ from speclib.analysis.stats.base import DegenerateDataWarning, holm_adjust
 from speclib.analysis.stats.clustered import two_stage_interval
 from speclib.analysis.stats.paired import paired_ratio_ci, wilcoxon_logratio
 from speclib.analysis.stats.ratio_interval import IntervalMethod
-from speclib.analysis.verdict.decision import Decision, decide, holm_decide
+from speclib.analysis.verdict.decision import decide, holm_decide
 from speclib.analysis.verdict.gates import (
     E2eGate,
     ErrorGate,
@@ -29,7 +29,8 @@ from speclib.analysis.verdict.gates import (
     TtftGate,
     apply_gates,
 )
-from tests.intervals import block_interval, bootstrap_interval
+from speclib.core.reasons import Code
+from tests.intervals import block_interval, bootstrap_interval, decision_of
 
 pytestmark = pytest.mark.unit
 
@@ -238,7 +239,8 @@ def test_launch_noise_floor_makes_more_prompts_useless():
     assert plan.word == "inconclusive"
     assert plan.extra_pairs_needed is None
     assert plan.extra_launches_needed is not None and plan.extra_launches_needed > 0
-    assert "more launches" in plan.reason
+    assert plan.reason.code is Code.RULE_INCONCLUSIVE and plan.reason["unit"] == "launches"
+    assert plan.reason["extra_blocks"] == plan.extra_launches_needed
 
 
 def test_extra_launches_use_the_intervals_own_df():
@@ -283,7 +285,7 @@ def test_all_log_ratios_equal_gives_zero_width_interval_and_a_warning():
     control = np.linspace(0.02, 0.08, 30)
     with pytest.warns(DegenerateDataWarning, match="all log-ratios are equal"):
         ci = paired_ratio_ci(control, 0.8 * control, rng=np.random.default_rng(0))
-    assert ci.method == "percentile" and "all log-ratios are equal" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_ALL_EQUAL
     assert ci.estimate == pytest.approx(0.8)
     assert ci.ci_low == pytest.approx(0.8) and ci.ci_high == pytest.approx(0.8)
     assert decide(ci, margin=0.05).word == "adopt"
@@ -327,16 +329,19 @@ def test_few_pairs_fall_back_to_expanded_percentile():
     rng = np.random.default_rng(10)
     c = rng.uniform(0.04, 0.06, 5)
     ci = paired_ratio_ci(c, c * np.exp(rng.normal(-0.1, 0.05, 5)), rng=rng)
-    assert ci.method == "percentile" and "fewer than 10 pairs" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_FEW_PAIRS
+    assert (ci.note["obstacle"]["n"], ci.note["obstacle"]["minimum"]) == (5, 10)
     plain = paired_ratio_ci(c, c * np.exp(rng.normal(-0.1, 0.05, 5)), rng=rng, method="percentile")
-    assert "expanded" in plain.note
+    assert plain.note.code is Code.PERCENTILE_EXPANDED and plain.note["obstacle"] is None
+    assert plain.note["factor"] > 1  # widened: few pairs make the percentile interval narrow
 
 
 def test_heavy_ties_fall_back_to_percentile():
     c = np.full(20, 0.05)
     e = np.where(np.arange(20) < 15, 0.04, 0.045)
     ci = paired_ratio_ci(c, e, rng=np.random.default_rng(0))
-    assert ci.method == "percentile" and "heavy ties" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_HEAVY_TIES
+    assert (ci.note["obstacle"]["count"], ci.note["obstacle"]["n"]) == (15, 20)
     assert ci.ci_low <= ci.estimate <= ci.ci_high
 
 
@@ -344,7 +349,7 @@ def test_nan_bca_bounds_fall_back_to_percentile():
     rng = np.random.default_rng(11)
     c = rng.uniform(0.04, 0.06, 30)
     ci = paired_ratio_ci(c, c * np.exp(rng.normal(0, 0.1, 30)), n_resamples=1, rng=rng)
-    assert ci.method == "percentile" and "not finite" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_NOT_FINITE
     assert math.isfinite(ci.ci_low) and math.isfinite(ci.ci_high)
 
 
@@ -463,7 +468,7 @@ def test_holm_decide_stops_when_a_round_settles_nothing():
 
 # --------------------------------------------------------------------------------- gates
 
-ADOPT = Decision("adopt", "TPOT ratio 0.80: faster", margin=0.05, confidence_level=0.95)
+ADOPT = decision_of("adopt")
 CLEAN = {
     "control_error_rate": 0.0,
     "experiment_error_rate": 0.0,
@@ -503,7 +508,8 @@ def test_a_failed_gate_turns_adopt_into_reject_naming_the_gate(extra, gate):
     verdict = _gated(ADOPT, **extra)
     assert verdict.word == "reject"
     assert [g.name for g in verdict.gates if not g.passed] == [gate]
-    assert any(f"gate {gate!r} failed" in r for r in verdict.reasons)
+    failed = [r for r in verdict.reasons if r.code is Code.GATE_FAILED]
+    assert [r["gate"] for r in failed] == [gate]
     assert verdict.tpot_decision is ADOPT
 
 
@@ -566,8 +572,9 @@ def test_a_block_interval_gets_blocks_advice_never_pairs():
                         reference="control")  # fmt: skip
     plan = decide(ci, margin=0.05)
     assert plan.word == "inconclusive" and plan.extra_pairs_needed is None
-    assert plan.extra_launches_needed is not None and "more blocks" in plan.reason
-    assert "pairs" not in plan.reason.split(";")[-1]
+    assert plan.extra_launches_needed is not None and plan.reason["unit"] == "blocks"
+    assert plan.reason["extra_blocks"] == plan.extra_launches_needed
+    assert plan.reason["extra_pairs"] is None
 
 
 def test_t_width_scale_is_the_one_projection_of_more_blocks():

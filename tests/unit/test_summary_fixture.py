@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 
 from speclib.analysis.run_analysis import analyze_run
+from speclib.core.reason_text import render
+from speclib.core.reasons import Reason
 
 pytestmark = pytest.mark.unit
 
@@ -182,6 +184,28 @@ def one_interval_shape(stored: Any, new: Any) -> None:
             one_interval_shape(a, b)
 
 
+def pop_reason_data(new: dict[str, Any]) -> None:
+    """Take out the reasons as data (issue 57: ``reason_codes`` beside ``reasons``, a gate's
+    ``reason`` beside its ``detail``, a bench check's ``reason`` beside its ``text``), each
+    checked to render to the words stored beside it (speclib/core/reason_text.py)."""
+
+    def words(entry: dict[str, Any]) -> str:
+        return render(Reason.from_dict(entry))
+
+    for c in new["comparisons"]:
+        assert [words(r) for r in c.pop("reason_codes")] == c["reasons"]
+        for g in c["gates"]:
+            assert words(g.pop("reason")) == g["detail"]
+        if c.get("bench_check"):
+            assert words(c["bench_check"].pop("reason")) == c["bench_check"]["text"]
+    for arm in new["answer"]["arms"]:
+        assert [words(r) for r in arm.pop("reason_codes")] == arm["reasons"]
+    for level in new["noise"]:
+        check = (level.get("aa") or {}).get("bench_check")
+        if check:
+            assert words(check.pop("reason")) == check["text"]
+
+
 REL_TOL = 1e-9
 """Floats may differ in the last bits between BLAS builds; nothing else may differ."""
 
@@ -235,6 +259,7 @@ def test_the_stored_run_gives_the_stored_summary(tmp_path: Path) -> None:
         lags = [row.pop(field) for row in new[key]]
         assert all(field not in row for row in stored[key])
         assert all(isinstance(lag, float) and 0 <= lag < 1000 for lag in lags), lags
+    pop_reason_data(new)
     pop_drafting(new, stored)
     pop_divergence_fields(new)
     answer = new.pop("answer")

@@ -535,13 +535,19 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
         ({"decision": "inconclusive", "tpot_decision": "inconclusive", "tpot_ratio": None},
          "no valid pairs"),
         ({"decision": "untrustworthy",
-          "gates": [{"name": "bench", "status": "fail", "detail": f"late reads: {_LONG}"}]},
+          "gates": [{"name": "bench", "status": "fail", "detail": _LONG, "reason": {
+              "code": "bench_checks_failed", "values": {"failed": [["late reads", _LONG]]}}}]},
          "bench untrustworthy: late reads failed"),
         ({"decision": "untrustworthy", "gates": [{"name": "bench", "status": "fail",
-          "detail": f"the A/A arm (a copy) measured ratio 0.8: {_LONG}"}]},
+          "detail": _LONG, "reason": {"code": "aa_false_effect", "values": {
+              "ratio": 0.8, "low": 0.7, "high": 0.9, "word": "adopt"}}}]},
          "bench untrustworthy: the A/A arm shows a false effect"),
+        ({"decision": "untrustworthy", "gates": [{"name": "bench", "status": "fail",
+          "detail": f"late reads: {_LONG}"}]}, "bench untrustworthy"),  # before the codes
+        ({"decision": "failed", "reason_codes": [{"code": "arm_failed", "values": {
+            "arm": "x", "cause": _LONG}}]}, "every launch of x failed: xxxx"),
         ({"decision": "failed", "reasons": [f"every launch of x failed: {_LONG}"]},
-         "every launch of x failed: xxxx"),
+         "every launch of x failed: xxxx"),  # a summary from before the codes: its words
     ],
 )  # fmt: skip
 def test_short_reason_is_one_phrase(over, reason):

@@ -99,6 +99,8 @@ from speclib.analysis.stats.ratio_interval import BlockDiagnostics, RatioInterva
 from speclib.analysis.stats.t_interval import t_interval
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 
 __all__ = [
     "ONE_BLOCK_NOTE",
@@ -108,11 +110,9 @@ __all__ = [
 ]
 
 REFERENCES = ("control", "controls")
-ONE_BLOCK_NOTE = (
-    "no degrees of freedom for the instance variance: one launch per arm cannot separate "
-    "the effect from launch-to-launch noise; the interval is (0, inf) and cannot decide – "
-    "run more replicate blocks"
-)
+ONE_BLOCK_NOTE = Reason(Code.NO_DF)
+"""Why an interval of one block cannot decide: no degrees of freedom for the instance
+variance."""
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,14 @@ class BlockAnalysis:
     n_blocks: int
     sigma2: float | None
     var_instance: float | None
-    note: str | None = None
+    note: Reason | None = None
     estimand: Estimand = Estimand.TYPICAL
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        """JSON-safe mapping (the note in words)."""
+        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        out["note"] = render(self.note) if self.note is not None else None
+        return out
 
 
 # --------------------------------------------------------------------------- validation
@@ -319,7 +321,7 @@ def _arm_ci(
         instance_share=share, more_blocks_help=None if share is None else bool(share > 0.5),
         **spread,
     )  # fmt: skip
-    note = "all block contrasts agree exactly: zero-width interval" if t.se == 0 else None
+    note = Reason(Code.ZERO_WIDTH) if t.se == 0 else None
     return RatioInterval.from_t(t, note=note, blocks=diagnostics, **common)
 
 

@@ -62,6 +62,7 @@ from speclib.analysis.stats.ratio_interval import (
     IntervalMethod,
     RatioInterval,
 )
+from speclib.core.reasons import Code, Reason
 
 __all__ = [
     "MIN_PAIRS_BCA",
@@ -126,16 +127,16 @@ def _rounded(log_ratio: NDArray) -> NDArray:
     return np.round(log_ratio, 12)
 
 
-def _bca_obstacle(log_ratio: NDArray) -> str | None:
+def _bca_obstacle(log_ratio: NDArray) -> Reason | None:
     """Why BCa should not be tried on these log-ratios, or None."""
     n = log_ratio.size
     if n < MIN_PAIRS_BCA:
-        return f"fewer than {MIN_PAIRS_BCA} pairs ({n})"
+        return Reason(Code.BCA_FEW_PAIRS, {"minimum": MIN_PAIRS_BCA, "n": n})
     _, counts = np.unique(_rounded(log_ratio), return_counts=True)
     if counts.size == 1:
-        return "all log-ratios are equal"
+        return Reason(Code.BCA_ALL_EQUAL)
     if counts.max() >= _HEAVY_TIE_SHARE * n:
-        return f"heavy ties ({counts.max()} of {n} log-ratios share one value)"
+        return Reason(Code.BCA_HEAVY_TIES, {"count": int(counts.max()), "n": n})
     return None
 
 
@@ -150,9 +151,9 @@ def paired_mean_interval(
     confidence_level: float,
     n_resamples: int,
     method: str = "BCa",
-    obstacle: str | None = None,
+    obstacle: Reason | None = None,
     rng: np.random.Generator,
-) -> tuple[float, float, str, str | None]:
+) -> tuple[float, float, str, Reason | None]:
     """Pair bootstrap CI of ``mean(experiment - control)``: ``(low, high, method_used, note)``.
 
     The one-stage interval of :func:`paired_ratio_ci` (which passes log latencies), shared
@@ -175,7 +176,7 @@ def paired_mean_interval(
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if use == "BCa" and not (np.isfinite(low) and np.isfinite(high)):
         messages = "; ".join(str(w.message) for w in caught) or "no message"
-        obstacle = f"BCa bounds were not finite ({messages})"
+        obstacle = Reason(Code.BCA_NOT_FINITE, {"messages": messages})
         use = "percentile"
     note = None
     if use == "percentile":
@@ -183,15 +184,13 @@ def paired_mean_interval(
         low, high, factor = _expanded_percentile(
             est, res.bootstrap_distribution, confidence_level, control.size
         )
-        note = f"percentile interval expanded by {factor:.3f} (Hesterberg 2015)"
-        if obstacle:
-            note = f"BCa not used: {obstacle}; {note}"
+        note = Reason(Code.PERCENTILE_EXPANDED, {"factor": factor, "obstacle": obstacle})
     return low, high, use, note
 
 
 def _one_stage_interval(
     c: NDArray, e: NDArray, *, confidence_level: float, n_resamples: int, method: str, rng
-) -> tuple[float, float, str, str | None]:
+) -> tuple[float, float, str, Reason | None]:
     """Pair bootstrap CI of the mean log-ratio: ``(low, high, method_used, note)``."""
     log_c, log_e = np.log(c), np.log(e)
     return paired_mean_interval(
@@ -278,7 +277,7 @@ def paired_ratio_ci(
         diag = BootstrapDiagnostics(wilcoxon_p, None, None, None, None, int(n_resamples))
         return RatioInterval(
             ci_low=0.0, ci_high=math.inf, method=IntervalMethod.DEGENERATE, bootstrap=diag,
-            note="one pair: no variance estimate", **common,
+            note=Reason(Code.ONE_PAIR), **common,
         )  # fmt: skip
     if np.unique(_rounded(log_ratio)).size == 1:
         warnings.warn(

@@ -28,6 +28,8 @@ from typing import Any
 from speclib.analysis.stats.t_interval import TInterval
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import interval_label, render
+from speclib.core.reasons import Reason
 
 __all__ = [
     "BlockDiagnostics",
@@ -107,7 +109,9 @@ class RatioInterval:
     is, ``reference`` a block interval's ("control", or "controls": the mean of the
     control and the A/A arm), ``mixed`` whether it is for a user's traffic mix,
     ``median_delta`` the median paired difference ``experiment - control`` in the input's
-    unit (None: not computed), and ``blocks`` / ``bootstrap`` the diagnostics of its kind.
+    unit (None: not computed), ``note`` why it is undecidable or how it was formed (a
+    :class:`~speclib.core.reasons.Reason`: no degrees of freedom, a zero width, a
+    bootstrap's fallback), and ``blocks`` / ``bootstrap`` the diagnostics of its kind.
     """
 
     estimate: float
@@ -122,14 +126,14 @@ class RatioInterval:
     reference: str | None = None
     mixed: bool = False
     median_delta: float | None = None
-    note: str | None = None
+    note: Reason | None = None
     blocks: BlockDiagnostics | None = None
     bootstrap: BootstrapDiagnostics | None = None
 
     @classmethod
     def from_t(
         cls, t: TInterval, *, n_pairs: int, estimand: Estimand, reference: str | None = None,
-        note: str | None = None, blocks: BlockDiagnostics | None = None,
+        note: Reason | None = None, blocks: BlockDiagnostics | None = None,
     ) -> RatioInterval:  # fmt: skip
         """The block interval whose log is the t-interval ``t`` (the one exp-transform):
         ``(0, inf)`` without degrees of freedom; ``n_blocks`` is ``t.n``, ``df`` ``t.n - 1``."""
@@ -150,14 +154,19 @@ class RatioInterval:
 
     @property
     def label(self) -> str:
-        """The interval's name as the report and ``summary.json`` show it."""
-        if self.method is IntervalMethod.NO_BLOCKS:
-            return "blocks (none)"
-        if self.method is not IntervalMethod.BLOCKS:
-            return str(self.method)
-        against = "vs mean of control and aa" if self.reference == "controls" else "vs control"
-        weighted = "mix-weighted " if self.mixed else ""
-        return f"blocks ({weighted}own-arm paired t {against}, df={self.df})"
+        """The interval's name as the report and ``summary.json`` show it
+        (:func:`speclib.core.reason_text.interval_label`)."""
+        return interval_label(str(self.method), self.reference, self.df, self.mixed)
+
+    @property
+    def described(self) -> dict[str, Any]:
+        """What a reason says of the interval: its bounds, level and what it rests on."""
+        return {
+            "ratio": self.estimate, "low": self.ci_low, "high": self.ci_high,
+            "level": self.confidence_level, "method": str(self.method),
+            "reference": self.reference, "df": self.df, "mixed": self.mixed,
+            "n_pairs": self.n_pairs, "n_blocks": self.n_blocks,
+        }  # fmt: skip
 
     def with_median_delta(self, median_delta: float | None) -> RatioInterval:
         """The same interval with the pairs' median difference."""
@@ -173,6 +182,7 @@ class RatioInterval:
             out[f.name] = jsonable(getattr(self, f.name))
         out["method"] = self.label
         out["method_kind"] = str(self.method)
+        out["note"] = render(self.note) if self.note is not None else None
         out["decidable"] = self.decidable
         for extra in (self.blocks, self.bootstrap):
             if extra is not None:

@@ -48,6 +48,8 @@ from speclib.analysis.verdict.mix import TrafficMix
 from speclib.analysis.verdict.segments import CUTS, Heterogeneity, SegmentResult
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render, render_all, short_text
+from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import GATED, Word
 
 __all__ = [
@@ -70,14 +72,12 @@ def segment_role(seg: SegmentResult, margin: float) -> str:
     return "unclear"
 
 
-def _seg_words(s: SegmentResult, *, first: bool, mixed: bool = False) -> str:
-    """A segment's ratio, interval and share; a category's share under the user's mix is
-    the mix's ("of your mix"), never read as the run's requests."""
+def _segment_values(s: SegmentResult) -> dict[str, Any]:
+    """What a segment sentence says of one segment: its ratio, interval and share."""
     ci = s.ci
-    span = f" [{ci.ci_low:.2f}, {ci.ci_high:.2f}]" if ci is not None else ""
-    whose = "of your mix" if mixed and s.cut == "category" else "of requests"
-    share = f"{100 * s.share:.0f} % {whose}" if first else f"{100 * s.share:.0f} %"
-    return f"×{s.estimate:.2f}{span} on {s.segment} ({share})"
+    return {"segment": s.segment, "cut": s.cut, "ratio": s.estimate, "share": s.share,
+            "low": ci.ci_low if ci is not None else None,
+            "high": ci.ci_high if ci is not None else None}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,13 @@ class ArmAnswer:
     """What one experiment arm is at one load level.
 
     ``word`` is the final verdict (one of the gates' words or ``"mixed"``), ``pooled_word``
-    the gated pooled verdict it came from, ``reasons`` why, ``sentence`` the one sentence
-    naming the segments behind "mixed" (or a pooled word that hides none: None), ``named``
-    the ``(cut, segment, role)`` it names, ``segments`` and ``heterogeneity`` every
-    segment's verdict and each cut's check; ``ratio`` and ``ci`` are the pooled ratio and
-    interval, of the kind ``estimand`` names (the traffic's)."""
+    the gated pooled verdict it came from, ``reasons`` why (each a
+    :class:`~speclib.core.reasons.Reason`), ``segment_reason`` the reason that names the
+    segments behind "mixed" or an "uneven" adopt (code ``MIXED`` or ``UNEVEN``; None: a
+    pooled word that hides none; :attr:`sentence` in words), ``named`` the
+    ``(cut, segment, role)`` it names, ``segments`` and ``heterogeneity`` every segment's
+    verdict and each cut's check; ``ratio`` and ``ci`` are the pooled ratio and interval,
+    of the kind ``estimand`` names (the traffic's)."""
 
     arm: str
     level: int
@@ -98,28 +100,35 @@ class ArmAnswer:
     pooled_word: Word
     ratio: float | None
     ci: tuple[float, float] | None
-    reasons: tuple[str, ...]
-    sentence: str | None = None
+    reasons: tuple[Reason, ...]
+    segment_reason: Reason | None = None
     named: tuple[tuple[str, str, str], ...] = ()
     segments: tuple[SegmentResult, ...] = ()
     heterogeneity: tuple[Heterogeneity, ...] = ()
     estimand: Estimand = Estimand.TRAFFIC
 
     @property
+    def sentence(self) -> str | None:
+        """The segment sentence in words (None without one)."""
+        return render(self.segment_reason) if self.segment_reason is not None else None
+
+    @property
     def short(self) -> str | None:
         """The terminal's one phrase for "mixed" (None: the pooled word's own phrase)."""
-        if self.word != Word.MIXED:
+        if self.word != Word.MIXED or self.segment_reason is None:
             return None
-        parts = [f"{seg} ×{next(s.estimate for s in self.segments if s.segment == seg):.2f}"
-                 for _, seg, _ in self.named]  # fmt: skip
-        return "mixed: " + ", ".join(parts)
+        return short_text(self.segment_reason)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping (segments and checks as mappings)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        """JSON-safe mapping (segments and checks as mappings, the reasons in words and as
+        data: ``reason_codes``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "segment_reason"}
+        out["reasons"] = render_all(self.reasons)
+        out["sentence"] = self.sentence
         out["segments"] = [s.to_dict() for s in self.segments]
         out["heterogeneity"] = [h.to_dict() for h in self.heterogeneity]
         out["short"] = self.short
+        out["reason_codes"] = [r.to_dict() for r in self.reasons]
         return jsonable(out)
 
 
@@ -129,12 +138,13 @@ class Answer:
     segments' multiplicity family in words, the user's mix as every output says it
     (:class:`~speclib.analysis.verdict.mix.TrafficMix`; None: the prompts as sent) and the
     headline sentences a segment adds, one per arm (its first mixed load's sentence, naming
-    the other loads where it is mixed too; empty when no arm is mixed)."""
+    the other loads where it is mixed too, each a :class:`~speclib.core.reasons.Reason`;
+    empty when no arm is mixed)."""
 
     arms: tuple[ArmAnswer, ...] = ()
     segment_family: str = ""
     mix: TrafficMix | None = None
-    headline: tuple[str, ...] = field(default_factory=tuple)
+    headline: tuple[Reason, ...] = field(default_factory=tuple)
     deploy: Deployment = field(default_factory=Deployment)
 
     def of(self, arm: str, level: int) -> ArmAnswer | None:
@@ -158,7 +168,7 @@ class Answer:
             "arms": [a.to_dict() for a in self.arms],
             "segment_family": self.segment_family,
             "mix": self.mix.to_dict() if self.mix else None,
-            "headline": list(self.headline),
+            "headline": render_all(self.headline),
             "deploy": self.deploy.to_dict(),
             "rule": (
                 "mixed: in one cut of the traffic a segment is adopt while another is worse "
@@ -239,16 +249,9 @@ def _mixed(
     return _by_interaction(segs, hets, margin)
 
 
-def _undecided_clause(segs: Sequence[SegmentResult]) -> str:
-    """Which of the two segments the difference rests on is not decided by its own
-    interval: ", though neither alone is decided", ", though X alone is not decided", or
-    nothing when both are."""
-    open_ = [s.segment for s in segs if s.decision.word == Word.INCONCLUSIVE]
-    if len(open_) == len(segs):
-        return ", though neither alone is decided"
-    if open_:
-        return f", though {open_[0]} alone is not decided"
-    return ""
+def _undecided(segs: Sequence[SegmentResult]) -> list[str]:
+    """The segments of ``segs`` that their own interval does not decide."""
+    return [s.segment for s in segs if s.decision.word == Word.INCONCLUSIVE]
 
 
 def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity],
@@ -257,39 +260,36 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
     pooled = c.word
     ci = c.cis.get("tpot_s")
     named, cut, apart = _mixed(pooled, segs, hets, margin)
-    reasons = tuple(c.verdict.reasons) if c.verdict else ("no valid pairs",)
-    word, sentence = pooled, None
+    reasons = tuple(c.verdict.reasons) if c.verdict else (Reason(Code.NO_VALID_PAIRS),)
+    word, said = pooled, None
+    common = {"arm": c.experiment, "load": c.load, "pooled_word": pooled, "for_mix": mixed}
     if named:
         by_name = {s.segment: s for s in segs if s.cut == cut}
-        parts = [_seg_words(by_name[seg], first=i == 0, mixed=mixed)
-                 for i, (_, seg, _) in enumerate(named)]  # fmt: skip
-        pooled_ratio = f"×{ci.estimate:.2f}" if ci is not None else "–"
-        sentence = f"mixed: {c.experiment} at {c.load} is " + " and ".join(parts)
-        if apart is not None:
-            slow = named[-1][1]
-            sentence += (f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the "
-                         f"time per token of {named[0][1]}, beyond δ"
-                         + _undecided_clause([by_name[n] for _, n, _ in named]))  # fmt: skip
-        sentence += f" (the traffic's ratio {pooled_ratio}, {pooled}; segments by {cut})"
+        values = {
+            **common, "cut": cut,
+            "segments": [_segment_values(by_name[seg]) for _, seg, _ in named],
+            "pooled_ratio": ci.estimate if ci is not None else None,
+            "apart": list(apart) if apart is not None else None,
+            "fast": named[0][1], "slow": named[-1][1],
+            "undecided": _undecided([by_name[n] for _, n, _ in named]),
+        }  # fmt: skip
+        said = Reason(Code.MIXED, values)
         word = Word.MIXED
-        reasons = (*reasons, sentence)
+        reasons = (*reasons, said)
     elif pooled == Word.ADOPT and (uneven := _uneven(segs, hets, margin)) is not None:
         named, cut, apart = uneven
         by_name = {s.segment: s for s in segs if s.cut == cut}
         fast, slow = named[0][1], named[1][1]
-        sentence = (
-            f"uneven: {c.experiment} at {c.load} is "
-            f"{_seg_words(by_name[fast], first=True, mixed=mixed)} and "
-            f"{_seg_words(by_name[slow], first=False)}"
-            f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the time per "
-            f"token of {fast}, beyond δ (still {pooled}; segments by {cut})"
-        )
-        reasons = (*reasons, sentence)
+        pair = [_segment_values(by_name[fast]), _segment_values(by_name[slow])]
+        values = {**common, "cut": cut, "apart": list(apart), "fast": fast, "slow": slow,
+                  "segments": pair}  # fmt: skip
+        said = Reason(Code.UNEVEN, values)
+        reasons = (*reasons, said)
     return ArmAnswer(
         c.experiment, c.level, c.load, word, pooled,
         ci.estimate if ci is not None else None,
         (ci.ci_low, ci.ci_high) if ci is not None else None,
-        reasons, sentence, named, tuple(segs), tuple(hets),
+        reasons, said, named, tuple(segs), tuple(hets),
         ci.estimand if ci is not None else Estimand.TRAFFIC,
     )  # fmt: skip
 
@@ -320,12 +320,14 @@ def build_answer(
                                            c.verdict.gates))  # fmt: skip
         out.append(c)
     headline = []
-    for name in dict.fromkeys(a.arm for a in arms if a.sentence):
-        for kind in (Word.MIXED, "uneven"):
-            mine = [a for a in arms if a.arm == name and (a.sentence or "").startswith(kind)]
-            also = ", ".join(a.load for a in mine[1:])
+    for name in dict.fromkeys(a.arm for a in arms if a.segment_reason is not None):
+        for kind in (Code.MIXED, Code.UNEVEN):
+            mine = [a for a in arms if a.arm == name and a.segment_reason is not None
+                    and a.segment_reason.code is kind]  # fmt: skip
             if mine:
-                headline.append(mine[0].sentence + (f"; {kind} too at {also}" if also else ""))
+                first = mine[0].segment_reason
+                also = [a.load for a in mine[1:]]
+                headline.append(Reason(kind, {**first.values, "also": also}) if also else first)
     pooled = {(a.level, a.arm): a.ratio for a in arms
               if a.ratio is not None and a.pooled_word in (Word.ADOPT, Word.MIXED)}  # fmt: skip
     plan = deployment(segments, pooled, {a.level: a.load for a in arms}, margin=margin)

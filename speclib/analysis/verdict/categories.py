@@ -37,6 +37,8 @@ import pandas as pd
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.verdict.tpot_verdict import block_analysis
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 
 __all__ = [
     "CATEGORY_NOTE",
@@ -88,7 +90,7 @@ class CategoryRatio:
     n_blocks: int
     reference: str
     method: str | None
-    note: str | None = None
+    note: Reason | None = None
 
     @property
     def has_interval(self) -> bool:
@@ -99,6 +101,7 @@ class CategoryRatio:
         """JSON-safe mapping (``ratio`` is the estimate; the interval fields are None when
         there is no interval)."""
         out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        out["note"] = render(self.note) if self.note is not None else None
         out["ratio"] = out.pop("estimate")
         out.pop("category")
         return out
@@ -147,9 +150,9 @@ def _one(
     n_blocks = int(mine["block"].nunique())
     short = None
     if n_blocks < min_blocks:
-        short = f"too few blocks for an interval, need {min_blocks}"
+        short = Reason(Code.TOO_FEW, {"what": "blocks", "need": min_blocks})
     elif len(mine) < min_pairs:
-        short = f"too few pairs for an interval, need {min_pairs}"
+        short = Reason(Code.TOO_FEW, {"what": "pairs", "need": min_pairs})
     if short is not None or not ci.decidable:
         return CategoryRatio(
             category, ci.estimate, None, None, float(confidence_level), None, len(mine),

@@ -82,6 +82,8 @@ from speclib.analysis.verdict.tpot_verdict import (
 )
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render_all
+from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
@@ -201,19 +203,16 @@ class Comparison:
         }
         return {k: v for k, v in dropped.items() if v}
 
-    def exclusion_notes(self) -> list[str]:
-        """What the TPOT comparison left out, and a sensitivity line where the choice of
+    def exclusion_notes(self) -> list[Reason]:
+        """What the TPOT comparison left out, and a sensitivity note where the choice of
         instrument could change the verdict (the two instruments' point ratios fall on
         different sides of 1 − δ or 1 + δ, or differ by more than 2 %)."""
         out = []
         p = self.pairing or {}
         dropped = self.dropped_pairs()
         if dropped:
-            why = "; ".join(f"{k}: {v}" for k, v in dropped.items())
-            out.append(
-                f"{sum(dropped.values())} pair(s) left out of the TPOT comparison ({why}); "
-                f"{p.get('n_pairs_used', p.get('n_pairs', 0))} used"
-            )
+            used = p.get("n_pairs_used", p.get("n_pairs", 0))
+            out.append(Reason(Code.PAIRS_LEFT_OUT, {"dropped": dropped, "used": used}))
         ratios = p.get("ratio_by_instrument") or {}
         client, server = ratios.get("client"), ratios.get("server")
         margin = self.decision.margin if self.decision else 0.05
@@ -221,12 +220,15 @@ class Comparison:
             bounds = (1 - margin, 1 + margin)
             sides = [sum(r > b for b in bounds) for r in (client, server)]
             if sides[0] != sides[1] or abs(client / server - 1) > 0.02:
-                out.append(
-                    f"sensitivity: the TPOT ratio is {client:.3f} by the client's stamps and "
-                    f"{server:.3f} by the server's over the same pairs: the choice of "
-                    "instrument could change this verdict"
-                )
+                values = {"client": client, "server": server}
+                out.append(Reason(Code.INSTRUMENT_SENSITIVITY, values))
         return out
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        """Why the verdict is what it is, then what the comparison left out."""
+        said = self.verdict.reasons if self.verdict else (Reason(Code.NO_VALID_PAIRS),)
+        return (*said, *self.exclusion_notes())
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison's entry in ``summary.json`` (JSON-safe)."""
@@ -263,10 +265,8 @@ class Comparison:
                 "ci_method": tpot.label if tpot else None,
                 "tpot_decision": dec.word if dec else Word.INCONCLUSIVE,
                 "decision": self.word,
-                "reasons": [
-                    *(self.verdict.reasons if self.verdict else ["no valid pairs"]),
-                    *self.exclusion_notes(),
-                ],
+                "reasons": render_all(self.reasons),
+                "reason_codes": [r.to_dict() for r in self.reasons],
                 "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
                 "extra_launches_needed": dec.extra_launches_needed if dec else None,
                 "bench_check": (
@@ -324,12 +324,12 @@ def _compare(
     salt: int,
     level: int = 0,
     plaus: Any = None,
-    bench_problem: str | None = None,
-    mode_problem: str | None = None,
+    bench_problem: Reason | None = None,
+    mode_problem: Reason | None = None,
     by_category: dict[str, CategoryRatio] | None = None,
     by_turn: dict[int, CategoryRatio] | None = None,
     latency_cis: dict[str, RatioInterval | None] | None = None,
-    ttft_problem: str | None = None,
+    ttft_problem: Reason | None = None,
     ratios: dict[Estimand, RatioInterval | None] | None = None,
     mix: dict[str, float] | None = None,
     ranks: Mapping[tuple[str, int, str], Any] | None = None,
@@ -372,7 +372,8 @@ def _compare(
         # requests were sent but none paired (every one failed, say): still weigh the
         # gates, so an arm whose every request failed is rejected by its errors, not left
         # "inconclusive" with no gate
-        decision = Decision(Word.INCONCLUSIVE, "no valid pairs", a.margin, a.confidence)
+        decision = Decision(Word.INCONCLUSIVE, Reason(Code.NO_VALID_PAIRS), a.margin,
+                            a.confidence)  # fmt: skip
     verdict = None
     if decision is not None:
         evidence = GateEvidence(
@@ -452,11 +453,11 @@ def compare_level(
     level: int,
     plaus: dict[str, Any],
     *,
-    bench_problem: str | None = None,
+    bench_problem: Reason | None = None,
     confidence: float | None = None,
-    mode_problems: dict[str, str] | None = None,
+    mode_problems: dict[str, Reason] | None = None,
     decided: LevelDecision | None = None,
-    ttft_problem: str | None = None,
+    ttft_problem: Reason | None = None,
     mix: dict[str, float] | None = None,
     ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
@@ -518,7 +519,7 @@ def compare_level(
         cats = category_ratios(pairs[n], **groups)
         turns = turn_ratios(pairs[n], **groups)  # empty unless the records have turns
         if dec is None and mode:
-            dec = Decision(Word.INCONCLUSIVE, "no valid pairs", a.margin, a.confidence)
+            dec = Decision(Word.INCONCLUSIVE, Reason(Code.NO_VALID_PAIRS), a.margin, a.confidence)
         out.append(
             _compare(
                 n,

@@ -32,7 +32,7 @@ each comparison was settled, which is between ``1 - α/m`` and ``1 - α``.
 Example::
 
     decision = decide(tpot_ci, margin=0.05)
-    print(decision.word, decision.reason, decision.extra_pairs_needed)
+    print(decision.word, render(decision.reason), decision.extra_pairs_needed)
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ from speclib.analysis.stats.base import t_width_scale
 from speclib.analysis.stats.margin_rule import classify
 from speclib.analysis.stats.ratio_interval import IntervalMethod, RatioInterval
 from speclib.core.jsonutil import jsonable
-from speclib.core.verdict_words import Side, Word
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 
 __all__ = [
     "MAX_EXTRA_LAUNCHES",
@@ -65,10 +67,12 @@ MAX_EXTRA_LAUNCHES = 1_000
 
 @dataclass(frozen=True)
 class Decision:
-    """The TPOT decision. ``target_word`` is the decision the extra data would likely reach."""
+    """The TPOT decision: the rule's word and why (a :class:`~speclib.core.reasons.Reason`,
+    in words by :func:`speclib.core.reason_text.render`). ``target_word`` is the decision
+    the extra data would likely reach."""
 
     word: Word
-    reason: str
+    reason: Reason
     margin: float
     confidence_level: float
     extra_pairs_needed: int | None = None
@@ -76,8 +80,9 @@ class Decision:
     target_word: Word | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        """JSON-safe mapping (the reason in words, ``reason_code`` its data)."""
+        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        return {**out, "reason": render(self.reason), "reason_code": self.reason.to_dict()}
 
 
 # ------------------------------------------------------------------------- validation
@@ -100,29 +105,12 @@ def check_ci(ci: Any, name: str) -> RatioInterval:
 # ---------------------------------------------------------------------- the TPOT rule
 
 
-def _classify(ci: RatioInterval, margin: float) -> tuple[Word, str]:
-    lo, hi = ci.ci_low, ci.ci_high
-    text = (
-        f"TPOT ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI {lo:.3f}–{hi:.3f}, "
-        f"{ci.label}, {ci.n_pairs} pairs, {ci.n_blocks} launch(es) per arm)"
-    )
-    found = classify(lo, hi, margin=margin)
-    if found.word == Word.ADOPT:
-        return found.word, (
-            f"{text}: upper bound below 1 − δ = {1 - margin:.3f}, time per token cut by more than δ"
-        )
-    if found.word == Word.EQUIVALENT:
-        inside = f"inside (1 − δ, 1 + δ) = ({1 - margin:.3f}, {1 + margin:.3f})"
-        if found.side == Side.ABOVE_ONE:
-            inside = (f"equivalent within ±δ = ±{margin:.3g}, but measurably slower: the whole "
-                      f"interval is above 1 ({inside})")  # fmt: skip
-        elif found.side == Side.BELOW_ONE:
-            inside = (f"measurably faster, but by less than δ = {margin:.3g}: the whole "
-                      f"interval is below 1 ({inside})")  # fmt: skip
-        return found.word, f"{text}: {inside}"
-    if found.word == Word.WORSE:
-        return found.word, f"{text}: lower bound above 1, slower than control"
-    return found.word, f"{text}: no rule applies at δ = {margin:.3f}"
+_RULE_CODES = {
+    Word.ADOPT: Code.RULE_ADOPT,
+    Word.EQUIVALENT: Code.RULE_EQUIVALENT,
+    Word.WORSE: Code.RULE_WORSE,
+    Word.INCONCLUSIVE: Code.RULE_INCONCLUSIVE,
+}
 
 
 def _ratio(distance: float, half_width: float) -> float:
@@ -200,37 +188,30 @@ def decide(ci: RatioInterval, *, margin: float) -> Decision:
     """
     check_ci(ci, "ci")
     margin = check_fraction(margin, "margin", low_open=True)
-    word, reason = _classify(ci, margin)
+    found = classify(ci.ci_low, ci.ci_high, margin=margin)
+    word = found.word
+    values = {**ci.described, "margin": margin, "side": str(found.side)}
     common = {"margin": margin, "confidence_level": ci.confidence_level}
     if word != Word.INCONCLUSIVE:
-        return Decision(word, reason, **common)
+        return Decision(word, Reason(_RULE_CODES[word], values), **common)
     if ci.method is IntervalMethod.DEGENERATE:
-        return Decision(word, f"{reason}; one pair gives no variance estimate", **common)
+        return Decision(word, Reason(Code.RULE_INCONCLUSIVE, {**values, "obstacle": "one_pair"}),
+                        **common)  # fmt: skip
     need = _needed_shrink(ci, margin)
     if need is None:
-        return Decision(word, f"{reason}; the estimate sits on a boundary", **common)
+        return Decision(word, Reason(Code.RULE_INCONCLUSIVE, {**values, "obstacle": "boundary"}),
+                        **common)  # fmt: skip
     shrink, target = need
     blocks = ci.method.of_blocks
     # A block interval's t quantile has df = blocks - 1 whatever the pairs per block: more
     # prompts cannot buy degrees of freedom, so only more blocks are advised.
     pairs = None if blocks else _extra_pairs(ci, shrink)
     launches = _extra_launches(ci, shrink)
-    plan = _plan_text(pairs, launches, target, unit="blocks" if blocks else "launches")
-    return Decision(word, f"{reason}; {plan}", **common, extra_pairs_needed=pairs,
-                    extra_launches_needed=launches, target_word=target)  # fmt: skip
-
-
-def _plan_text(
-    pairs: int | None, launches: int | None, target: Word, *, unit: str = "launches"
-) -> str:
-    parts = []
-    if pairs is not None:
-        parts.append(f"about {pairs} more pairs")
-    if launches is not None:
-        parts.append(f"about {launches} more {unit}")
-    if not parts:
-        return f"no practical amount of data would likely reach '{target}'"
-    return " or ".join(parts) + f" would likely reach '{target}' if the estimate holds"
+    plan = {"extra_pairs": pairs, "extra_blocks": launches, "target": target,
+            "unit": "blocks" if blocks else "launches"}  # fmt: skip
+    return Decision(word, Reason(Code.RULE_INCONCLUSIVE, {**values, **plan}), **common,
+                    extra_pairs_needed=pairs, extra_launches_needed=launches,
+                    target_word=target)  # fmt: skip
 
 
 # ------------------------------------------------------------- several experiments

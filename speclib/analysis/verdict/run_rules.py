@@ -19,6 +19,7 @@ from speclib.analysis.stats.sequential import SpendingPlan, spending_plan
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.analysis.verdict.decision import Decision
 from speclib.analysis.verdict.gates import Verdict
+from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
 from speclib.params.experiment import ExperimentParams
 
@@ -133,7 +134,7 @@ def with_failed_arms(
             continue
         first = launches[0]
         cause = first.get("error_cause") or (first.get("error") or "unknown").splitlines()[0]
-        why = f"every launch of {c.experiment} failed: {cause}"
+        why = Reason(Code.ARM_FAILED, {"arm": c.experiment, "cause": cause})
         dec = c.decision or Decision(Word.INCONCLUSIVE, why, margin, confidence)
         failed = replace(c, verdict=Verdict(Word.FAILED, (why,), dec, ()))
         if not any(s.get("n_ok") or s.get("n_failed") for s in launches):

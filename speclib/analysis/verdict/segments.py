@@ -55,6 +55,8 @@ from speclib.analysis.verdict.decision import Decision, check_fraction, holm_dec
 from speclib.analysis.verdict.tpot_verdict import block_analysis, pair_summary, with_pairs
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
 
 __all__ = [
@@ -97,7 +99,7 @@ class SegmentResult:
     estimate: float
     ci: RatioInterval | None
     decision: Decision
-    note: str | None = None
+    note: Reason | None = None
     mean_control_s: float | None = None
     mean_arm_s: float | None = None
     estimand: Estimand = Estimand.TRAFFIC
@@ -105,8 +107,9 @@ class SegmentResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping (the interval flat: ``ci_low``, ``ci_high``, ``confidence_level``)."""
         out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self) if f.name != "ci"}
+        out["note"] = render(self.note) if self.note is not None else None
         out["decision"] = self.decision.word
-        out["reason"] = self.decision.reason
+        out["reason"] = render(self.decision.reason)
         ci = self.ci
         out.update(ci_low=ci.ci_low if ci else None, ci_high=ci.ci_high if ci else None,
                    confidence_level=ci.confidence_level if ci else None,
@@ -277,7 +280,7 @@ def decide_segments(
     confidence = check_fraction(confidence, "confidence", low_open=True)
     margin = check_fraction(margin, "margin", low_open=True)
     cells: dict[tuple[int, str, str, str], tuple[pd.DataFrame, pd.DataFrame | None]] = {}
-    small: dict[tuple[int, str, str, str], str] = {}
+    small: dict[tuple[int, str, str, str], Reason] = {}
     totals: dict[tuple[int, str], int] = {}
     for (level, arm), raw in labelled.items():
         pairs = _usable(raw)
@@ -293,9 +296,9 @@ def decide_segments(
                 cells[key] = (mine, _aa_subset(aa_pairs, mine, col, seg, cut))
                 blocks = mine["block"].nunique()
                 if blocks < min_blocks:
-                    small[key] = f"too few blocks for an interval, need {min_blocks}"
+                    small[key] = Reason(Code.TOO_FEW, {"what": "blocks", "need": min_blocks})
                 elif len(mine) < min_pairs:
-                    small[key] = f"too few pairs for an interval, need {min_pairs}"
+                    small[key] = Reason(Code.TOO_FEW, {"what": "pairs", "need": min_pairs})
     family = [k for k in cells if k not in small]
 
     def compute_ci(key: Hashable, level: float) -> RatioInterval:
@@ -317,7 +320,8 @@ def decide_segments(
             ci, note = None, small[key]
             rough = _seg_ci(mine, aa_seg, arm, aa_arm, confidence)
             est = rough.estimate if rough is not None else math.nan
-            dec = Decision(Word.INCONCLUSIVE, f"{cut} {seg}: {note}", margin, confidence)
+            why = Reason(Code.SEGMENT_UNDECIDED, {"cut": cut, "segment": seg, "why": note})
+            dec = Decision(Word.INCONCLUSIVE, why, margin, confidence)
         out.append(
             SegmentResult(
                 level,

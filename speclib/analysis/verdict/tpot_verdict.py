@@ -61,6 +61,8 @@ from speclib.analysis.stats.ratio_interval import IntervalMethod, RatioInterval
 from speclib.analysis.verdict.decision import Decision, holm_decide
 from speclib.analysis.verdict.resolution import bench_check
 from speclib.core.estimand import Estimand
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import FALSE_EFFECT, Word
 
 __all__ = [
@@ -86,16 +88,17 @@ class LevelDecision:
     ``experiments`` maps each experiment to ``(ci, decision)`` at the level its Holm step
     (and look) settled it; ``aa`` is the A/A arm's own ``(ci, decision)`` at the family
     confidence of the last look (None without an A/A arm); ``blocks`` the block analysis
-    at that confidence (noise components, degrees of freedom); ``bench_effect`` is a reason
-    string when the A/A arm showed an effect (then no verdict of this level can be
-    trusted), else None. ``family`` describes the Holm family (:func:`family_text`) and
-    ``looks`` maps each experiment to the index of the look that settled it.
+    at that confidence (noise components, degrees of freedom); ``bench_effect`` is the
+    reason (:class:`~speclib.core.reasons.Reason`) when the A/A arm showed an effect (then
+    no verdict of this level can be trusted), else None. ``family`` describes the Holm
+    family (:func:`family_text`) and ``looks`` maps each experiment to the index of the look
+    that settled it.
     """
 
     experiments: dict[str, tuple[RatioInterval, Decision]]
     aa: tuple[RatioInterval, Decision] | None
     blocks: BlockAnalysis | None
-    bench_effect: str | None
+    bench_effect: Reason | None
     family: str = ""
     looks: dict[str, int] | None = None
 
@@ -225,11 +228,12 @@ def with_pairs(
     return replace(ci, median_delta=delta, mixed=mixed)
 
 
-MIX_NOTE = "fewer than two blocks hold every category of the mix: no interval"
+MIX_NOTE = Reason(Code.MIX_BLOCKS)
+"""Why a mix's interval has no degrees of freedom: fewer than two blocks hold every category."""
 
 
 def no_interval(
-    pairs: pd.DataFrame, *, confidence_level: float, note: str,
+    pairs: pd.DataFrame, *, confidence_level: float, note: Reason,
     mix: Mapping[str, float] | None = None,
 ) -> RatioInterval:  # fmt: skip
     """An undecidable traffic's ratio ``(0, inf)`` for pairs the block model cannot use,
@@ -354,11 +358,8 @@ def _aa_gate(main, pairs_by_arm, aa_arm, reps, margin):
     decision = bench_check(ci, margin=margin).decision()
     if decision.word not in FALSE_EFFECT:
         return (ci, decision), None
-    return (ci, decision), (
-        f"the A/A arm (a second copy of the control) measured ratio {ci.estimate:.3f} "
-        f"[{ci.ci_low:.3f}, {ci.ci_high:.3f}] and was decided '{decision.word}' although "
-        "no effect exists: this bench's noise is larger than its intervals admit"
-    )
+    effect = {"ratio": ci.estimate, "low": ci.ci_low, "high": ci.ci_high, "word": decision.word}
+    return (ci, decision), Reason(Code.AA_FALSE_EFFECT, effect)
 
 
 def decide_level(
@@ -381,7 +382,8 @@ def decide_level(
 
 def summary_of(result: LevelDecision) -> dict[str, Any]:
     """JSON-safe summary of the level's block analysis and A/A arm (for ``summary.json``)."""
-    out: dict[str, Any] = {"bench_effect": result.bench_effect}
+    effect = result.bench_effect
+    out: dict[str, Any] = {"bench_effect": render(effect) if effect is not None else None}
     if result.blocks is not None:
         out["blocks"] = result.blocks.to_dict()
     if result.aa is not None:
@@ -389,7 +391,7 @@ def summary_of(result: LevelDecision) -> dict[str, Any]:
         out["aa"] = {
             "ci": ci.to_dict(),
             "decision": decision.word,
-            "reason": decision.reason,
+            "reason": render(decision.reason),
             "bench_check": bench_check(ci, margin=decision.margin).to_dict(),
         }
     return out
