@@ -346,7 +346,7 @@ def analyze_run(
     comps = with_failed_arms(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
-    answer, worded = run_answer(df, params, comps, levels, level_conf, measured.traffic)
+    answer, comps = run_answer(df, params, comps, levels, level_conf, measured.traffic)
     crosschecks = read_crosschecks(rd, statuses)
     stack = stack_facts(
         rd,
@@ -365,7 +365,7 @@ def analyze_run(
         sweep_recommendations(params, comps, confidence_level=level_conf, mix=measured.traffic)
     )
     manifest = rd.read_manifest()
-    still = open_verdicts(worded, answer, plan=looks_plan(params, manifest),
+    still = open_verdicts(comps, answer, plan=looks_plan(params, manifest),
                           confidence=level_conf, margin=params.analysis.margin)  # fmt: skip
     workload = workload_checks(params, df, manifest)
     analysis = RunAnalysis(
@@ -373,7 +373,7 @@ def analyze_run(
         params=params,
         records=df,
         series=rows,
-        comparisons=tuple(worded),  # the answer's words; sweeps and load read the pooled ones
+        comparisons=tuple(comps),  # their words the final ones; sweeps and load read the pooled
         launches=tuple(statuses),
         launch_metrics=tuple(lms),
         manifest=manifest,

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -98,8 +99,10 @@ class Reason:
         return self.values.get(key, default)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"code", "values"}``, JSON-safe (a nested reason as its own mapping)."""
-        return {"code": str(self.code), "values": jsonable(dict(self.values))}
+        """``{"code", "values"}``, JSON-safe (a nested reason as its own mapping; a
+        non-finite number as ``"inf"``, ``"-inf"`` or ``"nan"``, so that the words rendered
+        from the data read back are the words rendered before)."""
+        return {"code": str(self.code), "values": jsonable(_finite(dict(self.values)))}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Reason:
@@ -112,11 +115,27 @@ class Reason:
         return cls(code, {k: _value(v) for k, v in (data.get("values") or {}).items()})
 
 
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float written as its name (see :meth:`Reason.to_dict`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _value(value: Any) -> Any:
     if isinstance(value, Mapping) and set(value) == {"code", "values"}:
         return Reason.from_dict(value)
     if isinstance(value, list):
         return [_value(v) for v in value]
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
     return value
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.decision import Decision, decide
+from speclib.analysis.verdict.final_word import apply_gates
 from speclib.analysis.verdict.gates import (
     BenchGate,
     E2eGate,
@@ -32,7 +33,6 @@ from speclib.analysis.verdict.gates import (
     ModeGate,
     OutputGate,
     TtftGate,
-    apply_gates,
     error_increase_bounds,
 )
 from speclib.analysis.verdict.pairs import gate_cis

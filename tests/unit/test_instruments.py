@@ -453,7 +453,8 @@ def test_the_agreement_carries_the_clients_worst_probe_tick_per_window(tmp_path)
 
 
 def test_an_unassessable_ttft_leaves_the_gate_not_assessed():
-    from speclib.analysis.verdict.gates import GateEvidence, TtftGate, apply_gates
+    from speclib.analysis.verdict.final_word import apply_gates
+    from speclib.analysis.verdict.gates import GateEvidence, TtftGate
     from tests.intervals import decision_of
 
     lag = Reason(Code.TTFT_LAG, {"load": "c=32", "spread_ms": 40.5, "tolerance_ms": 10.0})

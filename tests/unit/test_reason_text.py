@@ -261,10 +261,13 @@ def test_html_escapes_and_markdown_keeps_asterisks_literal():
     assert render(cause) == "every launch of a<b> failed: x * y & z"
 
 
-def test_an_infinite_bound_read_back_from_json_still_renders():
-    """summary.json writes an infinite bound as null; a segment without a finite interval
-    still renders (without its interval)."""
-    seg = {**_SEG, "segment": "echo", "high": math.inf}
-    data = json.loads(json.dumps(Reason(Code.MIXED, {**SAMPLES[Code.MIXED],
-                                                     "segments": [seg]}).to_dict()))  # fmt: skip
-    assert "×0.50 on echo" in render(Reason.from_dict(data))
+def test_an_infinite_bound_read_back_from_json_renders_as_before():
+    """summary.json holds no infinity: a reason's non-finite number is written by name and
+    read back as the number, so the words rendered from the data are the words before."""
+    reason = Reason(Code.RULE_INCONCLUSIVE, {**SAMPLES[Code.RULE_INCONCLUSIVE], "low": 0.0,
+                                             "high": math.inf, "extra_blocks": None})  # fmt: skip
+    data = json.loads(json.dumps(reason.to_dict(), allow_nan=False))
+    assert data["values"]["high"] == "inf"
+    assert render(Reason.from_dict(data)) == render(reason) and "0.000–inf" in render(reason)
+    seg = {**_SEG, "segment": "echo", "high": None}  # a segment with no interval at all
+    assert "×0.50 on echo" in render(Reason(Code.MIXED, {**SAMPLES[Code.MIXED], "segments": [seg]}))

@@ -19,7 +19,7 @@ from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import CATEGORY_NOTE
 from speclib.analysis.verdict.decision import decide
-from speclib.analysis.verdict.gates import Verdict
+from speclib.analysis.verdict.final_word import Verdict
 from speclib.core.reasons import Code, Reason
 from speclib.params.protocol import LoadLevel
 from speclib.report.export import NOTEBOOK_ONLY, export_report, page_title

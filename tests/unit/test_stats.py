@@ -20,6 +20,7 @@ from speclib.analysis.stats.clustered import two_stage_interval
 from speclib.analysis.stats.paired import paired_ratio_ci, wilcoxon_logratio
 from speclib.analysis.stats.ratio_interval import IntervalMethod
 from speclib.analysis.verdict.decision import decide, holm_decide
+from speclib.analysis.verdict.final_word import apply_gates
 from speclib.analysis.verdict.gates import (
     E2eGate,
     ErrorGate,
@@ -27,7 +28,6 @@ from speclib.analysis.verdict.gates import (
     MemoryGate,
     OutputGate,
     TtftGate,
-    apply_gates,
 )
 from speclib.core.reasons import Code
 from tests.intervals import block_interval, bootstrap_interval, decision_of

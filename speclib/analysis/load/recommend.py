@@ -291,7 +291,7 @@ def _level_summary(
 def _sweep_arm(c: Comparison, value: Mapping[str, Any]) -> SweepArm:
     ci = c.cis.get("tpot_s")
     return SweepArm(
-        c.experiment, value, c.word, ci.estimate if ci else None,
+        c.experiment, value, c.pooled_word, ci.estimate if ci else None,
         (ci.ci_low, ci.ci_high) if ci else None,
     )  # fmt: skip
 

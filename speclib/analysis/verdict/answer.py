@@ -43,7 +43,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from speclib.analysis.verdict.deploy import Deployment, deployment
-from speclib.analysis.verdict.gates import Verdict
 from speclib.analysis.verdict.mix import TrafficMix
 from speclib.analysis.verdict.segments import CUTS, Heterogeneity, SegmentResult
 from speclib.core.estimand import Estimand
@@ -151,6 +150,11 @@ class Answer:
         """The answer of ``arm`` at load level ``level`` (None when it has none)."""
         return next((a for a in self.arms if (a.arm, a.level) == (arm, level)), None)
 
+    def segments_of(self, arm: str, level: int) -> Reason | None:
+        """The segments' reason of ``arm`` at ``level`` ("mixed" or "uneven"; None)."""
+        mine = self.of(arm, level)
+        return mine.segment_reason if mine is not None else None
+
     def fields_of(self, arm: str, level: int) -> dict[str, Any]:
         """What a comparison's ``summary.json`` entry gains from its answer:
         ``pooled_decision`` (the gated pooled word; its ``decision`` is the answer's),
@@ -257,11 +261,10 @@ def _undecided(segs: Sequence[SegmentResult]) -> list[str]:
 def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity],
          margin: float, mixed: bool = False) -> ArmAnswer:  # fmt: skip
     c = comparison
-    pooled = c.word
+    pooled = c.pooled_word
     ci = c.cis.get("tpot_s")
     named, cut, apart = _mixed(pooled, segs, hets, margin)
-    reasons = tuple(c.verdict.reasons) if c.verdict else (Reason(Code.NO_VALID_PAIRS),)
-    word, said = pooled, None
+    said = None
     common = {"arm": c.experiment, "load": c.load, "pooled_word": pooled, "for_mix": mixed}
     if named:
         by_name = {s.segment: s for s in segs if s.cut == cut}
@@ -274,8 +277,6 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
             "undecided": _undecided([by_name[n] for _, n, _ in named]),
         }  # fmt: skip
         said = Reason(Code.MIXED, values)
-        word = Word.MIXED
-        reasons = (*reasons, said)
     elif pooled == Word.ADOPT and (uneven := _uneven(segs, hets, margin)) is not None:
         named, cut, apart = uneven
         by_name = {s.segment: s for s in segs if s.cut == cut}
@@ -284,7 +285,9 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
         values = {**common, "cut": cut, "apart": list(apart), "fast": fast, "slow": slow,
                   "segments": pair}  # fmt: skip
         said = Reason(Code.UNEVEN, values)
-        reasons = (*reasons, said)
+    final = replace(c, segments=said).verdict  # the word: final_word's, segments included
+    word = final.word if final is not None else Word.INCONCLUSIVE
+    reasons = final.reasons if final is not None else (Reason(Code.NO_VALID_PAIRS),)
     return ArmAnswer(
         c.experiment, c.level, c.load, word, pooled,
         ci.estimate if ci is not None else None,
@@ -302,23 +305,17 @@ def build_answer(
     margin: float,
     segment_family: str = "",
     mix: TrafficMix | None = None,
-) -> tuple[Answer, list[Any]]:
-    """The answer of every experiment comparison, and the comparisons with their verdict's
-    word set to it (a "mixed" verdict carries the segment sentence as its last reason), so
-    whatever renders a comparison shows the answer's word."""
-    arms, out = [], []
+) -> Answer:
+    """The answer of every experiment comparison (the A/A arm has none): its segments'
+    reason, and its word as :func:`~speclib.analysis.verdict.final_word.final_word` makes it
+    with that reason (:meth:`Answer.segments_of` gives the reason to each comparison)."""
+    arms = []
     for c in comparisons:
+        if c.role_aa:
+            continue
         mine = [s for s in segments if (s.level, s.arm) == (c.level, c.experiment)]
         hets = [h for h in heterogeneity if (h.level, h.arm) == (c.level, c.experiment)]
-        if c.role_aa:
-            out.append(c)
-            continue
-        a = _one(c, mine, hets, margin, mixed=mix is not None)
-        arms.append(a)
-        if a.word != c.word and c.verdict is not None:
-            c = replace(c, verdict=Verdict(a.word, a.reasons, c.verdict.tpot_decision,
-                                           c.verdict.gates))  # fmt: skip
-        out.append(c)
+        arms.append(_one(c, mine, hets, margin, mixed=mix is not None))
     headline = []
     for name in dict.fromkeys(a.arm for a in arms if a.segment_reason is not None):
         for kind in (Code.MIXED, Code.UNEVEN):
@@ -331,4 +328,4 @@ def build_answer(
     pooled = {(a.level, a.arm): a.ratio for a in arms
               if a.ratio is not None and a.pooled_word in (Word.ADOPT, Word.MIXED)}  # fmt: skip
     plan = deployment(segments, pooled, {a.level: a.load for a in arms}, margin=margin)
-    return Answer(tuple(arms), segment_family, mix, tuple(headline), plan), out
+    return Answer(tuple(arms), segment_family, mix, tuple(headline), plan)

@@ -65,7 +65,8 @@ from speclib.analysis.verdict.explain import (
     unscored_reason,
     why_by_category,
 )
-from speclib.analysis.verdict.gates import GateEvidence, Verdict, apply_gates, rule_gates
+from speclib.analysis.verdict.final_word import Verdict, final_word
+from speclib.analysis.verdict.gates import GateEvidence, GateResult, assess_gates, rule_gates
 from speclib.analysis.verdict.pairs import (
     GATE_METRICS,
     estimand_cis,
@@ -95,7 +96,16 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Comparison:
-    """One experiment series against the control."""
+    """One experiment series against the control.
+
+    Its word is not stored but made, always by
+    :func:`~speclib.analysis.verdict.final_word.final_word`, from its inputs: ``decision``
+    (the TPOT rule's), ``gates`` (assessed), ``correctness_unknown`` (a sampled run whose
+    outputs were not scored), ``failure`` (every launch of the arm failed: its cause) and
+    ``segments`` (the answer's "mixed" or "uneven" reason). :attr:`verdict` is the final
+    word with all of them; :attr:`pooled_verdict` the same without the segments, which is
+    what the segments, the sweep recommendation and the load analysis read.
+    """
 
     experiment: str
     control: str
@@ -107,7 +117,7 @@ class Comparison:
     n_launches: int
     cis: dict[str, RatioInterval | None]
     decision: Decision | None
-    verdict: Verdict | None
+    gates: tuple[GateResult, ...]
     error_rate_control: float
     error_rate_experiment: float | None  # None: the arm sent no request
     bad_outputs_control: int
@@ -160,6 +170,34 @@ class Comparison:
 
     divergences: dict[str, DivergenceClass] = field(default_factory=dict)  # greedy runs
     why_by_category: dict[str, dict[str, Any]] = field(default_factory=dict)
+    correctness_unknown: Reason | None = None
+    failure: Reason | None = None  # every launch of the arm failed: its cause
+    segments: Reason | None = None  # the answer's "mixed" or "uneven" reason
+
+    @property
+    def pooled_verdict(self) -> Verdict | None:
+        """The final word over all the arm's requests: the TPOT decision, the gates, a
+        failure, the unknown correctness; None without a decision."""
+        if self.decision is None:
+            return None
+        return final_word(self.decision, gates=self.gates, failure=self.failure,
+                          correctness_unknown=self.correctness_unknown)  # fmt: skip
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The final word (:func:`~speclib.analysis.verdict.final_word.final_word`, the
+        segments included); None without a decision."""
+        if self.decision is None:
+            return None
+        return final_word(self.decision, gates=self.gates, failure=self.failure,
+                          correctness_unknown=self.correctness_unknown,
+                          segments=self.segments)  # fmt: skip
+
+    @property
+    def pooled_word(self) -> Word:
+        """The pooled verdict's word (``"inconclusive"`` without valid pairs)."""
+        pooled = self.pooled_verdict
+        return pooled.word if pooled else Word.INCONCLUSIVE
 
     @property
     def role_aa(self) -> bool:
@@ -374,7 +412,8 @@ def _compare(
         # "inconclusive" with no gate
         decision = Decision(Word.INCONCLUSIVE, Reason(Code.NO_VALID_PAIRS), a.margin,
                             a.confidence)  # fmt: skip
-    verdict = None
+    gates: tuple[GateResult, ...] = ()
+    correctness = unscored_reason(params, plaus)
     if decision is not None:
         evidence = GateEvidence(
             control_error_rate=err_c,
@@ -392,9 +431,9 @@ def _compare(
             ttft_problem=ttft_problem,
             bench_problem=bench_problem,
             mode_problem=mode_problem,
-            correctness_unknown=unscored_reason(params, plaus),
+            correctness_unknown=correctness,
         )
-        verdict = apply_gates(decision, evidence, rule_gates(a))
+        gates = assess_gates(evidence, rule_gates(a))
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")
     acc = acceptance_summary(d_e, [m for m in lms if m.series == name])
@@ -413,7 +452,7 @@ def _compare(
         n_launches=int(pairs["replicate"].nunique()) if len(pairs) else 0,
         cis=cis,
         decision=decision,
-        verdict=verdict,
+        gates=gates,
         error_rate_control=err_c,
         error_rate_experiment=err_e,
         bad_outputs_control=bad_c,
@@ -442,6 +481,7 @@ def _compare(
         mix=mix,
         divergences=classes,
         why_by_category=why_by_category(pairs) if spec_cfg else {},
+        correctness_unknown=correctness if decision is not None else None,
     )
 
 

@@ -6,14 +6,13 @@ Each gate is a small frozen object holding its rule, declared before the run
 :class:`MemoryGate`; :class:`TtftGate` and :class:`E2eGate`: latency intervals;
 :class:`ModeGate`: the server mode; :class:`BenchGate`: the bench), and each reads one
 record, the comparison's :class:`GateEvidence`. :func:`rule_gates` builds them from the
-params' ``analysis`` section; :func:`apply_gates` weighs a
-:class:`~speclib.analysis.verdict.decision.Decision` against them and returns the
-:class:`Verdict` with its :class:`GateResult` list. The decision rule itself lives in
-:mod:`speclib.analysis.verdict.decision`.
+params' ``analysis`` section; :func:`assess_gates` assesses them on the evidence, each
+giving a :class:`GateResult`; what they make of the TPOT word (a failed gate: **reject**,
+a failed bench gate: **untrustworthy**) is decided with the other inputs of the final word
+by :func:`speclib.analysis.verdict.final_word.final_word`. The decision rule itself lives
+in :mod:`speclib.analysis.verdict.decision`.
 
-:func:`apply_gates` weighs more than TPOT: errors, wrong outputs, memory and clearly worse
-TTFT or end-to-end latency turn any TPOT decision into **reject**, naming the gate. Each
-gate is "pass", "fail" or "not assessed": no evidence is not a pass. A gate passes only
+Each gate is "pass", "fail" or "not assessed": no evidence is not a pass. A gate passes only
 when its data rule the failure out (a latency interval whose upper bound is within the
 limit, an error-rate bound within the allowance), fails when they show it, and is "not
 assessed" otherwise (one block, an interval too wide, too few requests); that keeps the
@@ -25,18 +24,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 from scipy import stats
 
 from speclib.analysis.stats.ratio_interval import RatioInterval
-from speclib.analysis.verdict.decision import Decision, check_ci, check_fraction
-from speclib.core.jsonutil import jsonable
+from speclib.analysis.verdict.decision import check_ci, check_fraction
 from speclib.core.reason_text import render
 from speclib.core.reasons import Code, Reason
-from speclib.core.verdict_words import Word
 
 if TYPE_CHECKING:
     from speclib.params.protocol import AnalysisParams
@@ -53,8 +50,7 @@ __all__ = [
     "ModeGate",
     "OutputGate",
     "TtftGate",
-    "Verdict",
-    "apply_gates",
+    "assess_gates",
     "error_increase_bounds",
     "rule_gates",
 ]
@@ -108,21 +104,6 @@ class GateResult:
 def _gate(name: str, ok: bool, reason: Reason) -> GateResult:
     """A gate whose inputs always decide it (pass or fail)."""
     return GateResult(name, "pass" if ok else "fail", reason)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Final word for one experiment series, the reasons behind it (each a
-    :class:`~speclib.core.reasons.Reason`), and every gate checked."""
-
-    word: Word
-    reasons: tuple[Reason, ...]
-    tpot_decision: Decision
-    gates: tuple[GateResult, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
 def _wilson(k: int, n: int, z: float) -> tuple[float, float]:
@@ -450,35 +431,10 @@ def rule_gates(analysis: AnalysisParams) -> tuple[Gate, ...]:
     )
 
 
-def apply_gates(decision: Decision, evidence: GateEvidence, gates: Sequence[Gate]) -> Verdict:
-    """Weigh the TPOT decision against ``gates``, each assessing ``evidence``; any failed
-    gate makes the verdict "reject".
-
-    Every gate that applies is "pass", "fail" or "not assessed" (:class:`GateResult`), in
-    the order of ``gates``. A gate that is not assessed keeps the TPOT word, adds a reason
-    "gate 'x' not assessed: …" and is never counted as passed. The evidence's
-    ``correctness_unknown`` turns an "adopt" into "inconclusive"; its ``bench_problem``
-    makes the verdict "untrustworthy", whatever TPOT says, because the bench cannot tell an
-    effect from noise.
-    """
-    if not isinstance(decision, Decision):
-        raise ValueError(f"`decision` must be a Decision (got {type(decision).__name__})")
+def assess_gates(evidence: GateEvidence, gates: Sequence[Gate]) -> tuple[GateResult, ...]:
+    """Every gate of ``gates`` that applies to ``evidence``, assessed, in the order of
+    ``gates``: each "pass", "fail" or "not assessed" (:class:`GateResult`). What they make
+    of the TPOT word is :func:`speclib.analysis.verdict.final_word.final_word`'s."""
     if not isinstance(evidence, GateEvidence):
         raise ValueError(f"`evidence` must be a GateEvidence (got {type(evidence).__name__})")
-    results = [r for g in gates if (r := g.assess(evidence)) is not None]
-    failed = [g for g in results if g.failed]
-    unknown = [g for g in results if g.status == "not assessed"]
-    reasons = [
-        decision.reason,
-        *(Reason(Code.GATE_FAILED, {"gate": g.name, "detail": g.reason}) for g in failed),
-        *(Reason(Code.GATE_NOT_ASSESSED, {"gate": g.name, "detail": g.reason}) for g in unknown),
-    ]
-    word = Word.REJECT if failed else decision.word
-    if evidence.correctness_unknown and word == Word.ADOPT:
-        word = Word.INCONCLUSIVE
-        reasons.append(Reason(Code.CORRECTNESS_UNKNOWN, {"why": evidence.correctness_unknown}))
-    if evidence.bench_problem:
-        word = Word.UNTRUSTWORTHY
-    if failed and decision.word == Word.ADOPT:
-        reasons.append(Reason(Code.ADOPT_RULED_OUT))
-    return Verdict(word, tuple(reasons), decision, tuple(results))
+    return tuple(r for g in gates if (r := g.assess(evidence)) is not None)
