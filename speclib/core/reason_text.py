@@ -2,7 +2,9 @@
 
 The analysis says why as data (:mod:`speclib.core.reasons`); this module is the only
 place those codes and numbers become sentences, for the terminal (``"plain"``), the
-report (``"html"``, escaped) and the notebook's Markdown (``"markdown"``). One template
+report (``"html"``, escaped) and the notebook's Markdown (``"markdown"``); and the
+terminal's short forms: :func:`phrase` (the verdict table's one phrase),
+:func:`bench_line` (the A/A arm's line), :func:`short_text` (a "mixed" arm's segments). One template
 per :class:`~speclib.core.reasons.Code` (:data:`TEMPLATES`), a dict dispatch:
 :func:`render` writes one reason, :func:`render_all` several. ``lead=False`` leaves out
 what a row already shows beside the sentence: the TPOT interval before the rule's
@@ -15,7 +17,8 @@ as every reason and table shows it.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from speclib.core.reasons import Code, Reason
@@ -23,8 +26,10 @@ from speclib.core.reasons import Code, Reason
 __all__ = [
     "STYLES",
     "TEMPLATES",
+    "bench_line",
     "bench_phrase",
     "interval_label",
+    "phrase",
     "render",
     "render_all",
     "short_text",
@@ -491,6 +496,101 @@ def render(reason: Reason, style: Style = "plain", *, lead: bool = True) -> str:
 def render_all(reasons: Iterable[Reason], style: Style = "plain") -> list[str]:
     """Every reason of ``reasons`` in words, in order."""
     return [render(r, style) for r in reasons]
+
+
+# ------------------------------------------------------------- the terminal's phrases
+
+
+_RULE_CODES = (Code.RULE_ADOPT, Code.RULE_EQUIVALENT, Code.RULE_WORSE, Code.RULE_INCONCLUSIVE)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def phrase(
+    reasons: Sequence[Reason], word: str, *, more_blocks: int | None = None,
+    projected: bool = False,
+) -> str:  # fmt: skip
+    """The terminal's one phrase for a verdict ``word`` with its ``reasons`` (a comparison's,
+    in order: the rule's first): the failure's cause, the bench, a failed gate, or where the
+    TPOT interval lies. With ``projected``, ``more_blocks`` is the blocks more that would
+    likely decide an inconclusive interval at the run's later looks (None: no practical
+    number); else the rule's own plan is used. The caller cuts it to its width."""
+    by_code = {r.code: r for r in reversed(reasons)}  # the first of each code
+    if word == "failed":
+        failure = by_code.get(Code.ARM_FAILED)
+        return render(failure) if failure is not None else "every launch failed"
+    failed = [r for r in reasons if r.code is Code.GATE_FAILED]
+    if word == "untrustworthy":
+        bench = next((r["detail"] for r in failed if r["gate"] == "bench"), None)
+        return bench_phrase(bench)
+    if failed:
+        return f"gate{'s' * (len(failed) > 1)} {', '.join(r['gate'] for r in failed)} failed"
+    rule = next((r for r in reasons if r.code in _RULE_CODES), None)
+    if rule is None or not _finite(rule.get("ratio")):
+        return "no valid pairs" if rule is not None or Code.NO_VALID_PAIRS in by_code else word
+    if rule.code is Code.RULE_ADOPT:
+        correct = word != "inconclusive"
+        return "time per token cut by > δ" if correct else "faster by > δ, but correctness unknown"
+    if rule.code is Code.RULE_WORSE:
+        return "slower than the control (lower bound > 1)"
+    if rule.code is Code.RULE_EQUIVALENT:
+        return {
+            "above_one": "within ±δ, but measurably slower",
+            "below_one": "faster, but by less than δ",
+        }.get(rule.get("side"), "within ±δ of the control")
+    df = rule.get("df")
+    if df == 0 or not _finite(rule.get("high")):
+        return "one block: no interval (run ≥ 2 blocks)"
+    text = "interval too wide" + ("" if df is None else f" (df {df})")
+    more = more_blocks if projected else rule.get("extra_blocks")
+    pairs = None if projected else rule.get("extra_pairs")
+    if more:
+        text += f"; ~{more} more block{'s' * (more != 1)} may decide"
+    elif pairs:
+        text += f"; ~{pairs} more pairs may decide"
+    return text
+
+
+def _cell(ratio: Any, low: Any, high: Any) -> str:
+    """``×0.955 [0.873, 1.044]`` (an unbounded end: ``∞``)."""
+    if not (_finite(ratio) and ratio > 0):
+        return "–"
+    if not _finite(low):
+        return f"×{ratio:.3f}"
+    return f"×{ratio:.3f} [{low:.3f}, {f'{high:.3f}' if _finite(high) else '∞'}]"
+
+
+def bench_line(check: Reason, load: str) -> str:
+    """The A/A arm's bench check (code ``BENCH_CHECK``) as the terminal's line: "bench
+    check: resolution ±9.3 % (δ = ±5 %) at 95 % over 6 blocks at c=1: ~9 more blocks to
+    reach ±δ; A/A ×0.955 [0.873, 1.044] covers 1: no false effect"."""
+    v = check.values
+    res, m, n = v.get("resolution"), v.get("margin"), v.get("n_blocks") or 0
+    if v.get("word") == "equivalent":
+        outlook = "equivalent"
+    elif res is None:
+        outlook = "run ≥ 2 blocks for a resolution"
+    elif v.get("more_blocks"):
+        outlook = f"~{v['more_blocks']} more blocks to reach ±δ"
+    elif v.get("blocks_needed") is None:
+        outlook = "±δ not reachable"
+    else:
+        outlook = "within ±δ, but off-centre"
+    if v.get("false_effect"):
+        effect = f"excludes 1 ('{v['word']}'): a FALSE EFFECT, the bench is untrustworthy"
+    elif v.get("excludes_one"):
+        effect = "excludes 1: an instance effect the rule does not act on"
+    else:
+        effect = "covers 1: no false effect"
+    return (
+        f"bench check: resolution {'unknown' if res is None else f'±{100 * res:.1f} %'}"
+        + ("" if m is None else f" (δ = ±{100 * m:.3g} %)")
+        + f" at {100 * (v.get('level') or 0):.4g} % over {n} block{'s' * (n != 1)}"
+        + f" at {load}: {outlook}; A/A {_cell(v.get('ratio'), v.get('low'), v.get('high'))} "
+        + effect
+    )
 
 
 def bench_phrase(reason: Reason | None) -> str:
