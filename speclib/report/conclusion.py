@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
+from speclib.analysis.verdict.categories import CATEGORY_NOTE, SEGMENT_CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import Estimand
 from speclib.core.reason_text import render, render_all
@@ -152,7 +152,7 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
     return (
         f"**{c.experiment}** ({c.method}, k={c.k}){at_load(c, an)} {effect} over "
         f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_other_ratios(c)}"
-        f"{_by_category(c)}"
+        f"{_by_category(c, an)}"
     )
 
 
@@ -164,29 +164,59 @@ def _mixed_words(c: Comparison, an: RunAnalysis) -> str:
     return render(said, lead=False) if said is not None else "mixed"
 
 
-def _group_words(groups: dict[Any, Any]) -> str:
+def _counts(n_pairs: int, n_blocks: int) -> str:
+    return f"{n_pairs} pairs in {n_blocks} block{'s' * (n_blocks != 1)}"
+
+
+def _group_words(groups: dict[Any, Any], *, label: str = "") -> str:
     """Each group's ratio (a :class:`CategoryRatio`) in words, with its descriptive
-    interval or why it has none, separated by semicolons."""
+    interval (``label`` before its level: "unadjusted ") or why it has none, separated by
+    semicolons."""
     parts = []
     for r in groups.values():
-        counts = f"{r.n_pairs} pairs in {r.n_blocks} block{'s' * (r.n_blocks != 1)}"
+        counts = _counts(r.n_pairs, r.n_blocks)
         if r.has_interval:
             ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
-            where = f"{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
+            where = f"{label}{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
         else:
             where = f"{counts}: {render(r.note) if r.note is not None else 'no interval'}"
         parts.append(f"{r.category} {ratio_words(r.estimate)} ({where})")
     return "; ".join(parts)
 
 
-def _by_category(c: Comparison) -> str:
+def _segment_words(segments: dict[str, Any]) -> str:
+    """Each category's segment (:class:`~speclib.analysis.verdict.segments.SegmentResult`)
+    in words: its ratio with the Holm-adjusted interval the answer gives, or why it has
+    none, separated by semicolons."""
+    parts = []
+    for s in segments.values():
+        counts, ci = _counts(s.n_pairs, s.n_blocks), s.ci
+        if ci is not None and ci.decidable:
+            span = f"×{ci.ci_low:.2f}–×{ci.ci_high:.2f}"
+            where = f"{conf_words(ci.confidence_level)} CI {span}, df {ci.df}, {counts}"
+        else:
+            why = s.note if s.note is not None else (ci.note if ci is not None else None)
+            where = f"{counts}: {render(why) if why is not None else 'no interval'}"
+        parts.append(f"{s.segment} {ratio_words(s.estimate)} ({where})")
+    return "; ".join(parts)
+
+
+def _by_category(c: Comparison, an: RunAnalysis | None = None) -> str:
     """Where the effect comes from, when the prompts come in several categories: each
-    category's ratio in words with its descriptive interval, or why it has none; then,
-    in a multi-turn run, the same per turn (:func:`_by_turn`)."""
+    category's ratio in words with one interval, the answer's segment's (Holm over every
+    segment, as the headline gives it), or, for an arm the answer does not cut, the
+    descriptive one labelled unadjusted; then, in a multi-turn run, the same per turn
+    (:func:`_by_turn`)."""
+    answer = getattr(an, "answer", None)
+    segments = answer.categories_of(c.experiment, c.level) if answer is not None else {}
     cats = getattr(c, "tpot_ratio_by_category", None) or {}
     text = ""
-    if len(cats) >= 2:
-        text = f" TPOT ratio by prompt category: {_group_words(cats)}. The {CATEGORY_NOTE}."
+    if len(segments) >= 2:
+        words = _segment_words(segments)
+        text = f" TPOT ratio by prompt category: {words}. The {SEGMENT_CATEGORY_NOTE}."
+    elif len(cats) >= 2:
+        words = _group_words(cats, label="unadjusted ")
+        text = f" TPOT ratio by prompt category: {words}. The {CATEGORY_NOTE}."
     return text + _by_turn(c)
 
 

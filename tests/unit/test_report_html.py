@@ -213,8 +213,9 @@ def test_conclusion_says_where_the_effect_comes_from_by_category() -> None:
     assert (
         "known ×0.51: 49 % less time per token, 1.96× the speed (4 pairs in 2 blocks: too few "
         "pairs for an interval, need 6); repeat ×0.49: 51 % less time per token, 2.04× the "
-        "speed (95 % CI ×0.31–×0.77, df 2, 12 pairs in 3 blocks); unseen ×1.14: 14 % more time "
-        "per token, 0.88× the speed (95 % CI ×0.92–×1.41, df 2, 12 pairs in 3 blocks)"
+        "speed (unadjusted 95 % CI ×0.31–×0.77, df 2, 12 pairs in 3 blocks); unseen ×1.14: 14 % "
+        "more time per token, 0.88× the speed (unadjusted 95 % CI ×0.92–×1.41, df 2, 12 pairs "
+        "in 3 blocks)"
     ) in text
     assert CATEGORY_NOTE.split(": ", 1)[1] in text
     assert "49 % faster" not in text and "faster" not in text

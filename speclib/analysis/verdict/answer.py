@@ -150,6 +150,14 @@ class Answer:
         """The answer of ``arm`` at load level ``level`` (None when it has none)."""
         return next((a for a in self.arms if (a.arm, a.level) == (arm, level)), None)
 
+    def categories_of(self, arm: str, level: int) -> dict[str, SegmentResult]:
+        """The per-category figures of ``arm`` at ``level``: its segments of the cut
+        "category" (the Holm-adjusted intervals the answer names), by category; empty
+        without an answer or a category cut. Every page shows these, one per category."""
+        mine = self.of(arm, level)
+        segs = mine.segments if mine is not None else ()
+        return {s.segment: s for s in segs if s.cut == "category"}
+
     def segments_of(self, arm: str, level: int) -> Reason | None:
         """The segments' reason of ``arm`` at ``level`` ("mixed" or "uneven"; None)."""
         mine = self.of(arm, level)

@@ -44,6 +44,7 @@ __all__ = [
     "CATEGORY_NOTE",
     "MIN_CATEGORY_BLOCKS",
     "MIN_CATEGORY_PAIRS",
+    "SEGMENT_CATEGORY_NOTE",
     "TURN_NOTE",
     "CategoryRatio",
     "category_ratios",
@@ -58,6 +59,12 @@ CATEGORY_NOTE = (
     "per-category intervals are descriptive: not adjusted for multiplicity; "
     "each segment's verdict (Holm over every segment) is in the answer"
 )
+SEGMENT_CATEGORY_NOTE = (
+    "per-category intervals are the segments' (cut by category): adjusted for multiplicity, "
+    "Holm over every segment, as the answer gives them"
+)
+"""What the per-category intervals on a page are when they come from the answer's segments
+(:meth:`speclib.analysis.verdict.answer.Answer.categories_of`)."""
 TURN_NOTE = (
     "per-turn intervals are descriptive: not adjusted for multiplicity; "
     "the verdict is the pooled one"
