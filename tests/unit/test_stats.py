@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -580,7 +582,7 @@ def test_a_block_interval_gets_blocks_advice_never_pairs():
 def test_t_width_scale_is_the_one_projection_of_more_blocks():
     from scipy import stats as st
 
-    from speclib.analysis.stats.base import t_width_scale
+    from speclib.analysis.stats.t_interval import t_width_scale
 
     got = t_width_scale(n_blocks=3, df=2, confidence_level=0.95, blocks=[3, 4, 9])
     q = 0.975
@@ -590,3 +592,25 @@ def test_t_width_scale_is_the_one_projection_of_more_blocks():
         kw = {"n_blocks": 3, "df": 2, "confidence_level": 0.95, "blocks": [4], **bad}
         with pytest.raises(ValueError):
             t_width_scale(**kw)
+
+
+def test_t_critical_is_the_one_t_quantile_and_nothing_else_computes_one():
+    from scipy import stats as st
+
+    from speclib.analysis.stats.t_interval import t_bounds, t_critical
+
+    assert t_critical(3, confidence_level=0.95) == pytest.approx(st.t.ppf(0.975, 3), rel=1e-12)
+    got = t_critical([1, 2.5, 30], confidence_level=0.9)
+    assert got == pytest.approx([st.t.ppf(0.95, d) for d in (1, 2.5, 30)], rel=1e-12)
+    t = t_bounds(0.0, se=2.0, df=4, confidence_level=0.99)
+    assert t.high == pytest.approx(2.0 * t_critical(4, confidence_level=0.99))
+    for bad in ({"df": 0}, {"df": [3, -1]}, {"confidence_level": 1.0}):
+        with pytest.raises(ValueError):
+            t_critical(**{"df": 3, "confidence_level": 0.95, **bad})
+    root = Path(__file__).resolve().parents[2] / "speclib"
+    computing = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if re.search(r"\bt\.(ppf|isf)\(|stdtrit\(", p.read_text())
+    )
+    assert computing == ["analysis/stats/t_interval.py"]

@@ -62,6 +62,7 @@ from speclib.analysis.stats.ratio_interval import (
     IntervalMethod,
     RatioInterval,
 )
+from speclib.analysis.stats.t_interval import t_critical
 from speclib.core.reasons import Code, Reason
 
 __all__ = [
@@ -214,7 +215,8 @@ def _expanded_percentile(
     alpha = 1.0 - confidence_level
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     q = 1 - alpha / 2
-    factor = math.sqrt(n_pairs / (n_pairs - 1)) * stats.t.ppf(q, n_pairs - 1) / stats.norm.ppf(q)
+    t = t_critical(n_pairs - 1, confidence_level=confidence_level)
+    factor = math.sqrt(n_pairs / (n_pairs - 1)) * t / stats.norm.ppf(q)
     low, high = widen(est, low, high, factor)
     return float(low), float(high), float(factor)
 

@@ -82,6 +82,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
 from speclib.analysis.stats.margin_rule import classify, decision_distance
+from speclib.analysis.stats.t_interval import t_critical
 from speclib.core.jsonutil import jsonable
 from speclib.core.verdict_words import Word
 
@@ -307,11 +308,13 @@ def blocks_to_decide(
     distance, word = need
     share = (1 - confidence_level) / alpha
     now = df + 1
-    sd = (math.log(ci_high) - math.log(estimate)) / stats.t.isf((1 - confidence_level) / 2, df)
+    sd = (math.log(ci_high) - math.log(estimate)) / t_critical(
+        df, confidence_level=confidence_level
+    )
     sd *= math.sqrt(now)
     for blocks in range(now + 1, MAX_PROJECTED_BLOCKS + 1):
         a = _look_alpha(blocks, plan, alpha) * share
-        half = stats.t.isf(a / 2, blocks - 1) * sd / math.sqrt(blocks)
+        half = t_critical(blocks - 1, confidence_level=1 - a) * sd / math.sqrt(blocks)
         if half < distance:
             return blocks, word
     return None, word

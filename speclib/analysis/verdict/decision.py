@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from speclib.analysis.stats.base import t_width_scale
 from speclib.analysis.stats.margin_rule import classify
 from speclib.analysis.stats.ratio_interval import IntervalMethod, RatioInterval
+from speclib.analysis.stats.t_interval import t_width_scale
 from speclib.core.jsonutil import jsonable
 from speclib.core.reason_text import render
 from speclib.core.reasons import Code, Reason

@@ -46,10 +46,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from speclib.analysis.stats.base import t_width_scale
 from speclib.analysis.stats.ratio_interval import RatioInterval
+from speclib.analysis.stats.t_interval import t_critical, t_width_scale
 from speclib.analysis.verdict.decision import Decision, decide
 from speclib.core.jsonutil import jsonable
 from speclib.core.reason_text import render
@@ -206,8 +205,7 @@ def bench_check(ci: RatioInterval, *, margin: float) -> BenchCheck:
     df = _df(ci)
     sd = needed = None
     if h is not None and df >= 1:
-        q = 0.5 + ci.confidence_level / 2
-        sd = h * math.sqrt(ci.n_blocks) / float(stats.t.ppf(q, df))
+        sd = h * math.sqrt(ci.n_blocks) / t_critical(df, confidence_level=ci.confidence_level)
         needed = blocks_for(h, n_blocks=ci.n_blocks, df=df,
                             confidence_level=ci.confidence_level, target=margin)  # fmt: skip
     return BenchCheck(
