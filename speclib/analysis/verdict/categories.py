@@ -84,7 +84,7 @@ class CategoryRatio:
     few pairs or blocks; ``note`` then says which ("too few pairs for an interval,
     need 6"). ``reference``
     is ``"control"`` or ``"controls"`` (the mean of the control and the A/A arm), as in
-    :class:`speclib.analysis.stats.block_intervals.BlockArmCI`; ``method`` describes the interval.
+    :class:`speclib.analysis.stats.ratio_interval.RatioInterval`; ``method`` describes the interval.
     """
 
     category: str
