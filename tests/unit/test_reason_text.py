@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -271,3 +273,32 @@ def test_an_infinite_bound_read_back_from_json_renders_as_before():
     assert render(Reason.from_dict(data)) == render(reason) and "0.000–inf" in render(reason)
     seg = {**_SEG, "segment": "echo", "high": None}  # a segment with no interval at all
     assert "×0.50 on echo" in render(Reason(Code.MIXED, {**SAMPLES[Code.MIXED], "segments": [seg]}))
+
+
+# what reads a verdict's words back: a string method or a substring test on a reason's text
+_PARSE = re.compile(
+    r"\b(reasons?|detail|sentence|note|headline|why|method|calibration)\b"
+    r"(\[[^]]*\]|\.\w+)*(\s+or\s+\"\")?\)?"
+    r"\.(startswith|removeprefix|removesuffix|endswith|split|partition)\("
+    r"|[\"']\s+in\s+(\w+\.)*(reasons?|detail|sentence|headline)\b(?!_)"
+)
+
+
+def test_nothing_outside_the_renderer_reads_a_reasons_words_back():
+    """The analysis, the report and the terminal's verdicts decide on codes and numbers
+    (speclib/core/reasons.py); only speclib/core/reason_text.py holds the words."""
+    root = Path(__file__).resolve().parents[2] / "speclib"
+    files = [*root.glob("report/*.py"), *root.glob("analysis/**/*.py"),
+             root / "app" / "verdicts.py", root / "app" / "cli.py"]  # fmt: skip
+    found = [
+        f"{f.relative_to(root)}:{i}: {line.strip()}"
+        for f in files
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if _PARSE.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert found == []
+    assert _PARSE.search('if reason.startswith("TPOT ratio "):')  # the check can fail
+    assert _PARSE.search('more = "more blocks" in c.reason')
+    assert _PARSE.search("name = detail.split(':', 1)[0]")
+    assert _PARSE.search('(a.sentence or "").startswith(kind)')
+    assert _PARSE.search('calibration["text"].removeprefix("calibration: ")')
