@@ -22,6 +22,8 @@ import pytest
 
 from speclib.analysis.verdict.mix import check_mix, parse_mix
 from speclib.analysis.verdict.segments import decide_segments, heterogeneity, label_pairs
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
 
 pytestmark = pytest.mark.unit
@@ -160,7 +162,12 @@ def test_segments_that_differ_beyond_delta_make_mixed_though_neither_alone_decid
     het = next(h for h in arm["heterogeneity"] if h["cut"] == "category")
     assert het["differs"] is True
     assert arm["word"] == Word.MIXED and arm["pooled_word"] == "inconclusive"
-    assert "fresh takes ×2." in arm["sentence"] and "neither alone is decided" in arm["sentence"]
+    mixed = next(r["values"] for r in arm["reason_codes"] if r["code"] == Code.MIXED)
+    assert (mixed["cut"], mixed["fast"], mixed["slow"]) == ("category", "echo", "fresh")
+    ratio, low, high = mixed["apart"]
+    assert 2 <= ratio < 3 and low > 1.05 and low <= ratio <= high  # beyond δ = 5 %
+    assert sorted(mixed["undecided"]) == ["echo", "fresh"]  # neither alone is decided
+    assert arm["sentence"] == render(Reason(Code.MIXED, mixed))  # one renderer
 
 
 def test_an_adopted_arm_whose_segments_differ_beyond_delta_is_uneven(tmp_path) -> None:
@@ -173,9 +180,15 @@ def test_an_adopted_arm_whose_segments_differ_beyond_delta_is_uneven(tmp_path) -
     summary = json.loads((run / "summary.json").read_text())
     arm = _arm(summary)
     assert arm["word"] == arm["pooled_word"] == "adopt"
-    assert arm["sentence"].startswith("uneven: ngram-k4 at c=1 is ×0.4")
-    assert "fresh takes ×2." in arm["sentence"] and "(still adopt; segments by category)" in arm[
-        "sentence"]  # fmt: skip
+    uneven = next(r["values"] for r in arm["reason_codes"] if r["code"] == Code.UNEVEN)
+    assert (uneven["cut"], uneven["fast"], uneven["slow"]) == ("category", "echo", "fresh")
+    assert uneven["pooled_word"] == Word.ADOPT
+    ratio, low, high = uneven["apart"]
+    assert 2 <= ratio < 3 and low > 1.05 and low <= ratio <= high
+    assert [v["segment"] for v in uneven["segments"]] == ["echo", "fresh"]
+    assert uneven["segments"][0]["ratio"] == pytest.approx(0.4, rel=0.1)
+    assert arm["sentence"] == render(Reason(Code.UNEVEN, uneven))
+    assert arm["sentence"].startswith("uneven: ngram-k4 at c=1 is ×0.4")  # a rendered text
     assert summary["answer"]["headline"] == [arm["sentence"]]
     comp = next(c for c in summary["comparisons"] if c["experiment"] == "ngram-k4")
     assert comp["decision"] == "adopt" and comp["segment_sentence"] == arm["sentence"]
