@@ -161,7 +161,7 @@ def _mixed_words(c: Comparison, an: RunAnalysis) -> str:
     answer = getattr(an, "answer", None)
     mine = answer.of(c.experiment, c.level) if answer is not None else None
     said = mine.segment_reason if mine is not None else None
-    return render(said, lead=False) if said is not None else "mixed"
+    return render(said, lead=False) if said is not None else str(Word.MIXED)
 
 
 def _counts(n_pairs: int, n_blocks: int) -> str:
