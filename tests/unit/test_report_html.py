@@ -6,6 +6,7 @@ functions read, so the tests pin down wording and structure without a run folder
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -193,11 +194,13 @@ def test_series_table_has_labels_with_units() -> None:
 
 
 def _category(cat: str, est: float, n: int, blocks: int, ci=None, df=None, note=None):
+    from speclib.analysis.stats.ratio_interval import IntervalMethod
     from speclib.analysis.verdict.categories import CategoryRatio
 
-    lo, hi = ci or (None, None)
-    method = None if ci is None else f"blocks (own-arm paired t vs control, df={df})"
-    return CategoryRatio(cat, est, lo, hi, 0.95, df, n, blocks, "control", method, note)
+    lo, hi = ci or (0.0, math.inf)
+    interval = RatioInterval(est, lo, hi, 0.95, IntervalMethod.BLOCKS, n, blocks,
+                             df=df if ci else 0, reference="control")  # fmt: skip
+    return CategoryRatio(cat, interval, n, blocks, note)
 
 
 def test_conclusion_says_where_the_effect_comes_from_by_category() -> None:
