@@ -33,6 +33,7 @@ __all__ = [
     "render",
     "render_all",
     "short_text",
+    "word_meaning",
 ]
 
 Style = Literal["plain", "html", "markdown"]
@@ -609,3 +610,31 @@ def short_text(reason: Reason) -> str:
         raise ValueError(f"no short phrase for {reason.code}")
     parts = [f"{s['segment']} ×{s['ratio']:.2f}" for s in reason["segments"]]
     return f"{reason.code}: " + ", ".join(parts)
+
+
+# ------------------------------------------------------------- what a final word means
+
+
+def word_meaning(
+    word: str, *, load: str = "", margin: float = 0.0, failed_gates: Sequence[str] = (),
+    failure: Iterable[Reason] = (), segments: Reason | None = None,
+) -> str:  # fmt: skip
+    """What a final verdict ``word`` means, as the report's conclusion says it after the word:
+    ``load`` the load in words (for "adopt"), ``margin`` δ (for "equivalent"),
+    ``failed_gates`` the names of the failed gates (for "reject"), ``failure`` a failed
+    arm's reasons, ``segments`` the answer's reason behind "mixed"."""
+    tails: dict[str, Callable[[], str]] = {
+        "adopt": lambda: f"worth turning on for this workload at {load}",
+        "equivalent": lambda: f"no difference that matters (within ±{margin:.0%})",
+        "worse": lambda: "slower: keep it off",
+        "reject": lambda: "rejected by a gate: " + "; ".join(failed_gates),
+        "inconclusive": lambda: "not enough data to decide",
+        "untrustworthy": lambda: (
+            "not decided: the bench cannot be trusted (see the bench-trust panel above)"
+        ),
+        "failed": lambda: "failed: " + "; ".join(render_all(failure)),
+        "mixed": lambda: render(segments, lead=False) if segments is not None else "mixed",
+    }
+    if str(word) not in tails:
+        raise ValueError(f"`word` must be a verdict word (got {word!r})")
+    return tails[str(word)]()

@@ -16,8 +16,8 @@ from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.categories import CATEGORY_NOTE, SEGMENT_CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import Estimand
-from speclib.core.reason_text import render, render_all
-from speclib.core.reasons import Code
+from speclib.core.reason_text import render, render_all, word_meaning
+from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
 from speclib.core.wording import ratio_words, speed_words
 from speclib.report.html_format import wrap
@@ -124,18 +124,12 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         return f"**{c.experiment}**{at_load(c, an)}: no successful request pairs, so no comparison."
     effect = _effect(ci)
     word = c.word
-    tail = {
-        Word.ADOPT: f"worth turning on for this workload at {_load_words(c, an)}",
-        Word.EQUIVALENT: f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
-        Word.WORSE: "slower: keep it off",
-        Word.REJECT: "rejected by a gate: "
-        + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if g.failed),
-        Word.INCONCLUSIVE: "not enough data to decide",
-        Word.UNTRUSTWORTHY: "not decided: the bench cannot be trusted (see the bench-trust "
-        "panel above)",
-        Word.FAILED: "failed: " + "; ".join(render_all(c.verdict.reasons if c.verdict else ())),
-        Word.MIXED: _mixed_words(c, an),
-    }[word]
+    gates = c.verdict.gates if c.verdict else ()
+    tail = word_meaning(
+        word, load=_load_words(c, an), margin=an.params.analysis.margin,
+        failed_gates=[g.name for g in gates if g.failed],
+        failure=c.verdict.reasons if c.verdict else (), segments=_segment_reason(c, an),
+    )  # fmt: skip
     extra = ""
     if word == Word.INCONCLUSIVE and ci.note is not None and ci.note.code is Code.NO_DF:
         extra = (
@@ -156,12 +150,11 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
     )
 
 
-def _mixed_words(c: Comparison, an: RunAnalysis) -> str:
-    """The answer's sentence for a "mixed" arm (:mod:`speclib.analysis.verdict.answer`)."""
+def _segment_reason(c: Comparison, an: RunAnalysis) -> Reason | None:
+    """The answer's reason behind a "mixed" arm (:mod:`speclib.analysis.verdict.answer`)."""
     answer = getattr(an, "answer", None)
     mine = answer.of(c.experiment, c.level) if answer is not None else None
-    said = mine.segment_reason if mine is not None else None
-    return render(said, lead=False) if said is not None else str(Word.MIXED)
+    return mine.segment_reason if mine is not None else None
 
 
 def _counts(n_pairs: int, n_blocks: int) -> str:

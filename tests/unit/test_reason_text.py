@@ -302,3 +302,20 @@ def test_nothing_outside_the_renderer_reads_a_reasons_words_back():
     assert _PARSE.search("name = detail.split(':', 1)[0]")
     assert _PARSE.search('(a.sentence or "").startswith(kind)')
     assert _PARSE.search('calibration["text"].removeprefix("calibration: ")')
+
+
+def test_every_final_word_has_one_meaning_and_an_unknown_word_is_refused():
+    from speclib.core.reason_text import word_meaning
+    from speclib.core.verdict_words import Word
+
+    gate = Reason(Code.ARM_FAILED, {"arm": "draft-k4", "cause": "CUDA out of memory"})
+    said = {
+        w: word_meaning(w, load="c=8", margin=0.05, failed_gates=["ttft", "e2e"], failure=[gate])
+        for w in Word
+    }
+    assert all(said.values()) and not any("{" in t for t in said.values())
+    assert "c=8" in said[Word.ADOPT] and "±5%" in said[Word.EQUIVALENT]
+    assert said[Word.REJECT].endswith("ttft; e2e") and "CUDA out of memory" in said[Word.FAILED]
+    assert said[Word.MIXED] == "mixed"  # without the segments' reason
+    with pytest.raises(ValueError, match="verdict word"):
+        word_meaning("maybe")
