@@ -424,6 +424,36 @@ def _calibration(v: Mapping[str, Any], lead: bool) -> str:
     return f"calibration: {text}" if lead else text
 
 
+# --------------------------------------------------------- a sweep's recommended value
+
+
+def _sweep_recommended(v: Mapping[str, Any], lead: bool) -> str:
+    value = ", ".join(f"{k} = {x}" for k, x in (v.get("value") or {}).items())
+    if v.get("to_best") is None:
+        how = "it is the best arm"
+    else:
+        r, lo, hi = v["to_best"]
+        how = (
+            f"its TPOT is {r:.3f}× the best arm {v['best']}'s "
+            f"({100 * v['level']:.3g}% CI {lo:.3f}–{hi:.3f}, Holm), within δ = {v['margin']:g}"
+        )
+    smaller = v.get("smaller") or []
+    note = f"; smaller {', '.join(smaller)} pay(s) but not within δ of the best" if smaller else ""
+    return f"{v['arm']} ({value}): ADOPT and {how}{note}"
+
+
+def _sweep_no_k_pays(v: Mapping[str, Any], lead: bool) -> str:
+    arms = ", ".join(f"{arm} {word}" for arm, word in v["arms"])
+    return f"no k pays: no arm of {v.get('family') or 'the family'} is ADOPT ({arms})"
+
+
+def _sweep_undecided(v: Mapping[str, Any], lead: bool) -> str:
+    return (
+        f"no recommendation: {', '.join(v['paying'])} pay(s) but is not shown within "
+        f"δ = {v['margin']:g} of the best arm {v['best']} (more blocks would tell)"
+    )
+
+
 def _fixed(text: str) -> Callable[[Mapping[str, Any], bool], str]:
     return lambda v, lead: text
 
@@ -476,6 +506,10 @@ TEMPLATES: dict[Code, Callable[[Mapping[str, Any], bool], str]] = {
     Code.BENCH_CHECK: _bench_check,
     Code.BENCH_RESOLUTION: _bench_resolution,
     Code.CALIBRATION: _calibration,
+    Code.SWEEP_RECOMMENDED: _sweep_recommended,
+    Code.SWEEP_NO_K_PAYS: _sweep_no_k_pays,
+    Code.SWEEP_UNDECIDED: _sweep_undecided,
+    Code.SWEEP_NO_DATA: _fixed("no arm of the family has valid pairs"),
 }
 """Each code's template: ``(values, lead) -> plain text``."""
 

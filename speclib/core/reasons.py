@@ -79,6 +79,11 @@ class Code(StrEnum):
     BENCH_CHECK = "bench_check"
     BENCH_RESOLUTION = "bench_resolution"
     CALIBRATION = "calibration"
+    # a sweep family's recommended value (speclib/analysis/load/recommend.py)
+    SWEEP_RECOMMENDED = "sweep_recommended"
+    SWEEP_NO_K_PAYS = "sweep_no_k_pays"
+    SWEEP_UNDECIDED = "sweep_undecided"
+    SWEEP_NO_DATA = "sweep_no_data"
 
 
 @dataclass(frozen=True)

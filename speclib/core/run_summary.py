@@ -334,6 +334,7 @@ class RecommendationEntry(_Entry):
     confidence_level: float | None = Field(None, description="Level.")
     reason: str | None = Field(None, description="The outcome in words.")
     tests: Rows = Field(default_factory=list, description="Every other arm against the best.")
+    reason_code: ReasonEntry | None = Field(None, description="The outcome as data.")
 
 
 class AnswerEntry(_Entry):

@@ -437,6 +437,6 @@ def _recommended_row(r: Any) -> str:
         f"<td><b>recommended: {html.escape(r.family)}</b><br>"
         f"<span class='speclib-small'>{html.escape(rule)}</span></td>"
         f"<td>{ratio}</td><td>{word}</td>"
-        f"<td colspan='5'>{html.escape(r.reason)}</td>"
+        f"<td colspan='5'>{render(r.reason, 'html')}</td>"
         f"<td>{html.escape(str(r.load))}</td></tr>"
     )

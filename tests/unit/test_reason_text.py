@@ -121,6 +121,18 @@ SAMPLES = {
         "level": 0.95,
         "max_blocks": 1000,
     },
+    Code.SWEEP_RECOMMENDED: {
+        "arm": "k2",
+        "value": {"num_speculative_tokens": 2},
+        "best": "k4",
+        "to_best": [1.021, 0.99, 1.04],
+        "level": 0.95,
+        "margin": 0.05,
+        "smaller": ["k1"],
+    },
+    Code.SWEEP_NO_K_PAYS: {"family": "draft", "arms": [["k1", "equivalent"], ["k4", "worse"]]},
+    Code.SWEEP_UNDECIDED: {"paying": ["k1"], "margin": 0.05, "best": "k4"},
+    Code.SWEEP_NO_DATA: {},
 }
 
 
@@ -319,3 +331,14 @@ def test_every_final_word_has_one_meaning_and_an_unknown_word_is_refused():
     assert said[Word.MIXED] == "mixed"  # without the segments' reason
     with pytest.raises(ValueError, match="verdict word"):
         word_meaning("maybe")
+
+
+def test_a_sweep_recommendation_in_words():
+    rec = SAMPLES[Code.SWEEP_RECOMMENDED]
+    assert render(Reason(Code.SWEEP_RECOMMENDED, rec)) == (
+        "k2 (num_speculative_tokens = 2): ADOPT and its TPOT is 1.021× the best arm k4's "
+        "(95% CI 0.990–1.040, Holm), within δ = 0.05; smaller k1 pay(s) but not within δ of "
+        "the best"
+    )
+    best = render(Reason(Code.SWEEP_RECOMMENDED, {**rec, "to_best": None, "smaller": []}))
+    assert best == "k2 (num_speculative_tokens = 2): ADOPT and it is the best arm"
