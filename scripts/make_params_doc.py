@@ -17,6 +17,7 @@ written by hand, here.
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import sys
@@ -179,8 +180,9 @@ servers are up and before any measured request. The answers go to
 `RUN_DIR/turn_history.jsonl`, and every arm of every block (and `--resume`) gets exactly that
 history. Each turn is measured and paired like any prompt (records carry `turn`); the
 report, `summary.json` (`tpot_ratio_by_turn`) and the terminal give the TPOT ratio per turn
-beside the per-category ones. Per-turn and per-category intervals are descriptive (not
-adjusted for multiplicity); the verdict is the pooled one. The history's generation is
+beside the per-category ones. Per-turn intervals, and `summary.json`'s per-category ones,
+are descriptive (not adjusted for multiplicity); the report's per-category intervals are the
+segments' (Holm over every segment); the verdict is the pooled one. The history's generation is
 unmeasured load on block r0's control, like a longer warm-up; with prefix caching on, its
 requests carry a cache salt of their own. In the sequential design the control's launch
 opens the first replicate. Multi-turn runs need `protocol.executor: local` and no vllm
@@ -229,6 +231,8 @@ def render_type(tp: Any, sections: dict[type, str]) -> str:
         return f"map {render_type(key, sections)} → {render_type(value, sections)}"
     if _is_model(tp):
         return f"section `{sections[tp]}`" if tp in sections else tp.__name__
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return " \\| ".join(json.dumps(m.value) for m in tp)
     names = {str: "string", int: "int", float: "number", bool: "bool"}
     return names.get(tp, getattr(tp, "__name__", str(tp)))
 

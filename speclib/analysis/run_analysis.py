@@ -68,6 +68,8 @@ from speclib.analysis.verdict.still_open import open_verdicts
 from speclib.analysis.verdict.tpot_verdict import summary_of
 from speclib.core.estimand import DEFINITIONS, Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Reason
 from speclib.core.run_summary import write_summary
 from speclib.core.rundir import RunDir
 from speclib.core.scores import read_ranks
@@ -100,7 +102,7 @@ class RunAnalysis:
     crosschecks: tuple[dict[str, Any], ...] = ()
     levels: tuple[dict[str, Any], ...] = ()  # per load level: block analysis, A/A arm
     idle_load: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
-    bench_problem: str | None = None
+    bench_problem: Reason | None = None
     sequential_look: str | None = None  # run-until-decided: which look, at which level
     look_confidence: float | None = None  # run-until-decided: this look's family confidence
     drift: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
@@ -217,7 +219,7 @@ class RunAnalysis:
                 "crosschecks": [crosscheck_summary(c) for c in self.crosschecks],
                 "design": self.design,
                 "noise": list(self.levels),
-                "bench_problem": self.bench_problem,
+                "bench_problem": render(self.bench_problem) if self.bench_problem else None,
                 "sequential_look": self.sequential_look,
                 "stopping": self.stopping.to_dict() if self.stopping else None,
                 "calibration": self.calibration,
@@ -344,7 +346,7 @@ def analyze_run(
     comps = with_failed_arms(
         comps, statuses, margin=params.analysis.margin, confidence=params.analysis.confidence
     )
-    answer, worded = run_answer(df, params, comps, levels, level_conf, measured.traffic)
+    answer, comps = run_answer(df, params, comps, levels, level_conf, measured.traffic)
     crosschecks = read_crosschecks(rd, statuses)
     stack = stack_facts(
         rd,
@@ -363,7 +365,7 @@ def analyze_run(
         sweep_recommendations(params, comps, confidence_level=level_conf, mix=measured.traffic)
     )
     manifest = rd.read_manifest()
-    still = open_verdicts(worded, answer, plan=looks_plan(params, manifest),
+    still = open_verdicts(comps, answer, plan=looks_plan(params, manifest),
                           confidence=level_conf, margin=params.analysis.margin)  # fmt: skip
     workload = workload_checks(params, df, manifest)
     analysis = RunAnalysis(
@@ -371,7 +373,7 @@ def analyze_run(
         params=params,
         records=df,
         series=rows,
-        comparisons=tuple(worded),  # the answer's words; sweeps and load read the pooled ones
+        comparisons=tuple(comps),  # their words the final ones; sweeps and load read the pooled
         launches=tuple(statuses),
         launch_metrics=tuple(lms),
         manifest=manifest,

@@ -28,6 +28,7 @@ from speclib.analysis.verdict.resolution import calibration
 from speclib.analysis.verdict.run_answer import traffic_mix
 from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks
 from speclib.analysis.verdict.tpot_verdict import LevelDecision, decide_family
+from speclib.core.reasons import Code, Reason
 from speclib.core.rundir import RunDir
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
@@ -51,7 +52,7 @@ class MeasuredRun:
     sent: pd.DataFrame = field(repr=False)
     statuses: tuple[dict[str, Any], ...]
     traffic: dict[str, float] | None
-    mode_problems: dict[str, str]
+    mode_problems: dict[str, Reason]
     instrument: InstrumentChoice
     compiles: dict[str, Any]
     levels: tuple[int, ...]
@@ -76,17 +77,17 @@ class MeasuredRun:
 
 def _without_wrong_mode(
     df: pd.DataFrame, statuses: list[dict[str, Any]]
-) -> tuple[pd.DataFrame, dict[str, str]]:
+) -> tuple[pd.DataFrame, dict[str, Reason]]:
     """Leave out the records of launches that did not run in the mode their params ask for
     (speculation on for an experiment, off for the control); say so per series."""
-    problems: dict[str, str] = {}
+    problems: dict[str, Reason] = {}
     bad = []
     for s in statuses:
         check = s.get("mode_check") or {}
         if check and not check.get("ok", True):
             bad.append(s["launch_id"])
-            why = "; ".join(check.get("problems") or ["mode check failed"])
-            problems[s["series"]] = f"launch {s['launch_id']} excluded: {why}"
+            found = {"launch": s["launch_id"], "problems": list(check.get("problems") or [])}
+            problems[s["series"]] = Reason(Code.MODE_EXCLUDED, found)
     if bad and len(df):
         df = df[~df["launch_id"].isin(bad)]
     return df, problems

@@ -41,8 +41,11 @@ import sys
 from typing import Any, TextIO
 
 from speclib.core.estimand import Estimand
+from speclib.core.reason_text import bench_line, phrase
+from speclib.core.reasons import Code, Reason
 from speclib.core.run_summary import ComparisonEntry, GateEntry, RunSummary, TrustCheckEntry
 from speclib.core.stopping import Stopping, stopping_lines
+from speclib.core.verdict_words import Word
 from speclib.core.wording import STATUS_MARKS
 
 __all__ = [
@@ -251,11 +254,11 @@ _COLUMNS = (
     ("gates", "gates"),
 )
 _COLOUR = {
-    "mixed": "magenta",
-    "adopt": "green",
-    "reject": "red",
-    "failed": "red",
-    "untrustworthy": "red",
+    Word.MIXED: "magenta",
+    Word.ADOPT: "green",
+    Word.REJECT: "red",
+    Word.FAILED: "red",
+    Word.UNTRUSTWORTHY: "red",
 }
 _MARK_COLOUR = {"✔": "green", "✘": "red", "–": "yellow", "?": "yellow"}
 _OPTIONAL = ("per_token",)
@@ -448,59 +451,21 @@ def ms_cell(control_s: Any, experiment_s: Any) -> str:
     return "–" if ms == ["–", "–"] else " → ".join(ms)
 
 
-def _tpot_df(c: ComparisonEntry) -> Any:
-    return (c.metrics.get("tpot") or {}).get("df")
-
-
 def short_reason(
     c: ComparisonEntry, *, more_blocks: int | None = None, projected: bool = False
 ) -> str:
     """One phrase (≤ :data:`REASON_WIDTH` characters) for the verdict of comparison ``c`` of
-    ``summary.json``: the bench, a failed gate, or where the TPOT interval lies. With
-    ``projected``, ``more_blocks`` is the blocks more that would likely decide an
-    inconclusive interval at the run's later looks (None: no practical number); else the
-    comparison's own estimate at its level is used."""
-    word, gates = c.decision, c.gates
-    failed = [g.name for g in gates if g.state == "fail"]
-    reasons = c.reasons
-    if word == "failed":
-        return fit(reasons[0] if reasons else "every launch failed", REASON_WIDTH)
-    if word == "untrustworthy":
-        bench = next((g for g in gates if g.name == "bench"), None)
-        detail = bench.detail if bench else ""
-        what = detail and f": {detail.split(':', 1)[0]} failed"
-        if detail.startswith("the A/A arm"):
-            what = ": the A/A arm shows a false effect"
-        return fit(f"bench untrustworthy{what}", REASON_WIDTH)
-    if failed:
-        return fit(f"gate{'s' * (len(failed) > 1)} {', '.join(failed)} failed", REASON_WIDTH)
-    tpot = c.tpot_decision or word
-    ci = c.tpot_ratio_ci or [None, None]
-    if word == "inconclusive" and tpot == "adopt":
-        return "faster by > δ, but correctness unknown"
-    if tpot == "adopt":
-        return "time per token cut by > δ"
-    if tpot == "worse":
-        return "slower than the control (lower bound > 1)"
-    if tpot == "equivalent":
-        if is_finite_number(ci[0]) and ci[0] > 1:
-            return "within ±δ, but measurably slower"
-        if is_finite_number(ci[1]) and ci[1] < 1:
-            return "faster, but by less than δ"
-        return "within ±δ of the control"
-    if not is_finite_number(c.tpot_ratio):
-        return "no valid pairs"
-    df = _tpot_df(c)
-    if df == 0 or not is_finite_number(ci[1]):
-        return "one block: no interval (run ≥ 2 blocks)"
-    text = "interval too wide" + ("" if df is None else f" (df {df})")
-    more = more_blocks if projected else c.extra_launches_needed
-    pairs = None if projected else c.extra_pairs_needed
-    if more:
-        text += f"; ~{more} more block{'s' * (more != 1)} may decide"
-    elif pairs:
-        text += f"; ~{pairs} more pairs may decide"
-    return fit(text, REASON_WIDTH)
+    ``summary.json``, rendered from its reasons as data
+    (:func:`speclib.core.reason_text.phrase`): the failure, the bench, a failed gate, or
+    where the TPOT interval lies. With ``projected``, ``more_blocks`` is the blocks more that
+    would likely decide an inconclusive interval at the run's later looks (None: no practical
+    number). A summary from before the codes says its word, or its first reason for a
+    failed arm."""
+    reasons = [r for e in c.reason_codes if (r := e.reason()) is not None]
+    if not reasons and c.decision == Word.FAILED and c.reasons:
+        return fit(c.reasons[0], REASON_WIDTH)
+    said = phrase(reasons, str(c.decision), more_blocks=more_blocks, projected=projected)
+    return fit(said, REASON_WIDTH)
 
 
 def end_lines(summary: RunSummary) -> list[str]:
@@ -532,37 +497,25 @@ def stopped_lines(summary: RunSummary) -> list[str]:
 
 
 def bench_check_line(c: ComparisonEntry, *, margin: float | None = None) -> str:
-    """The A/A comparison ``c`` as one line: "bench check: resolution ±9.3 % (δ = ±5 %) at
-    95 % over 6 blocks at c=1; A/A ×0.955 [0.873, 1.044] covers 1: no false effect; …"."""
+    """The A/A comparison ``c`` as one line (:func:`speclib.core.reason_text.bench_line`):
+    "bench check: resolution ±9.3 % (δ = ±5 %) at 95 % over 6 blocks at c=1: ~9 more blocks
+    to reach ±δ; A/A ×0.955 [0.873, 1.044] covers 1: no false effect"; a summary from
+    before the check's reason gives its numbers, the run's ``margin`` where it lacks one."""
     bc = c.bench_check
     if bc is None:
         reasons = c.reasons or ["bench check: no A/A interval"]
         return fit(reasons[0])
-    res, m = bc.resolution, bc.margin if "margin" in bc.model_fields_set else margin
-    n = bc.n_blocks or 0
-    if bc.word == "equivalent":
-        outlook = "equivalent"
-    elif res is None:
-        outlook = "run ≥ 2 blocks for a resolution"
-    elif bc.more_blocks:
-        outlook = f"~{bc.more_blocks} more blocks to reach ±δ"
-    elif bc.blocks_needed is None:
-        outlook = "±δ not reachable"
-    else:
-        outlook = "within ±δ, but off-centre"
-    span = ratio_cell(bc.estimate, [bc.ci_low, bc.ci_high], None)
-    if bc.false_effect:
-        effect = f"excludes 1 ('{bc.word}'): a FALSE EFFECT, the bench is untrustworthy"
-    elif bc.excludes_one:
-        effect = "excludes 1: an instance effect the rule does not act on"
-    else:
-        effect = "covers 1: no false effect"
-    return fit(
-        f"bench check: resolution {'unknown' if res is None else f'±{100 * res:.1f} %'}"
-        + ("" if m is None else f" (δ = ±{100 * m:.3g} %)")
-        + f" at {100 * (bc.confidence_level or 0):.4g} % over {n} block{'s' * (n != 1)}"
-        + f" at {c.load}: {outlook}; A/A {span} {effect}"
-    )
+    check = bc.reason.reason() if bc.reason is not None else None
+    if check is None:
+        m = bc.margin if "margin" in bc.model_fields_set else margin
+        check = Reason(Code.BENCH_CHECK, {
+            "resolution": bc.resolution, "margin": m, "level": bc.confidence_level,
+            "n_blocks": bc.n_blocks, "word": bc.word, "more_blocks": bc.more_blocks,
+            "blocks_needed": bc.blocks_needed, "false_effect": bc.false_effect,
+            "excludes_one": bc.excludes_one, "ratio": bc.estimate, "low": bc.ci_low,
+            "high": bc.ci_high,
+        })  # fmt: skip
+    return fit(bench_line(check, str(c.load)))
 
 
 def _turn_line(c: ComparisonEntry, *, intervals: bool) -> str:

@@ -40,9 +40,9 @@ def jsonable(value: Any) -> Any:
     """``value`` as JSON-safe Python: numpy scalars → Python, NaN/inf/NA/NaT → ``None``.
 
     Containers are converted recursively (tuples, lists and numpy arrays → lists, dict keys
-    → ``str``);
-    an object with ``to_dict()`` (e.g. :class:`~speclib.analysis.stats.paired.RatioCI`) is
-    replaced by its mapping; anything else (``str``, ``None``) is returned as is.
+    → ``str``); an object with ``to_dict()`` (e.g.
+    :class:`~speclib.analysis.stats.ratio_interval.RatioInterval`) is replaced by its
+    mapping; anything else (``str``, ``None``) is returned as is.
     """
     if hasattr(value, "to_dict"):
         return value.to_dict()

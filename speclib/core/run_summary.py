@@ -29,7 +29,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from speclib.core.reasons import Reason
 from speclib.core.rundir import write_json_atomic
+from speclib.core.verdict_words import Word
 
 __all__ = [
     "AnalysisRule",
@@ -42,6 +44,7 @@ __all__ = [
     "InstrumentEntry",
     "IntegrityEntry",
     "LoadEntry",
+    "ReasonEntry",
     "RecommendationEntry",
     "RedecisionEntry",
     "RunSummary",
@@ -125,13 +128,34 @@ class BenchTrust(_Entry):
     )
 
 
+class ReasonEntry(_Entry):
+    """A reason as data (``speclib/core/reasons.py``): a code and its values; its words are
+    ``speclib/core/reason_text.py``'s."""
+
+    code: str = Field(description="What the reason says (a member of `Code`).")
+    values: dict[str, Any] = Field(
+        default_factory=dict, description="The numbers and names its sentence reads."
+    )
+
+    def reason(self) -> Reason | None:
+        """The :class:`~speclib.core.reasons.Reason` (None for a code this kit does not know:
+        a summary from a newer kit)."""
+        try:
+            return Reason.from_dict(self.model_dump())
+        except ValueError:
+            return None
+
+
 class GateEntry(_Entry):
     """One gate of a verdict (``speclib/analysis/verdict/gates.py``)."""
 
     name: str = Field(description="errors, outputs, memory, ttft, e2e, mode or bench.")
     status: str | None = Field(None, description='"pass", "fail" or "not assessed" (never a pass).')
-    detail: str = Field("", description="What was compared.")
+    detail: str = Field("", description="What was compared, in words.")
     passed: bool = Field(False, description="True only for a gate that was assessed and passed.")
+    reason: ReasonEntry | None = Field(
+        None, description="What was compared, as data (null in a summary from before it)."
+    )
 
     @property
     def state(self) -> str:
@@ -150,7 +174,7 @@ class BenchCheckEntry(_Entry):
     n_blocks: int = Field(0, description="Replicate blocks.")
     df: int | None = Field(None, description="Degrees of freedom.")
     block_sd_log: float | None = Field(None, description="Block-to-block SD of the log ratio.")
-    word: str | None = Field(None, description="The rule's word on the A/A interval.")
+    word: Word | None = Field(None, description="The rule's word on the A/A interval.")
     excludes_one: bool = Field(False, description="The interval excludes 1.")
     false_effect: bool = Field(False, description="The rule's word is an effect: untrustworthy.")
     blocks_needed: int | None = Field(None, description="Blocks for a resolution of ±δ.")
@@ -159,6 +183,7 @@ class BenchCheckEntry(_Entry):
     ci_high: float | None = Field(None, description="Interval high.")
     more_blocks: int | None = Field(None, description="Blocks still to run for ±δ.")
     text: str = Field("", description="The check in words.")
+    reason: ReasonEntry | None = Field(None, description="The check as data.")
 
 
 class ComparisonEntry(_Entry):
@@ -218,11 +243,16 @@ class ComparisonEntry(_Entry):
     tpot_ratio_by_turn_note: str | None = Field(None, description="What they are.")
     confidence_level: float | None = Field(None, description="Level of the TPOT interval.")
     ci_method: str | None = Field(None, description="The TPOT interval's method.")
-    tpot_decision: str = Field("inconclusive", description="The TPOT rule's word.")
-    decision: str = Field(
-        "inconclusive", description='The final word (the answer\'s, "mixed" included).'
+    tpot_decision: Word = Field(Word.INCONCLUSIVE, description="The TPOT rule's word.")
+    decision: Word = Field(
+        Word.INCONCLUSIVE, description='The final word (the answer\'s, "mixed" included).'
     )
     reasons: list[str] = Field(default_factory=list, description="Why, in words.")
+    reason_codes: list[ReasonEntry] = Field(
+        default_factory=list,
+        description="Why, as data: each reason's code and values, in the order of `reasons` "
+        "(empty in a summary from before them). Readers render these, never `reasons`.",
+    )
     extra_pairs_needed: int | None = Field(
         None, description="About how many more pairs may decide an inconclusive word."
     )
@@ -276,7 +306,7 @@ class ComparisonEntry(_Entry):
     plausibility: dict[str, Any] | None = Field(
         None, description="Sampled runs: the outputs' log-prob check."
     )
-    pooled_decision: str | None = Field(
+    pooled_decision: Word | None = Field(
         None, description='The gated pooled word ("decision" is the answer\'s).'
     )
     short_reason: str | None = Field(
@@ -304,6 +334,7 @@ class RecommendationEntry(_Entry):
     confidence_level: float | None = Field(None, description="Level.")
     reason: str | None = Field(None, description="The outcome in words.")
     tests: Rows = Field(default_factory=list, description="Every other arm against the best.")
+    reason_code: ReasonEntry | None = Field(None, description="The outcome as data.")
 
 
 class AnswerEntry(_Entry):
@@ -443,7 +474,9 @@ class RunSummary(_Entry):
         "and the `target` word it would likely reach).",
     )
     calibration: dict[str, Any] | None = Field(
-        None, description="`protocol.target_resolution`: reached or not (`text`)."
+        None,
+        description="`protocol.target_resolution`: reached or not (`text`; `reason`: the same "
+        "as data).",
     )
     load: LoadEntry = Field(default_factory=LoadEntry, description="Load and break-even.")
     idle_load: Rows = Field(

@@ -153,13 +153,26 @@ def _finish(finish: str | None) -> str:
 
 
 def _ratio_cell(an: RunAnalysis, experiment: str, category: str) -> str:
+    """The category's TPOT ratio beside its prompts: the answer's segment, with the
+    Holm-adjusted interval the headline gives; for an arm the answer does not cut, the
+    descriptive one, labelled unadjusted."""
+    answer = getattr(an, "answer", None)
     for c in an.experiments:
         if c.experiment == experiment and c.level == 0:
+            segments = answer.categories_of(experiment, 0) if answer is not None else {}
+            seg = segments.get(category)
+            if seg is not None:
+                ci = seg.ci
+                if not math.isfinite(seg.estimate):
+                    return ""
+                if ci is not None and ci.decidable:
+                    return f" ×{seg.estimate:.2f} [{ci.ci_low:.2f}, {ci.ci_high:.2f}]"
+                return f" ×{seg.estimate:.2f}"
             r = c.by_category.get(category)
             if r is None or not math.isfinite(r.estimate):
                 return ""
             if r.ci_low is not None and r.ci_high is not None:
-                return f" ×{r.estimate:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+                return f" ×{r.estimate:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] (unadjusted)"
             return f" ×{r.estimate:.2f}"
     return ""
 

@@ -13,10 +13,12 @@ import re
 from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.analysis.verdict.answer import MIXED
-from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
+from speclib.analysis.verdict.categories import CATEGORY_NOTE, SEGMENT_CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import Estimand
+from speclib.core.reason_text import render, render_all, word_meaning
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 from speclib.core.wording import ratio_words, speed_words
 from speclib.report.html_format import wrap
 
@@ -109,40 +111,34 @@ def at_load(c: Comparison, an: RunAnalysis) -> str:
 def _failed_words(c: Comparison) -> str:
     """``draft-k4 could not be measured: <root cause>; fix it and run again``."""
     reasons = c.verdict.reasons if c.verdict else ()
-    cause = (reasons[0] if reasons else "every launch failed").split(" failed: ", 1)[-1]
+    failed = next((r for r in reasons if r.code is Code.ARM_FAILED), None)
+    cause = failed["cause"] if failed is not None else "every launch failed"
     return f"**{c.experiment}** could not be measured: {cause}; fix it and run again"
 
 
 def _sentence(c: Comparison, an: RunAnalysis) -> str:
     ci = c.cis.get("tpot_s")
-    if c.word == "failed":
+    if c.word == Word.FAILED:
         return _failed_words(c) + "."
     if ci is None:
         return f"**{c.experiment}**{at_load(c, an)}: no successful request pairs, so no comparison."
     effect = _effect(ci)
     word = c.word
-    tail = {
-        "adopt": f"worth turning on for this workload at {_load_words(c, an)}",
-        "equivalent": f"no difference that matters (within ±{an.params.analysis.margin:.0%})",
-        "worse": "slower: keep it off",
-        "reject": "rejected by a gate: "
-        + "; ".join(g.name for g in (c.verdict.gates if c.verdict else ()) if g.failed),
-        "inconclusive": "not enough data to decide",
-        "untrustworthy": "not decided: the bench cannot be trusted (see the bench-trust "
-        "panel above)",
-        "failed": "failed: " + "; ".join(c.verdict.reasons if c.verdict else ()),
-        "mixed": _mixed_words(c, an),
-    }[word]
+    gates = c.verdict.gates if c.verdict else ()
+    tail = word_meaning(
+        word, load=_load_words(c, an), margin=an.params.analysis.margin,
+        failed_gates=[g.name for g in gates if g.failed],
+        failure=c.verdict.reasons if c.verdict else (), segments=_segment_reason(c, an),
+    )  # fmt: skip
     extra = ""
-    note = ci.note or ""
-    if word == "inconclusive" and note.startswith("no degrees of freedom"):
+    if word == Word.INCONCLUSIVE and ci.note is not None and ci.note.code is Code.NO_DF:
         extra = (
             " — one launch per arm cannot separate the effect from launch-to-launch noise: "
             "run at least two replicate blocks (or add protocol.aa)"
         )
-    elif word == "inconclusive" and c.decision and c.decision.extra_launches_needed:
+    elif word == Word.INCONCLUSIVE and c.decision and c.decision.extra_launches_needed:
         extra = f" — about {c.decision.extra_launches_needed} more replicate blocks may decide it"
-    elif word == "inconclusive" and c.decision and c.decision.extra_pairs_needed:
+    elif word == Word.INCONCLUSIVE and c.decision and c.decision.extra_pairs_needed:
         extra = f" — about {c.decision.extra_pairs_needed} more prompt pairs would decide it"
     unknown = [g.name for g in (c.verdict.gates if c.verdict else ()) if g.status == "not assessed"]
     if unknown:
@@ -150,40 +146,70 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
     return (
         f"**{c.experiment}** ({c.method}, k={c.k}){at_load(c, an)} {effect} over "
         f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_other_ratios(c)}"
-        f"{_by_category(c)}"
+        f"{_by_category(c, an)}"
     )
 
 
-def _mixed_words(c: Comparison, an: RunAnalysis) -> str:
-    """The answer's sentence for a "mixed" arm (:mod:`speclib.analysis.verdict.answer`)."""
+def _segment_reason(c: Comparison, an: RunAnalysis) -> Reason | None:
+    """The answer's reason behind a "mixed" arm (:mod:`speclib.analysis.verdict.answer`)."""
     answer = getattr(an, "answer", None)
     mine = answer.of(c.experiment, c.level) if answer is not None else None
-    return (mine.sentence if mine and mine.sentence else "mixed").removeprefix("mixed: ")
+    return mine.segment_reason if mine is not None else None
 
 
-def _group_words(groups: dict[Any, Any]) -> str:
+def _counts(n_pairs: int, n_blocks: int) -> str:
+    return f"{n_pairs} pairs in {n_blocks} block{'s' * (n_blocks != 1)}"
+
+
+def _group_words(groups: dict[Any, Any], *, label: str = "") -> str:
     """Each group's ratio (a :class:`CategoryRatio`) in words, with its descriptive
-    interval or why it has none, separated by semicolons."""
+    interval (``label`` before its level: "unadjusted ") or why it has none, separated by
+    semicolons."""
     parts = []
     for r in groups.values():
-        counts = f"{r.n_pairs} pairs in {r.n_blocks} block{'s' * (r.n_blocks != 1)}"
+        counts = _counts(r.n_pairs, r.n_blocks)
         if r.has_interval:
             ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
-            where = f"{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
+            where = f"{label}{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
         else:
-            where = f"{counts}: {r.note or 'no interval'}"
+            where = f"{counts}: {render(r.note) if r.note is not None else 'no interval'}"
         parts.append(f"{r.category} {ratio_words(r.estimate)} ({where})")
     return "; ".join(parts)
 
 
-def _by_category(c: Comparison) -> str:
+def _segment_words(segments: dict[str, Any]) -> str:
+    """Each category's segment (:class:`~speclib.analysis.verdict.segments.SegmentResult`)
+    in words: its ratio with the Holm-adjusted interval the answer gives, or why it has
+    none, separated by semicolons."""
+    parts = []
+    for s in segments.values():
+        counts, ci = _counts(s.n_pairs, s.n_blocks), s.ci
+        if ci is not None and ci.decidable:
+            span = f"×{ci.ci_low:.2f}–×{ci.ci_high:.2f}"
+            where = f"{conf_words(ci.confidence_level)} CI {span}, df {ci.df}, {counts}"
+        else:
+            why = s.note if s.note is not None else (ci.note if ci is not None else None)
+            where = f"{counts}: {render(why) if why is not None else 'no interval'}"
+        parts.append(f"{s.segment} {ratio_words(s.estimate)} ({where})")
+    return "; ".join(parts)
+
+
+def _by_category(c: Comparison, an: RunAnalysis | None = None) -> str:
     """Where the effect comes from, when the prompts come in several categories: each
-    category's ratio in words with its descriptive interval, or why it has none; then,
-    in a multi-turn run, the same per turn (:func:`_by_turn`)."""
+    category's ratio in words with one interval, the answer's segment's (Holm over every
+    segment, as the headline gives it), or, for an arm the answer does not cut, the
+    descriptive one labelled unadjusted; then, in a multi-turn run, the same per turn
+    (:func:`_by_turn`)."""
+    answer = getattr(an, "answer", None)
+    segments = answer.categories_of(c.experiment, c.level) if answer is not None else {}
     cats = getattr(c, "tpot_ratio_by_category", None) or {}
     text = ""
-    if len(cats) >= 2:
-        text = f" TPOT ratio by prompt category: {_group_words(cats)}. The {CATEGORY_NOTE}."
+    if len(segments) >= 2:
+        words = _segment_words(segments)
+        text = f" TPOT ratio by prompt category: {words}. The {SEGMENT_CATEGORY_NOTE}."
+    elif len(cats) >= 2:
+        words = _group_words(cats, label="unadjusted ")
+        text = f" TPOT ratio by prompt category: {words}. The {CATEGORY_NOTE}."
     return text + _by_turn(c)
 
 
@@ -206,9 +232,9 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
             "",
             _warning_pointer(an),
         )
-    wins = [c for c in an.experiments if c.word == "adopt"]
-    failed = list({c.experiment: c for c in an.experiments if c.word == "failed"}.values())
-    measured = [c for c in an.experiments if c.word != "failed"]
+    wins = [c for c in an.experiments if c.word == Word.ADOPT]
+    failed = list({c.experiment: c for c in an.experiments if c.word == Word.FAILED}.values())
+    measured = [c for c in an.experiments if c.word != Word.FAILED]
     if failed and not measured:
         headline = (
             "No verdict: "
@@ -254,11 +280,11 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
         "block-to-block variance (Holm-adjusted over every experiment arm and load level); "
         "the method is at the end of this page."
     )
-    said = getattr(getattr(an, "answer", None), "headline", ())
+    said = render_all(getattr(getattr(an, "answer", None), "headline", ()))
     if said:
         mixed = " ".join(s[0].upper() + s[1:] + "." for s in said)
         headline = f"{mixed} {headline}"
-    if any(c.word == "untrustworthy" for c in an.experiments):
+    if any(c.word == Word.UNTRUSTWORTHY for c in an.experiments):
         headline = (
             f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
             "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
@@ -283,7 +309,8 @@ def _best_for_the_whole(an: RunAnalysis) -> Comparison | None:
     """The fastest "mixed" arm whose pooled verdict over all its requests is "adopt": the
     one deployment that pays for the traffic as a whole, though not on every segment."""
     arms = getattr(getattr(an, "answer", None), "arms", ())
-    pooled = {(a.arm, a.level) for a in arms if a.word == MIXED and a.pooled_word == "adopt"}
+    pooled = {(a.arm, a.level) for a in arms
+              if a.word == Word.MIXED and a.pooled_word == Word.ADOPT}  # fmt: skip
     found = [c for c in an.experiments
              if (c.experiment, c.level) in pooled and c.cis.get("tpot_s") is not None]  # fmt: skip
     return min(found, key=lambda c: c.cis["tpot_s"].estimate, default=None)  # type: ignore[union-attr]

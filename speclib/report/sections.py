@@ -19,7 +19,10 @@ from typing import Any
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.core.estimand import DEFINITIONS, LABELS, Estimand
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code
 from speclib.core.stopping import stopping_lines
+from speclib.core.verdict_words import Word
 from speclib.core.wording import STATUS_MARKS, speed_words, time_change_words
 from speclib.report.conclusion import (
     conclusion,
@@ -60,9 +63,10 @@ def _ratio_cell(c: Comparison) -> str:
     if ci is None:
         return "no valid pairs"
     words = f"{time_change_words(ci.estimate)}, {speed_words(ci.estimate)}"
+    p = ci.bootstrap.wilcoxon_p if ci.bootstrap is not None else None
     wilcoxon = (
-        f"; Wilcoxon signed-rank p = {ci.wilcoxon_p:.2g} (information, not the rule)"
-        if ci.wilcoxon_p is not None and math.isfinite(ci.wilcoxon_p)
+        f"; Wilcoxon signed-rank p = {p:.2g} (information, not the rule)"
+        if p is not None and math.isfinite(p)
         else ""
     )
     return (
@@ -70,8 +74,8 @@ def _ratio_cell(c: Comparison) -> str:
         f"<span class='speclib-small'>{words}</span><br>"
         f"<span class='speclib-nowrap'>{conf_words(ci.confidence_level)} CI "
         f"{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
-        f"<br><span class='speclib-small' title='{html.escape(ci.method, quote=True)}'>"
-        f"{ci.n_pairs} pairs in {ci.n_launches} block(s){_df_words(ci)}{wilcoxon}</span>"
+        f"<br><span class='speclib-small' title='{html.escape(ci.label, quote=True)}'>"
+        f"{ci.n_pairs} pairs in {ci.n_blocks} block(s){_df_words(ci)}{wilcoxon}</span>"
         f"{_other_ratios_html(c)}{_exclusion_note(c)}"
     )
 
@@ -120,17 +124,17 @@ def _reason(c: Comparison) -> str:
     failed = [g for g in c.verdict.gates if g.failed]
     d = c.verdict.tpot_decision
     if failed:
-        gates = "; ".join(f"gate <b>{g.name}</b>: {html.escape(g.detail)}" for g in failed)
+        gates = "; ".join(f"gate <b>{g.name}</b>: {render(g.reason, 'html')}" for g in failed)
         return f"TPOT alone: <b>{d.word}</b>. Failed {gates}{gates_html(c)}"
-    # The reason opens with the ratio and its CI, already in the table's ratio column.
-    reason = d.reason
-    if reason.startswith("TPOT ratio ") and "): " in reason:
-        reason = reason.split("): ", 1)[1]
+    # the rule's outcome without its lead: the ratio and its CI are in the ratio column
+    reason = render(d.reason, lead=False)
     text = html.escape(reason[:1].upper() + reason[1:])
-    bench = reason.startswith("bench check")  # the A/A row: its blocks are in the reason
-    said = "more blocks" in reason or "more pairs" in reason
+    bench = d.reason.code is Code.BENCH_CHECK  # the A/A row: its blocks are in the reason
+    said = d.reason.code is Code.RULE_INCONCLUSIVE and any(
+        d.reason.get(k) is not None for k in ("extra_pairs", "extra_blocks")
+    )
     if (
-        d.word == "inconclusive"
+        d.word == Word.INCONCLUSIVE
         and not bench
         and not said
         and (d.extra_pairs_needed or d.extra_launches_needed)
@@ -154,7 +158,7 @@ def gates_html(c: Comparison) -> str:
         for g in gates
     )
     unknown = "".join(
-        f"<br>gate <b>{html.escape(g.name)}</b> not assessed: {html.escape(g.detail)}"
+        f"<br>gate <b>{html.escape(g.name)}</b> not assessed: {render(g.reason, 'html')}"
         for g in gates
         if g.status == "not assessed"
     )
@@ -417,10 +421,10 @@ def _recommended_row(r: Any) -> str:
     :mod:`speclib.analysis.load.recommend`)."""
     if r.value is None:
         label = {"no_k_pays": "NO K PAYS", "undecided": "UNDECIDED"}.get(r.outcome, "NO DATA")
-        word = word_badge("inconclusive", label)
+        word = word_badge(Word.INCONCLUSIVE, label)
     else:
         value = ", ".join(f"{k}={v}" for k, v in r.value.items())
-        word = word_badge("adopt", value)
+        word = word_badge(Word.ADOPT, value)
     ratio = "–"
     if r.ratio is not None and r.ci_low is not None:
         ratio = (
@@ -433,6 +437,6 @@ def _recommended_row(r: Any) -> str:
         f"<td><b>recommended: {html.escape(r.family)}</b><br>"
         f"<span class='speclib-small'>{html.escape(rule)}</span></td>"
         f"<td>{ratio}</td><td>{word}</td>"
-        f"<td colspan='5'>{html.escape(r.reason)}</td>"
+        f"<td colspan='5'>{render(r.reason, 'html')}</td>"
         f"<td>{html.escape(str(r.load))}</td></tr>"
     )

@@ -13,6 +13,9 @@ from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.resolution import bench_check
+from speclib.core.reason_text import render
+from speclib.core.reasons import Reason
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 from speclib.core.wording import STATUS_MARKS
 from speclib.report.conclusion import (
     at_load,
@@ -77,7 +80,7 @@ def noise_floor_html(an: RunAnalysis) -> str:
             margin = c.decision.margin if c.decision else an.params.analysis.margin
             check = bench_check(ci, margin=margin).text()
             text += html.escape(check[0].upper() + check[1:]) + ". "
-            if c.word in ("adopt", "worse", "reject"):
+            if c.word in (*FALSE_EFFECT, Word.REJECT):
                 text += (
                     "The bench shows an effect where none exists: no verdict of this run "
                     "can be trusted."
@@ -87,13 +90,13 @@ def noise_floor_html(an: RunAnalysis) -> str:
             else:
                 text += "Alone it does not vouch for the bench: see the checks below."
         parts.append(f"<p><b>This bench's noise floor.</b> {text}</p>")
-    calibrated = (getattr(an, "calibration", None) or {}).get("text")
+    calibrated = (getattr(an, "calibration", None) or {}).get("reason")
     if calibrated:
-        said = calibrated.removeprefix("calibration: ")
-        parts.append(f"<p><b>Calibration.</b> {html.escape(said[0].upper() + said[1:])}.</p>")
+        said = render(Reason.from_dict(calibrated), "html", lead=False)
+        parts.append(f"<p><b>Calibration.</b> {said[0].upper() + said[1:]}.</p>")
     more = [f"<p class='speclib-small'>{html.escape(design_line(an))}</p>"]
     if an.bench_problem:
-        more.append(f"<p><b>Bench problem:</b> {html.escape(an.bench_problem)}</p>")
+        more.append(f"<p><b>Bench problem:</b> {render(an.bench_problem, 'html')}</p>")
     parts.append(bench_trust_html(an, more=more))
     return f"<div class='speclib-noise' id='speclib-noise'>{''.join(parts)}</div>"
 

@@ -14,6 +14,7 @@ import pytest
 
 from speclib.analysis.run_analysis import analyze_run
 from speclib.analysis.verdict.run_rules import decision_confidence
+from speclib.core.reasons import Code
 from speclib.core.records import RequestRecord, append_record
 from speclib.params.experiment import ExperimentParams
 
@@ -166,12 +167,13 @@ def test_unequal_idle_load_between_arms_is_a_bench_problem(tmp_path: Path) -> No
                 t += 1.0
             (launch / "cpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     an = analyze_run(run)
-    assert an.bench_problem and "unequally" in an.bench_problem
+    failed = dict(an.bench_problem["failed"])  # the bench checks that failed, with details
+    assert list(failed) == ["CPU starvation"] and "unequally" in failed["CPU starvation"]
     idle = an.idle_load.set_index(["block", "arm"])
     assert idle.loc[("r0", "control"), "background_cores"] == pytest.approx(1.4, abs=0.01)
     assert idle.loc[("r0", "spec"), "background_cores"] == pytest.approx(0.05, abs=0.01)
     # 0.9 + 1.4 cores wanted on the 2 cores of the synthetic machine: 33 % unmet for control
-    assert "could not be met" in an.bench_problem
+    assert "could not be met" in failed["CPU starvation"]
     assert _by(an.summary())["spec"]["decision"] == "untrustworthy"
 
 
@@ -251,12 +253,14 @@ def test_the_aa_row_reads_as_a_bench_check_everywhere(tmp_path: Path) -> None:
     run = _write_run(tmp_path, params, {"spec": 0.5})
     an = analyze_run(run)
     aa = _by(json.loads((run / "summary.json").read_text()))["aa"]
-    assert aa["reasons"][0].startswith("bench check: resolution ±")
-    assert "(δ = ±5 %) at " in aa["reasons"][0] and "over 3 blocks" in aa["reasons"][0]
+    codes = [r["code"] for r in aa["reason_codes"]]
+    assert codes[0] == Code.BENCH_CHECK  # the A/A row's first reason is the bench check
+    assert not {Code.RULE_ADOPT, Code.RULE_WORSE, Code.RULE_INCONCLUSIVE} & set(codes)
+    check = aa["reason_codes"][0]["values"]
+    assert check["margin"] == 0.05 and check["n_blocks"] == 3 and check["df"] == 2
+    assert check["resolution"] > 0 and check["low"] <= check["ratio"] <= check["high"]
     assert aa["extra_pairs_needed"] is None
-    check_text = aa["reasons"][0]  # the other reasons are the gates' (TTFT, E2E, errors)
-    assert not any(w in check_text for w in ("adopt", "worse", "pairs"))
-    assert not any("would likely reach" in r for r in aa["reasons"])
+    assert aa["reasons"][0].startswith("bench check: resolution ±")  # its words, rendered
     assert aa["bench_check"]["text"] == aa["reasons"][0]
     assert aa["bench_check"]["df"] == 2
     noise = an.summary()["noise"][0]["aa"]

@@ -72,3 +72,17 @@ def test_html_shows_answers_escaped_with_the_disagreements(analysis) -> None:
         "prompts answered exactly as the control; 1 differ (0 near tie(s), 0 real, 1 not "
         "ranked): p3 (at 2 tokens)" in html
     )
+
+
+def test_a_category_shows_one_interval_the_answers_segment(analysis) -> None:
+    """The ratio beside a category's prompts is its segment's (the answer's, Holm-adjusted):
+    the same figure as the headline, never a second, unadjusted interval."""
+    html = answers_html(analysis)
+    segment = analysis.answer.categories_of("spec", 0)["c"]
+    spec = next(c for c in analysis.experiments if c.experiment == "spec" and c.level == 0)
+    unadjusted = spec.by_category["c"]
+    assert segment.ci.confidence_level > 0.95 and segment.ci.ci_low < unadjusted.ci_low
+    cell = f"TPOT ratio spec ×{segment.estimate:.2f} [{segment.ci.ci_low:.2f}, "
+    assert cell + f"{segment.ci.ci_high:.2f}]" in html
+    assert f"[{unadjusted.ci_low:.2f}, {unadjusted.ci_high:.2f}]" not in html
+    assert "(unadjusted)" not in html

@@ -30,7 +30,8 @@ import pytest
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.block_intervals import ONE_BLOCK_NOTE, block_ratio_cis
 from speclib.analysis.stats.block_summary import BlockSummary, block_summary, summarize_blocks
-from speclib.analysis.stats.sequential import interval_word
+from speclib.analysis.stats.margin_rule import classify
+from speclib.core.reasons import Code
 
 pytestmark = pytest.mark.unit
 
@@ -144,7 +145,7 @@ def test_false_decisions_under_ratio_one_stay_below_alpha(blocks):
     """(b) With a true ratio of 1 neither "adopt" nor "worse" comes out more than α."""
     ratios, names = (1.0, 1.0), ("ngram", "aa")
     table = interval_table(30 + blocks, blocks=blocks, ratios=ratios, names=names, aa="aa")
-    words = [interval_word(lo, hi, margin=MARGIN) for lo, hi in table[:, 0]]
+    words = [classify(lo, hi, margin=MARGIN).word for lo, hi in table[:, 0]]
     false = np.mean([w in ("adopt", "worse") for w in words])
     assert false <= 0.05 + 0.015, false
 
@@ -173,7 +174,7 @@ def test_power_adopts_ratio_point_six_with_three_blocks():
             table = interval_table(50, blocks=blocks, ratios=ratios, names=names, aa="aa",
                                    reference=reference)  # fmt: skip
             adopted = np.mean(
-                [interval_word(lo, hi, margin=MARGIN) == "adopt" for lo, hi in table[:, 0]]
+                [classify(lo, hi, margin=MARGIN).word == "adopt" for lo, hi in table[:, 0]]
             )
             assert adopted >= minimum, (blocks, reference, adopted)
 
@@ -204,7 +205,7 @@ def test_complete_design_estimates_equal_block_means():
     half = 4.30265273 * np.std(contrast, ddof=1) / math.sqrt(3)  # t[2, 0.975]
     assert math.log(both.arms["ngram"].ci_high) == pytest.approx(contrast.mean() + half)
     assert both.arms["ngram"].reference == "controls" and both.arms["draft"].df == 2
-    assert "mean of control and aa, df=2" in both.arms["ngram"].method
+    assert both.arms["ngram"].label == "blocks (own-arm paired t vs mean of control and aa, df=2)"
     assert both.aa.ci_low == pytest.approx(res.aa.ci_low)
 
 
@@ -222,7 +223,7 @@ def test_components_and_heterogeneity():
     rng = np.random.default_rng(70)
     lr, _ = simulate_blocks(rng, runs=1, blocks=4, ratios=(0.8, 1.0))
     res = block_ratio_cis(summaries(lr, ("ngram", "aa"))[0], aa_arm="aa")
-    ci = res.arms["ngram"]
+    ci = res.arms["ngram"].blocks
     assert ci.se_within_log > 0 and ci.se_log > 0
     assert 0 <= ci.instance_share <= 1
     assert ci.more_blocks_help is (ci.instance_share > 0.5)
@@ -261,7 +262,7 @@ def test_a_noisy_arm_gets_a_wider_interval_than_a_quiet_one():
     quiet, noisy = res.arms["quiet"], res.arms["noisy"]
     assert quiet.estimate == pytest.approx(noisy.estimate)
     assert math.log(noisy.ci_high / noisy.ci_low) > 5 * math.log(quiet.ci_high / quiet.ci_low)
-    assert noisy.se_log == pytest.approx(np.std(means["noisy"], ddof=1) / math.sqrt(3))
+    assert noisy.blocks.se_log == pytest.approx(np.std(means["noisy"], ddof=1) / math.sqrt(3))
 
 
 @pytest.mark.parametrize("reference", ["control", "controls"])
@@ -277,7 +278,7 @@ def test_an_arms_interval_ignores_another_arms_noise(reference):
         a, b = quiet.arms[name], loud.arms[name]
         assert (a.ci_low, a.ci_high, a.df) == pytest.approx((b.ci_low, b.ci_high, b.df))
     assert quiet.aa.ci_high == pytest.approx(loud.aa.ci_high)
-    assert loud.arms["draft"].se_log > 10 * quiet.arms["draft"].se_log
+    assert loud.arms["draft"].blocks.se_log > 10 * quiet.arms["draft"].blocks.se_log
 
 
 # ------------------------------------------------------------------- degenerate data
@@ -288,8 +289,8 @@ def test_one_block_without_aa_cannot_decide():
     res = block_ratio_cis(s)
     ci = res.arms["ngram"]
     assert (ci.ci_low, ci.ci_high, ci.df, ci.decidable) == (0.0, math.inf, 0, False)
-    assert ci.note == ONE_BLOCK_NOTE == res.note and "one launch per arm" in ci.note
-    assert interval_word(ci.ci_low, ci.ci_high, margin=MARGIN) == "inconclusive"
+    assert ci.note == ONE_BLOCK_NOTE == res.note and ci.note.code is Code.NO_DF
+    assert classify(ci.ci_low, ci.ci_high, margin=MARGIN).word == "inconclusive"
     assert ci.to_dict()["ci_high"] is None and ci.to_dict()["decidable"] is False
 
 
@@ -310,7 +311,7 @@ def test_all_equal_block_means_warn_and_give_zero_width_not_nan():
     ci = res.arms["ngram"]
     assert ci.ci_low == pytest.approx(ci.estimate) == pytest.approx(ci.ci_high)
     assert ci.estimate == pytest.approx(math.exp(-0.1))
-    assert ci.instance_share is None and ci.note is not None
+    assert ci.blocks.instance_share is None and ci.note is not None
     flat = json.dumps(res.to_dict())
     assert "NaN" not in flat
 

@@ -4,14 +4,19 @@ the one wording of a TPOT ratio: ×0.51 is 49 % less time per token, 1.96× the 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.verdict.categories import CATEGORY_NOTE, MIN_CATEGORY_PAIRS, category_ratios
+from speclib.analysis.verdict.categories import (
+    CATEGORY_NOTE,
+    MIN_CATEGORY_PAIRS,
+    SEGMENT_CATEGORY_NOTE,
+    category_ratios,
+)
+from speclib.core.reasons import Code, Reason
 from speclib.core.wording import ratio_words, speed_words, time_change_words
 
 pytestmark = pytest.mark.unit
@@ -74,9 +79,9 @@ def test_a_category_with_few_pairs_or_one_block_gets_no_interval() -> None:
     assert known.n_pairs == 2 and known.n_blocks == 2
     assert known.estimate == pytest.approx(0.51, rel=0.1)
     assert not known.has_interval and known.ci_low is None and known.df is None
-    assert known.note == f"too few pairs for an interval, need {MIN_CATEGORY_PAIRS}"
+    assert known.note == Reason(Code.TOO_FEW, {"what": "pairs", "need": MIN_CATEGORY_PAIRS})
     assert not lonely.has_interval and lonely.n_pairs == 10 and lonely.n_blocks == 1
-    assert lonely.note == "too few blocks for an interval, need 2"
+    assert lonely.note == Reason(Code.TOO_FEW, {"what": "blocks", "need": 2})
     assert got["repeat"].has_interval and got["repeat"].df == 2
 
 
@@ -188,12 +193,21 @@ def test_summary_and_report_carry_the_category_intervals(tmp_path: Path) -> None
     known = cats["known"]
     assert known["ci_low"] is None and known["ci_high"] is None and known["df"] is None
     assert known["note"].startswith("too few pairs") and known["n_pairs"] == 3
+    # the page shows one interval per category: the answer's segment's (Holm-adjusted)
     text = conclusion(an)
-    known_words = re.escape(ratio_words(known["ratio"]))
-    assert re.search(rf"known {known_words} \(3 pairs in 3 blocks: too few pairs for an "
-                     r"interval, need 6\)", text)  # fmt: skip
-    repeat_words = re.escape(ratio_words(repeat["ratio"]))
-    assert re.search(rf"repeat {repeat_words} \(95 % CI ×0\.\d\d–×0\.\d\d, df 2, 24 pairs "
-                     r"in 3 blocks\)", text)  # fmt: skip
-    assert CATEGORY_NOTE.split(": ", 1)[1] in text
+    arm = next(a for a in summary["answer"]["arms"] if a["arm"] == "spec" and a["level"] == 0)
+    segs = {s["segment"]: s for s in arm["segments"] if s["cut"] == "category"}
+    assert set(segs) == {"known", "repeat", "unseen"}
+    seg = segs["repeat"]
+    assert seg["confidence_level"] > repeat["confidence_level"]  # Holm widens it
+    level = f"{round(seg['confidence_level'] * 100, 1):g} %"
+    span = f"×{seg['ci_low']:.2f}–×{seg['ci_high']:.2f}"
+    assert (f"repeat {ratio_words(seg['estimate'])} ({level} CI {span}, df {seg['df']}, "
+            f"{seg['n_pairs']} pairs in {seg['n_blocks']} blocks)") in text  # fmt: skip
+    unadjusted = f"×{repeat['ci_low']:.2f}–×{repeat['ci_high']:.2f}"
+    assert unadjusted == span or unadjusted not in text
+    known_seg = segs["known"]
+    assert known_seg["ci_low"] is None and known_seg["note"] is not None
+    assert f"known {ratio_words(known_seg['estimate'])} (3 pairs in 3 blocks: " in text
+    assert SEGMENT_CATEGORY_NOTE in text and CATEGORY_NOTE not in text
     assert "faster" not in text

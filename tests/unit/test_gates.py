@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.decision import Decision, decide
+from speclib.analysis.verdict.final_word import apply_gates
 from speclib.analysis.verdict.gates import (
     BenchGate,
     E2eGate,
@@ -32,13 +33,15 @@ from speclib.analysis.verdict.gates import (
     ModeGate,
     OutputGate,
     TtftGate,
-    apply_gates,
     error_increase_bounds,
 )
 from speclib.analysis.verdict.pairs import gate_cis
+from speclib.core.reason_text import render, render_all
+from speclib.core.reasons import Code, Reason, codes_of
+from tests.intervals import block_interval, decision_of
 
-ADOPT = Decision("adopt", "TPOT ratio 0.80: faster", margin=0.05, confidence_level=0.95)
-WORSE = Decision("worse", "TPOT ratio 1.20: slower", margin=0.05, confidence_level=0.95)
+ADOPT = decision_of("adopt")
+WORSE = decision_of("worse")
 CLEAN = {
     "control_error_rate": 0.0,
     "experiment_error_rate": 0.0,
@@ -84,7 +87,7 @@ def _pairs(ttft=(), e2e=(), *, ttft_c=0.2, n=20, noise=0.05, seed=0) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def _cis(pairs: pd.DataFrame) -> dict[str, RatioCI | None]:
+def _cis(pairs: pd.DataFrame) -> dict[str, RatioInterval | None]:
     return gate_cis({"spec": pairs}, aa_arm=None, confidence_level=0.95)["spec"]
 
 
@@ -104,18 +107,19 @@ def _ttft_verdict(pairs: pd.DataFrame, decision: Decision = ADOPT, **extra):
 def test_ttft_clearly_worse_across_blocks_fails_and_rejects():
     verdict = _ttft_verdict(_pairs(ttft=[2.0, 2.1, 1.9, 2.05, 1.95, 2.0]))
     ci = _cis(_pairs(ttft=[2.0, 2.1, 1.9, 2.05, 1.95, 2.0]))["ttft_s"]
-    assert ci.df == 5 and ci.method.startswith("blocks")  # the block model, not a bootstrap
+    assert ci.df == 5 and ci.method.of_blocks  # the block model, not a bootstrap
     assert ci.ci_low > 1.5
     assert _status(verdict, "ttft") == "fail"
     assert verdict.word == "reject"
-    assert any(r.startswith("gate 'ttft' failed") for r in verdict.reasons)
+    failed = [r for r in verdict.reasons if r.code is Code.GATE_FAILED]
+    assert [r["gate"] for r in failed] == ["ttft"] and failed[0]["detail"]["outcome"] == "worse"
 
 
 def test_ttft_within_its_margin_across_blocks_passes():
     verdict = _ttft_verdict(_pairs(ttft=[1.0, 1.03, 0.98, 1.01, 0.99, 1.02]))
     assert _status(verdict, "ttft") == "pass"
     assert verdict.word == "adopt"
-    assert not any("not assessed" in r for r in verdict.reasons)
+    assert Code.GATE_NOT_ASSESSED not in codes_of(verdict.reasons)
 
 
 def test_ttft_from_one_block_is_not_assessed_even_when_the_pairs_agree():
@@ -125,16 +129,17 @@ def test_ttft_from_one_block_is_not_assessed_even_when_the_pairs_agree():
     verdict = _ttft_verdict(pairs)
     gate = next(g for g in verdict.gates if g.name == "ttft")
     assert gate.status == "not assessed" and not gate.passed and not gate.failed
-    assert "no degrees of freedom" in gate.detail
+    assert gate.reason.code is Code.LATENCY and gate.reason["outcome"] == "no_df"
     assert verdict.word == "adopt"  # not assessed keeps the TPOT word ...
-    assert any(r.startswith("gate 'ttft' not assessed: ") for r in verdict.reasons)  # ... says so
+    unknown = [r for r in verdict.reasons if r.code is Code.GATE_NOT_ASSESSED]
+    assert [r["gate"] for r in unknown] == ["ttft"]  # ... says so
 
 
 def test_ttft_from_wildly_varying_blocks_is_not_assessed():
     verdict = _ttft_verdict(_pairs(ttft=[0.3, 3.0, 0.4, 2.5]))
     gate = next(g for g in verdict.gates if g.name == "ttft")
     assert gate.status == "not assessed"
-    assert "too wide" in gate.detail and "df = 3" in gate.detail
+    assert (gate.reason["outcome"], gate.reason["df"]) == ("too_wide", 3)
     assert verdict.word == "adopt"
 
 
@@ -166,7 +171,7 @@ def test_gate_intervals_use_the_same_reference_as_tpot_with_an_aa_arm():
     spec = _pairs(ttft=[1.2, 1.25, 1.15, 1.2])
     aa = _pairs(ttft=[1.0, 1.0, 1.0, 1.0], seed=1)
     cis = gate_cis({"spec": spec, "aa": aa}, aa_arm="aa", confidence_level=0.95)
-    assert "mean of control" in cis["spec"]["ttft_s"].method
+    assert cis["spec"]["ttft_s"].reference == "controls"
     assert cis["aa"]["ttft_s"] is not None and cis["aa"]["ttft_s"].df == 3
 
 
@@ -199,7 +204,7 @@ def test_error_gate_without_counts_is_not_assessed_never_passed():
     verdict = _gated(ADOPT, control_requests=None, experiment_requests=None)
     gate = verdict.gates[0]
     assert (gate.name, gate.status, gate.passed) == ("errors", "not assessed", False)
-    assert "request counts not given" in gate.detail
+    assert gate.reason.code is Code.ERRORS_UNCOUNTED
 
 
 def test_error_increase_bounds_bracket_the_observed_rise_and_narrow_with_counts():
@@ -261,7 +266,7 @@ def test_a_gate_reads_only_its_evidence_and_is_absent_where_it_does_not_apply():
 def test_not_assessed_keeps_every_tpot_word_and_only_a_failure_rejects():
     uninformative = _cis(_pairs(ttft=[2.0]))["ttft_s"]
     for word in ("adopt", "equivalent", "worse", "inconclusive"):
-        decision = Decision(word, "TPOT", margin=0.05, confidence_level=0.95)
+        decision = decision_of(word)
         verdict = _gated(decision, ttft_gate=TTFT_RULE, ttft=uninformative)
         assert verdict.word == word
     failing = _cis(_pairs(ttft=[2.0, 2.1, 1.9, 2.0]))["ttft_s"]
@@ -270,9 +275,11 @@ def test_not_assessed_keeps_every_tpot_word_and_only_a_failure_rejects():
 
 def test_gate_status_is_one_of_three_and_serializes_with_passed_false_when_not_assessed():
     with pytest.raises(ValueError, match="`status`"):
-        GateResult("ttft", True, "old-style boolean")  # type: ignore[arg-type]
-    out = GateResult("ttft", "not assessed", "one block").to_dict()
-    assert out == {"name": "ttft", "status": "not assessed", "detail": "one block", "passed": False}
+        GateResult("ttft", True, Reason(Code.NO_DF))  # type: ignore[arg-type]
+    out = GateResult("ttft", "not assessed", Reason(Code.NO_DF)).to_dict()
+    assert (out["name"], out["status"], out["passed"]) == ("ttft", "not assessed", False)
+    assert Reason.from_dict(out["reason"]) == Reason(Code.NO_DF)
+    assert out["detail"] == render(Reason(Code.NO_DF))  # the words: the one renderer's
 
 
 # ------------------------------------------------------------------------ rendering
@@ -303,7 +310,8 @@ def test_terminal_verdict_table_shows_not_assessed_gates_never_as_passed(tmp_pat
         "tpot_ratio": 0.8,
         "tpot_ratio_ci": [0.7, 0.9],
         "decision": verdict.word,
-        "reasons": list(verdict.reasons),
+        "reasons": render_all(verdict.reasons),
+        "reason_codes": [r.to_dict() for r in verdict.reasons],
         "gates": gates,
     }
     summary = tmp_path / "summary.json"
@@ -327,25 +335,18 @@ def test_report_lists_every_gate_and_marks_not_assessed():
 # ------------------------------------------------------------------ equivalent wording
 
 
-def _ci(low: float, est: float, high: float) -> RatioCI:
-    return RatioCI(
-        estimate=est, ci_low=low, ci_high=high, confidence_level=0.95, method="blocks",
-        n_pairs=100, n_launches=4, median_delta=0.0, wilcoxon_p=None,
-        between_launch_share=None, more_launches_help=None, var_between=None,
-        var_within=None, n_resamples=0, df=3,
-    )  # fmt: skip
+def _ci(low: float, est: float, high: float) -> RatioInterval:
+    return block_interval(est, low, high, n_pairs=100)
 
 
 def test_equivalent_but_measurably_slower_or_faster_is_said():
     slower = decide(_ci(1.01, 1.02, 1.04), margin=0.05)
-    assert slower.word == "equivalent"
-    assert "equivalent within ±δ = ±0.05, but measurably slower" in slower.reason
+    assert (slower.word, slower.reason["side"]) == ("equivalent", "above_one")
     faster = decide(_ci(0.96, 0.975, 0.99), margin=0.05)
-    assert faster.word == "equivalent"
-    assert "measurably faster, but by less than δ = 0.05" in faster.reason
+    assert (faster.word, faster.reason["side"]) == ("equivalent", "below_one")
     plain = decide(_ci(0.97, 1.0, 1.03), margin=0.05)
-    assert plain.word == "equivalent"
-    assert "measurably" not in plain.reason
+    assert (plain.word, plain.reason["side"]) == ("equivalent", "covers_one")
+    assert {r.reason.code for r in (slower, faster, plain)} == {Code.RULE_EQUIVALENT}
 
 
 def test_one_block_run_lists_not_assessed_gates_in_summary_and_report(tmp_path: Path):
@@ -368,6 +369,7 @@ def test_one_block_run_lists_not_assessed_gates_in_summary_and_report(tmp_path: 
     assert all(set(g) >= {"name", "status", "detail"} for g in spec["gates"])
     assert not any(g["passed"] for g in spec["gates"] if g["status"] != "pass")
     assert spec["decision"] == "inconclusive"
-    assert any(r.startswith("gate 'ttft' not assessed") for r in spec["reasons"])
+    codes = [(r["code"], r["values"].get("gate")) for r in spec["reason_codes"]]
+    assert ("gate_not_assessed", "ttft") in codes
     first = verdict_html(an)
     assert "ttft – <b>NOT ASSESSED</b>" in first and "e2e – <b>NOT ASSESSED</b>" in first

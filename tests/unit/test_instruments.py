@@ -34,12 +34,14 @@ from speclib.analysis.health.trust import (
     ttft_lag_causes,
     ttft_problems,
 )
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.core.prometheus import histogram_mean
+from speclib.core.reasons import Code, Reason
 from speclib.core.records import RequestRecord, server_tpot_s, server_ttft_s, tpot_s
 from speclib.serve import priority
 from speclib.serve.priority import autogroup_of, place, place_client
 from speclib.serve.supervisor import start_supervised, stop_supervised
+from tests.intervals import block_interval
 
 # ---------------------------------------------------------------- CPU priority of servers
 
@@ -278,7 +280,7 @@ def test_a_client_that_read_late_disagrees_with_the_server_and_fails_the_bench(t
     assert by["late reads"].status == "fail" and by["late reads"].per_arm["control"] == "4/10"
     assert by["exclusions"].status == "pass"  # the server instrument excluded nothing
     assert by["CPU starvation"].status == "not assessed"
-    assert "instruments agree" in problem_of(checks)
+    assert [name for name, _ in problem_of(checks)["failed"]] == ["instruments agree", "late reads"]
     panel = bench_trust(checks, [], margin=0.05)
     assert panel["untrustworthy"] and not panel["trusted"]
 
@@ -297,14 +299,9 @@ def test_every_check_passes_on_a_clean_bench(tmp_path):
     assert late_check(pd.DataFrame()).status == "not assessed"
 
 
-def _ci(lo: float, hi: float, blocks: int = 4) -> RatioCI:
+def _ci(lo: float, hi: float, blocks: int = 4) -> RatioInterval:
     """A block interval of an A/A arm (``blocks - 1`` df), symmetric on the log scale."""
-    return RatioCI(
-        estimate=(lo * hi) ** 0.5, ci_low=lo, ci_high=hi, confidence_level=0.95,
-        method="blocks", n_pairs=8 * blocks, n_launches=blocks, median_delta=0.0,
-        wilcoxon_p=None, between_launch_share=None, more_launches_help=None,
-        var_between=None, var_within=None, n_resamples=0, df=blocks - 1,
-    )  # fmt: skip
+    return block_interval((lo * hi) ** 0.5, lo, hi, blocks=blocks, n_pairs=8 * blocks)
 
 
 class _Comp:
@@ -375,7 +372,7 @@ def test_late_reads_gate_the_verdict_only_when_it_uses_the_clients_stamps(tmp_pa
     panel = bench_trust(server, [_Comp(0.97, 1.04)], 0.05)
     assert not panel["trusted"] and not panel["untrustworthy"]
     client = pre_checks(agreement, df, exclusion_table(df), None, idle, instrument="client")
-    assert "late reads" in problem_of(client)
+    assert [name for name, _ in problem_of(client)["failed"]] == ["late reads"]
 
 
 def _agree_rows(
@@ -410,7 +407,8 @@ def test_an_unequal_ttft_lag_warns_without_gating_and_a_tpot_gap_gates():
     assert "differs by up to 40.5 ms" in unequal.detail and "TPOT verdicts stand" in unequal.detail
     assert problem_of([unequal]) is None
     why = ttft_problems(_agree_rows({"control": 74.8, "spec": 34.3}), {2: "c=32"})
-    assert list(why) == [2] and "at c=32" in why[2]
+    assert list(why) == [2] and why[2].code is Code.TTFT_LAG and why[2]["load"] == "c=32"
+    assert why[2]["spread_ms"] > why[2]["tolerance_ms"]
     assert ttft_problems(_agree_rows({"control": 13.1, "spec": 11.1}), {2: "c=32"}) == {}
     tpot = instrument_check(_agree_rows({"control": 2.0, "spec": 2.0}, tpot_gap=0.08))
     assert tpot.status == "fail" and tpot.gating and tpot.figure == "2 of 2 launch windows off"
@@ -455,14 +453,13 @@ def test_the_agreement_carries_the_clients_worst_probe_tick_per_window(tmp_path)
 
 
 def test_an_unassessable_ttft_leaves_the_gate_not_assessed():
-    from speclib.analysis.verdict.decision import Decision
-    from speclib.analysis.verdict.gates import GateEvidence, TtftGate, apply_gates
+    from speclib.analysis.verdict.final_word import apply_gates
+    from speclib.analysis.verdict.gates import GateEvidence, TtftGate
+    from tests.intervals import decision_of
 
-    dec = Decision("adopt", "faster", 0.05, 0.95)
-    evidence = GateEvidence(
-        control_error_rate=0.0, experiment_error_rate=0.0, ttft_problem="busy client at c=32"
-    )
-    verdict = apply_gates(dec, evidence, [TtftGate(margin=0.5)])
+    lag = Reason(Code.TTFT_LAG, {"load": "c=32", "spread_ms": 40.5, "tolerance_ms": 10.0})
+    evidence = GateEvidence(control_error_rate=0.0, experiment_error_rate=0.0, ttft_problem=lag)
+    verdict = apply_gates(decision_of("adopt"), evidence, [TtftGate(margin=0.5)])
     gate = next(g for g in verdict.gates if g.name == "ttft")
-    assert gate.status == "not assessed" and gate.detail == "busy client at c=32"
+    assert gate.status == "not assessed" and gate.reason == lag
     assert verdict.word == "adopt"

@@ -89,7 +89,8 @@ def test_the_verdict_uses_the_servers_stamps_and_excludes_nothing(late_run):
     ratios = spec["pairing"]["ratio_by_instrument"]
     assert ratios["client"] is None or ratios["client"] > 2
     assert ratios["server"] == pytest.approx(1.3 / 3, rel=0.25)
-    assert any(r.startswith("sensitivity:") for r in spec["reasons"]), spec["reasons"]
+    codes = [r["code"] for r in spec["reason_codes"]]
+    assert "instrument_sensitivity" in codes, spec["reasons"]
     per_request = summary["request_instruments"]
     assert len(per_request) == 36 and all(r["tpot_server_s"] > 0 for r in per_request)
 

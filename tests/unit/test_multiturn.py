@@ -19,6 +19,7 @@ from speclib.analysis.verdict.categories import TURN_NOTE, turn_ratios
 from speclib.app.verdicts import MAX_LINE, turn_lines
 from speclib.core.datasets import read_dataset
 from speclib.core.prompts import Prompt
+from speclib.core.reasons import Code, Reason
 from speclib.core.records import RequestRecord, read_records, record_to_json
 from speclib.core.run_summary import RunSummary
 from speclib.core.rundir import RunDir
@@ -381,7 +382,8 @@ def test_pairs_without_a_turn_are_left_out_and_a_run_without_turns_has_none() ->
     pairs["turn"] = pairs["turn"].astype("Int64")
     got = turn_ratios(pairs, arm="spec", confidence_level=0.95)
     assert list(got) == [1] and got[1].n_pairs == 4
-    assert got[1].note == "too few pairs for an interval, need 6" and not got[1].has_interval
+    assert got[1].note == Reason(Code.TOO_FEW, {"what": "pairs", "need": 6})
+    assert not got[1].has_interval
     assert turn_ratios(pairs.drop(columns="turn"), arm="spec", confidence_level=0.95) == {}
     with pytest.raises(ValueError, match="`confidence_level`"):
         turn_ratios(pairs, arm="spec", confidence_level=2)

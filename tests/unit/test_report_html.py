@@ -6,6 +6,7 @@ functions read, so the tests pin down wording and structure without a run folder
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,11 +16,12 @@ import pandas as pd
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import CATEGORY_NOTE
-from speclib.analysis.verdict.decision import Decision
-from speclib.analysis.verdict.gates import Verdict
+from speclib.analysis.verdict.decision import decide
+from speclib.analysis.verdict.final_word import Verdict
+from speclib.core.reasons import Code, Reason
 from speclib.params.protocol import LoadLevel
 from speclib.report.export import NOTEBOOK_ONLY, export_report, page_title
 from speclib.report.sections import (
@@ -29,23 +31,23 @@ from speclib.report.sections import (
     verdict_html,
     verdict_table_html,
 )
+from tests.intervals import bootstrap_interval
 
 pytestmark = pytest.mark.unit
 
 
-def _ci(est: float, lo: float, hi: float, level: float = 0.975) -> RatioCI:
-    return RatioCI(
-        estimate=est, ci_low=lo, ci_high=hi, confidence_level=level, method="BCa", n_pairs=24,
-        n_launches=1, median_delta=-0.001, wilcoxon_p=0.01, between_launch_share=None,
-        more_launches_help=None, var_between=None, var_within=0.01, n_resamples=4000,
-    )  # fmt: skip
+def _ci(est: float, lo: float, hi: float, level: float = 0.975) -> RatioInterval:
+    return bootstrap_interval(est, lo, hi, level=level, n_pairs=24, wilcoxon_p=0.01,
+                              var_within=0.01)  # fmt: skip
 
 
-def _comparison(name: str, ci: RatioCI | None, word: str, reason: str) -> SimpleNamespace:
-    decision = Decision(word, reason, 0.05, 0.975)
+def _comparison(name: str, ci: RatioInterval, word: str) -> SimpleNamespace:
+    decision = decide(ci, margin=0.05)
+    assert decision.word == word
     return SimpleNamespace(
         experiment=name, method="ngram", k=4, load="c=1", level=0, word=word,
-        cis={"tpot_s": ci}, decision=decision, verdict=Verdict(word, (reason,), decision),
+        cis={"tpot_s": ci}, decision=decision,
+        verdict=Verdict(word, (decision.reason,), decision),
         acceptance={"metrics_acceptance_rate": 0.5, "metrics_mean_acceptance_length": 2.5},
         agreement=None, error_rate_control=0.0, error_rate_experiment=0.0,
         peak_rss_bytes=3 * 2**30, absolute=absolute_summary(PAIRS),
@@ -84,11 +86,8 @@ def _analysis(comparisons: list[SimpleNamespace], warnings: tuple[str, ...] = ()
     )
 
 
-ADOPT = "TPOT ratio 0.434 (97.5% CI 0.264–0.699, BCa, 24 pairs, 1 launch(es)): upper bound below"
-WIN = _comparison("draft-k4", _ci(0.434, 0.264, 0.699), "adopt", ADOPT + " 1 − δ = 0.950")
-UNSURE = _comparison(
-    "ngram-k4", _ci(0.98, 0.93, 1.04), "inconclusive", "TPOT ratio 0.98 (...): no rule applies"
-)
+WIN = _comparison("draft-k4", _ci(0.434, 0.264, 0.699), "adopt")
+UNSURE = _comparison("ngram-k4", _ci(0.98, 0.93, 1.04), "inconclusive")
 
 
 def test_verdict_table_is_one_row_per_comparison_with_escaped_text() -> None:
@@ -130,7 +129,7 @@ def test_conclusion_leads_with_the_answer_and_uses_one_ci_format() -> None:
 
 
 def test_conclusion_without_a_win_says_keep_it_off() -> None:
-    slower = _comparison("ngram-k4", _ci(1.2, 1.1, 1.3), "worse", "lower bound above 1")
+    slower = _comparison("ngram-k4", _ci(1.2, 1.1, 1.3), "worse")
     text = conclusion(_analysis([slower]))
     assert text.startswith("No configuration is a clear win here")
     assert "took 20 % more time per output token (97.5 % CI 10 to 30 % more; 0.83× the speed)" in (
@@ -195,17 +194,21 @@ def test_series_table_has_labels_with_units() -> None:
 
 
 def _category(cat: str, est: float, n: int, blocks: int, ci=None, df=None, note=None):
+    from speclib.analysis.stats.ratio_interval import IntervalMethod
     from speclib.analysis.verdict.categories import CategoryRatio
 
-    lo, hi = ci or (None, None)
-    method = None if ci is None else f"blocks (own-arm paired t vs control, df={df})"
-    return CategoryRatio(cat, est, lo, hi, 0.95, df, n, blocks, "control", method, note)
+    lo, hi = ci or (0.0, math.inf)
+    interval = RatioInterval(est, lo, hi, 0.95, IntervalMethod.BLOCKS, n, blocks,
+                             df=df if ci else 0, reference="control")  # fmt: skip
+    return CategoryRatio(cat, interval, n, blocks, note)
 
 
 def test_conclusion_says_where_the_effect_comes_from_by_category() -> None:
-    split = _comparison("ngram-k4", _ci(0.8, 0.66, 0.98), "inconclusive", "no rule applies")
+    split = _comparison("ngram-k4", _ci(0.8, 0.66, 0.98), "inconclusive")
     split.tpot_ratio_by_category = {
-        "known": _category("known", 0.51, 4, 2, note="too few pairs for an interval, need 6"),
+        "known": _category(
+            "known", 0.51, 4, 2, note=Reason(Code.TOO_FEW, {"what": "pairs", "need": 6})
+        ),
         "repeat": _category("repeat", 0.49, 12, 3, ci=(0.31, 0.77), df=2),
         "unseen": _category("unseen", 1.14, 12, 3, ci=(0.92, 1.41), df=2),
     }
@@ -213,8 +216,9 @@ def test_conclusion_says_where_the_effect_comes_from_by_category() -> None:
     assert (
         "known ×0.51: 49 % less time per token, 1.96× the speed (4 pairs in 2 blocks: too few "
         "pairs for an interval, need 6); repeat ×0.49: 51 % less time per token, 2.04× the "
-        "speed (95 % CI ×0.31–×0.77, df 2, 12 pairs in 3 blocks); unseen ×1.14: 14 % more time "
-        "per token, 0.88× the speed (95 % CI ×0.92–×1.41, df 2, 12 pairs in 3 blocks)"
+        "speed (unadjusted 95 % CI ×0.31–×0.77, df 2, 12 pairs in 3 blocks); unseen ×1.14: 14 % "
+        "more time per token, 0.88× the speed (unadjusted 95 % CI ×0.92–×1.41, df 2, 12 pairs "
+        "in 3 blocks)"
     ) in text
     assert CATEGORY_NOTE.split(": ", 1)[1] in text
     assert "49 % faster" not in text and "faster" not in text

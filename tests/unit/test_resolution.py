@@ -21,7 +21,8 @@ from speclib.analysis.verdict.resolution import (
     calibration,
     half_width,
 )
-from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis
+from speclib.analysis.verdict.tpot_verdict import block_analysis, with_pairs
+from speclib.core.reasons import Code
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +39,7 @@ def aa_ci(block_log_ratios, *, pairs=8, confidence=0.95):
                          "block": f"r{b}", "replicate": b})  # fmt: skip
     frame = pd.DataFrame(rows)
     found = block_analysis({"aa": frame}, aa_arm="aa", confidence_level=confidence)
-    return as_ratio_ci(found.aa, frame)
+    return with_pairs(found.aa, frame)
 
 
 def by_hand(block_log_ratios, target, confidence=0.95):
@@ -58,7 +59,8 @@ def test_resolution_is_the_log_half_width_at_blocks_minus_one_df():
     assert check.df == 2 and check.n_blocks == 3
     assert check.resolution == pytest.approx(math.expm1(h), rel=1e-9)
     assert check.block_sd_log == pytest.approx(np.std(d, ddof=1), rel=1e-9)
-    assert check.text().startswith(f"bench check: resolution ±{100 * math.expm1(h):.1f} %")
+    said = check.reason()
+    assert said.code is Code.BENCH_CHECK and said["resolution"] == check.resolution
 
 
 def test_blocks_needed_match_a_hand_computation_with_the_t_quantile():
@@ -68,7 +70,7 @@ def test_blocks_needed_match_a_hand_computation_with_the_t_quantile():
     # t[8] * 0.06 / 3 = 0.0461 <= log 1.05 = 0.0488, t[7] * 0.06 / sqrt(8) = 0.0502 is not
     assert need == 9
     assert check.blocks_needed == need and check.more_blocks == need - 3
-    assert f"{need - 3} more blocks would likely make it equivalent ({need} in all" in check.text()
+    assert (check.reason()["more_blocks"], check.reason()["blocks_needed"]) == (need - 3, need)
     decision = check.decision()
     assert decision.extra_launches_needed == need - 3 and decision.target_word == "equivalent"
     # with the df held at today's 2 instead of growing with the blocks, the plan would ask
@@ -86,40 +88,35 @@ def test_aa_planning_text_never_predicts_adopt_or_worse_nor_more_pairs():
         d = rng.normal(0, rng.choice([0.005, 0.03, 0.1, 0.4]), blocks)
         check = bench_check(aa_ci(d), margin=MARGIN)
         decision = check.decision()
-        text = decision.reason
         seen.add(check.word)
-        assert "would likely reach" not in text and "pairs" not in text
+        assert decision.reason.code is Code.BENCH_CHECK  # a bench check, never the rule's plan
+        assert "extra_pairs" not in decision.reason and "target" not in decision.reason
         assert decision.extra_pairs_needed is None
         assert decision.target_word in (None, "equivalent")
-        if not check.false_effect:
-            assert "'adopt'" not in text and "'worse'" not in text
-            assert "adopt" not in text and "worse" not in text
     assert {"equivalent", "inconclusive"} <= seen
 
 
 def test_the_check_says_when_it_is_already_equivalent_or_shows_a_false_effect():
     fine = bench_check(aa_ci([0.01, -0.01, 0.005]), margin=MARGIN)
     assert fine.word == "equivalent" and fine.more_blocks is None
-    assert (
-        "; equivalent; " in fine.text() and "covers 1: the A/A arm shows no effect" in fine.text()
-    )
+    assert not fine.excludes_one and not fine.false_effect
     assert fine.decision().extra_launches_needed is None
     slower = bench_check(aa_ci([0.02, 0.03, 0.025]), margin=MARGIN)  # inside (1, 1 + δ)
     assert slower.word == "equivalent" and slower.excludes_one and not slower.false_effect
-    assert "excludes 1: an instance effect smaller than δ" in slower.text()
+    assert slower.reason()["excludes_one"] and slower.reason()["word"] == "equivalent"
     broken = bench_check(aa_ci([0.2, 0.22, 0.21]), margin=MARGIN)
     assert broken.false_effect and broken.word == "worse"
-    assert "a false effect, this bench is untrustworthy" in broken.text()
+    assert broken.reason()["false_effect"]
     assert broken.decision().extra_launches_needed is None
 
 
 def test_not_reachable_with_one_block_or_too_much_noise():
     one = bench_check(aa_ci([0.1]), margin=MARGIN)
     assert one.resolution is None and one.blocks_needed is None
-    assert "not reachable yet: one block has no degrees of freedom" in one.text()
+    assert one.df == 0 and one.reason()["resolution"] is None
     assert half_width(aa_ci([0.1])) is None
     wild = bench_check(aa_ci([2.0, -2.0, 2.0]), margin=MARGIN)
-    assert wild.blocks_needed is None and f"up to {MAX_BLOCKS}" in wild.text()
+    assert wild.blocks_needed is None and wild.reason()["max_blocks"] == MAX_BLOCKS
 
 
 def test_blocks_for_is_validated_and_returns_today_when_met():
@@ -129,18 +126,18 @@ def test_blocks_for_is_validated_and_returns_today_when_met():
         blocks_for(0.1, n_blocks=3, df=2, confidence_level=0.95, target=0)
     with pytest.raises(ValueError, match="`half_width_log`"):
         blocks_for(-1.0, n_blocks=3, df=2, confidence_level=0.95, target=0.1)
-    with pytest.raises(ValueError, match="`ci` must be a RatioCI"):
+    with pytest.raises(ValueError, match="`ci` must be a RatioInterval"):
         bench_check((0.9, 1.1), margin=MARGIN)
 
 
 def test_calibration_reports_the_target_reached_or_the_blocks_it_would_need():
     d = [0.06, -0.06, 0.0, 0.0]  # t[3] * 0.049 / 2 = 0.078: ±8.1 %
     done = calibration([aa_ci(d)], target=0.10)
-    assert done.reached and done.blocks == 4 and "target ±10.0 % reached" in done.text()
+    assert done.reached and done.blocks == 4 and done.reason().code is Code.CALIBRATION
     short = [0.06, -0.06, 0.0]
     found = calibration([aa_ci(short)], target=0.10)
     assert not found.reached and found.blocks_needed == by_hand(short, 0.10) == 5
-    assert "would need 5 blocks" in found.text()
+    assert found.reason()["blocks_needed"] == 5
     coarse = calibration([aa_ci(d), aa_ci(short)], target=0.10)  # the coarsest level counts
     assert not coarse.reached and coarse.blocks == 3
 

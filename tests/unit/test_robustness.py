@@ -136,7 +136,9 @@ def test_a_server_that_dies_at_the_first_request_fails_its_arm_named_by_its_caus
     assert status["error_cause"] == cause, status
     summary = json.loads((run / "summary.json").read_text())
     spec = next(c for c in summary["comparisons"] if c["experiment"] == "spec")
-    assert spec["decision"] == "failed" and cause in spec["reasons"][0], spec["reasons"]
+    failed = spec["reason_codes"][0]
+    assert spec["decision"] == "failed" and failed["code"] == "arm_failed", spec["reasons"]
+    assert failed["values"] == {"arm": "spec", "cause": cause}
     report = (run / "report.html").read_text()
     assert "FAILED" in report and cause in report
     assert cause in proc.stdout + proc.stderr

@@ -22,6 +22,7 @@ from speclib.core.run_summary import (
     read_summary,
     write_summary,
 )
+from speclib.core.verdict_words import Word
 
 pytestmark = pytest.mark.unit
 
@@ -88,9 +89,16 @@ def test_fields_the_model_does_not_declare_are_kept(tmp_path: Path) -> None:
     summary = read_summary(path)
     assert summary.model_extra == {"stop_reason": {"code": "decided", "look": 2}}
     assert summary.comparisons[0].model_extra == {"look_ratio": 0.9}
-    assert summary.comparisons[0].decision == "adopt"
+    assert summary.comparisons[0].decision is Word.ADOPT
     again = write_summary(tmp_path / "again.json", summary)
     assert json.loads(again.read_text()) == data
+
+
+def test_a_verdict_word_the_kit_does_not_know_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"comparisons": [{"experiment": "spec", "decision": "great"}]}))
+    with pytest.raises(SummaryError, match=r"comparisons\[0\]\.decision"):
+        read_summary(path)
 
 
 def test_a_missing_summary_is_not_found_and_says_to_analyse(tmp_path: Path) -> None:

@@ -20,9 +20,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib.analysis.verdict.answer import MIXED
 from speclib.analysis.verdict.mix import check_mix, parse_mix
 from speclib.analysis.verdict.segments import decide_segments, heterogeneity, label_pairs
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 
 pytestmark = pytest.mark.unit
 
@@ -112,9 +114,9 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(
     assert summary["answer"]["segment_family"].startswith("Holm step-down over 4 segment")
     assert echo["confidence_level"] >= 0.95 and fresh["confidence_level"] >= 0.95
     # the word, everywhere
-    assert arm["word"] == MIXED and arm["pooled_word"] != MIXED
+    assert arm["word"] == Word.MIXED and arm["pooled_word"] != Word.MIXED
     comp = next(c for c in summary["comparisons"] if c["experiment"] == "ngram-k4")
-    assert comp["decision"] == MIXED and comp["pooled_decision"] == arm["pooled_word"]
+    assert comp["decision"] == Word.MIXED and comp["pooled_decision"] == arm["pooled_word"]
     sentence = arm["sentence"]
     assert sentence.startswith("mixed: ngram-k4 at c=1 is ×0.")
     assert "on echo (50 % of requests) and ×1." in sentence and "on fresh (50 %)" in sentence
@@ -142,7 +144,7 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(
 
     table = compare_runs([run])
     row = table[table["experiment"] == "ngram-k4"].iloc[0]
-    assert row["decision"] == MIXED and row["segments"] == sentence
+    assert row["decision"] == Word.MIXED and row["segments"] == sentence
 
 
 def test_segments_that_differ_beyond_delta_make_mixed_though_neither_alone_decides(
@@ -159,8 +161,13 @@ def test_segments_that_differ_beyond_delta_make_mixed_though_neither_alone_decid
     assert {s["decision"] for s in cats.values()} == {"inconclusive"}
     het = next(h for h in arm["heterogeneity"] if h["cut"] == "category")
     assert het["differs"] is True
-    assert arm["word"] == MIXED and arm["pooled_word"] == "inconclusive"
-    assert "fresh takes ×2." in arm["sentence"] and "neither alone is decided" in arm["sentence"]
+    assert arm["word"] == Word.MIXED and arm["pooled_word"] == "inconclusive"
+    mixed = next(r["values"] for r in arm["reason_codes"] if r["code"] == Code.MIXED)
+    assert (mixed["cut"], mixed["fast"], mixed["slow"]) == ("category", "echo", "fresh")
+    ratio, low, high = mixed["apart"]
+    assert 2 <= ratio < 3 and low > 1.05 and low <= ratio <= high  # beyond δ = 5 %
+    assert sorted(mixed["undecided"]) == ["echo", "fresh"]  # neither alone is decided
+    assert arm["sentence"] == render(Reason(Code.MIXED, mixed))  # one renderer
 
 
 def test_an_adopted_arm_whose_segments_differ_beyond_delta_is_uneven(tmp_path) -> None:
@@ -173,9 +180,15 @@ def test_an_adopted_arm_whose_segments_differ_beyond_delta_is_uneven(tmp_path) -
     summary = json.loads((run / "summary.json").read_text())
     arm = _arm(summary)
     assert arm["word"] == arm["pooled_word"] == "adopt"
-    assert arm["sentence"].startswith("uneven: ngram-k4 at c=1 is ×0.4")
-    assert "fresh takes ×2." in arm["sentence"] and "(still adopt; segments by category)" in arm[
-        "sentence"]  # fmt: skip
+    uneven = next(r["values"] for r in arm["reason_codes"] if r["code"] == Code.UNEVEN)
+    assert (uneven["cut"], uneven["fast"], uneven["slow"]) == ("category", "echo", "fresh")
+    assert uneven["pooled_word"] == Word.ADOPT
+    ratio, low, high = uneven["apart"]
+    assert 2 <= ratio < 3 and low > 1.05 and low <= ratio <= high
+    assert [v["segment"] for v in uneven["segments"]] == ["echo", "fresh"]
+    assert uneven["segments"][0]["ratio"] == pytest.approx(0.4, rel=0.1)
+    assert arm["sentence"] == render(Reason(Code.UNEVEN, uneven))
+    assert arm["sentence"].startswith("uneven: ngram-k4 at c=1 is ×0.4")  # a rendered text
     assert summary["answer"]["headline"] == [arm["sentence"]]
     comp = next(c for c in summary["comparisons"] if c["experiment"] == "ngram-k4")
     assert comp["decision"] == "adopt" and comp["segment_sentence"] == arm["sentence"]
@@ -205,7 +218,7 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
     truth = 0.8 * 1.4 + 0.2 * 0.5
     assert ci.ci_low < truth < ci.ci_high and ci.estimate > as_sent.estimate
     assert not ci.ci_low < math.exp(0.8 * math.log(1.4) + 0.2 * math.log(0.5)) < ci.ci_high
-    assert ci.estimand == "traffic" and "mix-weighted" in ci.method
+    assert ci.estimand == "traffic" and ci.mixed
     assert fresh.answer.mix.shares == {"fresh": 0.8, "echo": 0.2}
     assert (
         fresh.answer.mix.words()
@@ -216,7 +229,7 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
     assert echo.experiments[0].cis["tpot_s"].ci_high < 1
     assert echo.experiments[0].verdict.tpot_decision.word == "adopt"
     seg = next(s for s in fresh.answer.arms[0].segments if s.segment == "fresh")
-    assert seg.share == 0.8 and fresh.answer.arms[0].word == MIXED
+    assert seg.share == 0.8 and fresh.answer.arms[0].word == Word.MIXED
     # a category the user does not send cannot make the answer mixed
     assert echo.answer.arms[0].word == "adopt" and echo.answer.arms[0].sentence is None
 
@@ -376,7 +389,7 @@ def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_pat
     assert (
         drafted["nothing accepted"]["n_pairs"] == 18 and drafted["drafts accepted"]["n_pairs"] == 18
     )
-    assert arm["word"] == MIXED and "on echo (50 % of requests)" in arm["sentence"]
+    assert arm["word"] == Word.MIXED and "on echo (50 % of requests)" in arm["sentence"]
     report = (out / "report.html").read_text()
     assert html_text(arm["sentence"])[:40] in report
     # the user's mix re-decides from the records, without servers
@@ -431,22 +444,20 @@ def test_a_best_arm_that_changes_with_load_is_not_sold_as_a_k_schedule():
 
 
 def test_the_mixed_sentence_says_which_segment_alone_is_not_decided() -> None:
-    """Rule (b) names two segments shown to differ: the sentence says "neither alone is
-    decided" only when neither is (the SmolLM2 demo: copy adopt ×0.45, code open)."""
-    from speclib.analysis.verdict.answer import _undecided_clause
-    from speclib.analysis.verdict.decision import Decision
+    """Rule (b) names two segments shown to differ: the sentence names the one its own
+    interval does not decide, or both (the SmolLM2 demo: copy adopt ×0.45, code open)."""
+    from speclib.analysis.verdict.answer import _undecided
     from speclib.analysis.verdict.segments import SegmentResult
+    from tests.intervals import decision_of
 
     def seg(name: str, word: str) -> SegmentResult:
         return SegmentResult(0, "ngram-k2", "category", name, 0.5, 6, 3, 0.5, None,
-                             Decision(word, "", 0.05, 0.95))  # fmt: skip
+                             decision_of(word))  # fmt: skip
 
-    assert _undecided_clause([seg("copy", "adopt"), seg("code", "inconclusive")]) == (
-        ", though code alone is not decided"
-    )
+    assert _undecided([seg("copy", "adopt"), seg("code", "inconclusive")]) == ["code"]
     both_open = [seg("copy", "inconclusive"), seg("code", "inconclusive")]
-    assert _undecided_clause(both_open) == ", though neither alone is decided"
-    assert _undecided_clause([seg("copy", "adopt"), seg("code", "worse")]) == ""
+    assert _undecided(both_open) == ["copy", "code"]
+    assert _undecided([seg("copy", "adopt"), seg("code", "worse")]) == []
 
 
 def test_a_mixed_arm_that_pays_over_all_its_requests_is_best_for_the_whole(tmp_path) -> None:
@@ -458,7 +469,7 @@ def test_a_mixed_arm_that_pays_over_all_its_requests_is_best_for_the_whole(tmp_p
     run = _write_run(tmp_path, effect={"echo": 0.5, "fresh": 1.0}, aa=False)
     an = analyze_run(run)
     arm = _arm(an.summary())
-    assert (arm["word"], arm["pooled_word"]) == (MIXED, "adopt")
+    assert (arm["word"], arm["pooled_word"]) == (Word.MIXED, "adopt")
     headline = conclusion_parts(an)[0]
     assert "Best for this traffic as a whole: **ngram-k4**" in headline, headline
     assert "keep speculative decoding off" not in headline
@@ -475,7 +486,7 @@ def test_where_no_arm_pays_over_all_the_headline_names_the_kinds_where_one_does(
     run = _write_run(tmp_path, effect={"echo": 0.5, "fresh": 1.8}, aa=False)
     an = analyze_run(run)
     arm = _arm(an.summary())
-    assert arm["word"] == MIXED and arm["pooled_word"] != "adopt", arm["pooled_word"]
+    assert arm["word"] == Word.MIXED and arm["pooled_word"] != "adopt", arm["pooled_word"]
     headline = conclusion_parts(an)[0]
     assert "Speculation pays on some kinds of prompt: **echo** (ngram-k4 ×0.5" in headline
     assert "on fresh no arm is shown to pay" in headline, headline

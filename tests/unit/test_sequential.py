@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from speclib.analysis.stats.block_intervals import block_ratio_cis
+from speclib.analysis.stats.margin_rule import classify
 from speclib.analysis.stats.paired import paired_ratio_ci
 from speclib.analysis.stats.sequential import (
     SpendingPlan,
     first_decisive_look,
-    interval_word,
     obrien_fleming_spending,
     spending_plan,
 )
@@ -147,8 +147,8 @@ def test_first_decisive_look_stops_at_the_first_decision():
         (0.0, math.inf, "inconclusive"),
     ],
 )
-def test_interval_word_matches_decide(low, high, word):
-    assert interval_word(low, high, margin=MARGIN) == word
+def test_the_rule_on_a_bare_interval_is_decides(low, high, word):
+    assert classify(low, high, margin=MARGIN).word == word
     rng = np.random.default_rng(0)
     c = rng.lognormal(-3, 0.3, 30)
     ci = paired_ratio_ci(c, c * rng.lognormal(0, 0.05, 30), rng=rng, n_resamples=200)
@@ -172,9 +172,9 @@ def test_inputs_are_validated():
     with pytest.raises(ValueError, match="`t`"):
         obrien_fleming_spending([1.2])
     with pytest.raises(ValueError, match="`margin`"):
-        interval_word(0.9, 1.1, margin=0)
+        classify(0.9, 1.1, margin=0)
     with pytest.raises(ValueError, match="`low`"):
-        interval_word(1.1, 0.9, margin=MARGIN)
+        classify(1.1, 0.9, margin=MARGIN)
     with pytest.raises(ValueError, match="`plan`"):
         first_decisive_look([(0.9, 1.1)], plan=None, margin=MARGIN)
     with pytest.raises(ValueError, match="`intervals`"):
@@ -234,7 +234,7 @@ def test_a_decision_at_an_early_look_is_frozen():
     ci, decision = frozen.experiments["x"]
     assert decision.word == "adopt" and frozen.looks == {"x": 0}
     assert ci.confidence_level == pytest.approx(plan.confidence_levels[0])
-    assert ci.n_launches == 2 and ci.df == 1
+    assert ci.n_blocks == 2 and ci.df == 1
     at_once = decide_family({0: arms}, experiments=["x"], aa_arm=None,
                             confidence=plan.confidence_levels[-1], margin=MARGIN)[0]  # fmt: skip
     assert at_once.experiments["x"][1].word == "inconclusive"
@@ -317,7 +317,7 @@ def test_blocks_to_decide_is_where_the_projected_half_width_first_fits():
 
 
 def test_blocks_to_decide_says_when_nothing_would():
-    from speclib.analysis.stats.sequential import blocks_to_decide, decision_distance
+    from speclib.analysis.stats.sequential import blocks_to_decide
 
     plan = spending_plan(4, min_blocks=2)
     opts = {"confidence_level": 0.99, "family_alpha": 0.01, "margin": MARGIN, "plan": plan}
@@ -326,10 +326,5 @@ def test_blocks_to_decide_says_when_nothing_would():
     assert at_margin == (None, None)  # at 1 − δ no width decides: adopt, equivalent or worse
     near = blocks_to_decide(estimate=0.9499, ci_high=1.2, df=3, **opts)
     assert near == (None, "adopt")  # 0.01 % below 1 − δ: not within 100 blocks
-    assert decision_distance(0.8, margin=MARGIN) == (pytest.approx(math.log(0.95 / 0.8)),
-                                                     "adopt")  # fmt: skip
-    assert decision_distance(1.0, margin=MARGIN)[1] == "equivalent"
-    with pytest.raises(ValueError, match="`estimate`"):
-        decision_distance(-1.0, margin=MARGIN)
     with pytest.raises(ValueError, match="`df`"):
         blocks_to_decide(estimate=1.2, ci_high=1.5, df=-1, **opts)

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from speclib.analysis.stats.base import DegenerateDataWarning, holm_adjust
 from speclib.analysis.stats.clustered import two_stage_interval
-from speclib.analysis.stats.paired import RatioCI, paired_ratio_ci, wilcoxon_logratio
-from speclib.analysis.verdict.decision import Decision, decide, holm_decide
+from speclib.analysis.stats.paired import paired_ratio_ci, wilcoxon_logratio
+from speclib.analysis.stats.ratio_interval import IntervalMethod
+from speclib.analysis.verdict.decision import decide, holm_decide
+from speclib.analysis.verdict.final_word import apply_gates
 from speclib.analysis.verdict.gates import (
     E2eGate,
     ErrorGate,
@@ -26,8 +30,9 @@ from speclib.analysis.verdict.gates import (
     MemoryGate,
     OutputGate,
     TtftGate,
-    apply_gates,
 )
+from speclib.core.reasons import Code
+from tests.intervals import block_interval, bootstrap_interval, decision_of
 
 pytestmark = pytest.mark.unit
 
@@ -85,7 +90,7 @@ def launch_noise_runs():
 
 def test_two_stage_ci_covers_true_ratio_at_nominal_rate(launch_noise_runs):
     two_stage, _ = launch_noise_runs
-    assert all(ci.method == "two-stage" and ci.n_launches == LAUNCHES for ci in two_stage)
+    assert all(ci.method == "two-stage" and ci.n_blocks == LAUNCHES for ci in two_stage)
     assert 0.92 <= coverage(two_stage, 0.85) <= 0.98
 
 
@@ -133,7 +138,7 @@ def test_unequal_launch_sizes_still_cover():
     ci = paired_ratio_ci(
         np.ones(sizes.sum()), np.exp(y[0][~np.isnan(y[0])]), clusters=labels, rng=rng
     )
-    assert ci.n_launches == 6 and ci.n_pairs == sizes.sum()
+    assert ci.n_blocks == 6 and ci.n_pairs == sizes.sum()
     assert ci.ci_low < ci.estimate < ci.ci_high
 
 
@@ -172,12 +177,12 @@ def test_variance_share_recovers_the_components():
     # log-ratio components: between 2*0.05**2, within 2*0.05**2 → share 0.5
     c, e, cl = simulate(rng, ratio=0.9, launches=40, per_launch=50, launch_sd=0.05, noise_sd=0.05)
     ci = paired_ratio_ci(c, e, clusters=cl, n_resamples=200, rng=rng)
-    assert ci.between_launch_share == pytest.approx(0.5, abs=0.15)
-    assert ci.more_launches_help is True
+    assert ci.bootstrap.between_launch_share == pytest.approx(0.5, abs=0.15)
+    assert ci.bootstrap.more_launches_help is True
     c, e, cl = simulate(rng, ratio=0.9, launches=6, per_launch=30, launch_sd=0.0, noise_sd=0.1)
     quiet = paired_ratio_ci(c, e, clusters=cl, n_resamples=200, rng=rng)
-    assert quiet.between_launch_share < 0.05
-    assert quiet.more_launches_help is False
+    assert quiet.bootstrap.between_launch_share < 0.05
+    assert quiet.bootstrap.more_launches_help is False
 
 
 def test_two_stage_interval_widens_with_launch_noise():
@@ -216,12 +221,7 @@ def test_extra_pairs_estimate_is_roughly_right():
 
 
 def test_extra_data_planning_is_consistent_with_its_assumption():
-    ci = RatioCI(
-        estimate=0.93, ci_low=0.88, ci_high=0.98, confidence_level=0.95, method="BCa",
-        n_pairs=100, n_launches=1, median_delta=-0.001, wilcoxon_p=0.01,
-        between_launch_share=None, more_launches_help=None, var_between=None,
-        var_within=0.02, n_resamples=4000,
-    )  # fmt: skip
+    ci = bootstrap_interval(0.93, 0.88, 0.98, wilcoxon_p=0.01, var_within=0.02)
     plan = decide(ci, margin=0.05)
     assert plan.word == "inconclusive" and plan.target_word == "adopt"
 
@@ -234,33 +234,28 @@ def test_extra_data_planning_is_consistent_with_its_assumption():
 
 
 def test_launch_noise_floor_makes_more_prompts_useless():
-    ci = RatioCI(
-        estimate=0.93, ci_low=0.80, ci_high=1.08, confidence_level=0.95, method="two-stage",
-        n_pairs=90, n_launches=3, median_delta=-0.001, wilcoxon_p=0.2,
-        between_launch_share=0.5, more_launches_help=True, var_between=0.01,
-        var_within=0.01, n_resamples=4000,
-    )  # fmt: skip
+    ci = bootstrap_interval(0.93, 0.80, 1.08, method=IntervalMethod.TWO_STAGE, n_pairs=90,
+                            launches=3, wilcoxon_p=0.2, between_share=0.5,
+                            more_launches_help=True, var_between=0.01, var_within=0.01)  # fmt: skip
     plan = decide(ci, margin=0.05)
     assert plan.word == "inconclusive"
     assert plan.extra_pairs_needed is None
     assert plan.extra_launches_needed is not None and plan.extra_launches_needed > 0
-    assert "more launches" in plan.reason
+    assert plan.reason.code is Code.RULE_INCONCLUSIVE and plan.reason["unit"] == "launches"
+    assert plan.reason["extra_blocks"] == plan.extra_launches_needed
 
 
 def test_extra_launches_use_the_intervals_own_df():
     """A t-interval on fewer df than launches - 1 needs fewer extra launches to shrink: the
     plan follows ``ci.df`` (growing by one per launch), not ``n_launches - 1``."""
-    common = dict(
-        estimate=0.93, ci_low=0.80, ci_high=1.08, confidence_level=0.95, method="blocks",
-        n_pairs=30, n_launches=3, median_delta=-0.001, wilcoxon_p=None,
-        between_launch_share=0.9, more_launches_help=True, var_between=0.01,
-        var_within=0.001, n_resamples=0,
-    )  # fmt: skip
-    by_launches = decide(RatioCI(**common), margin=0.05).extra_launches_needed
-    same = decide(RatioCI(**common, df=2), margin=0.05).extra_launches_needed
-    fewer = decide(RatioCI(**common, df=1), margin=0.05).extra_launches_needed
+
+    def plan(df=None):
+        ci = block_interval(0.93, 0.80, 1.08, blocks=3, n_pairs=30, df=df)
+        return decide(ci, margin=0.05).extra_launches_needed
+
+    by_launches, same, fewer = plan(), plan(2), plan(1)
     assert by_launches == same and fewer is not None and fewer < same
-    assert decide(RatioCI(**common, df=0), margin=0.05).extra_launches_needed is None
+    assert plan(0) is None
 
 
 def test_finite_median_can_skip_non_positive_tpots():
@@ -275,12 +270,7 @@ def test_finite_median_can_skip_non_positive_tpots():
 
 
 def test_estimate_on_a_boundary_needs_no_finite_amount():
-    ci = RatioCI(
-        estimate=0.95, ci_low=0.90, ci_high=1.00, confidence_level=0.95, method="BCa",
-        n_pairs=50, n_launches=1, median_delta=0.0, wilcoxon_p=0.1,
-        between_launch_share=None, more_launches_help=None, var_between=None,
-        var_within=0.01, n_resamples=4000,
-    )  # fmt: skip
+    ci = bootstrap_interval(0.95, 0.90, 1.00, n_pairs=50, wilcoxon_p=0.1, var_within=0.01)
     plan = decide(ci, margin=0.05)
     assert plan.word == "inconclusive"
     assert plan.extra_pairs_needed is None and plan.extra_launches_needed is None
@@ -297,7 +287,7 @@ def test_all_log_ratios_equal_gives_zero_width_interval_and_a_warning():
     control = np.linspace(0.02, 0.08, 30)
     with pytest.warns(DegenerateDataWarning, match="all log-ratios are equal"):
         ci = paired_ratio_ci(control, 0.8 * control, rng=np.random.default_rng(0))
-    assert ci.method == "percentile" and "all log-ratios are equal" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_ALL_EQUAL
     assert ci.estimate == pytest.approx(0.8)
     assert ci.ci_low == pytest.approx(0.8) and ci.ci_high == pytest.approx(0.8)
     assert decide(ci, margin=0.05).word == "adopt"
@@ -311,8 +301,9 @@ def test_all_log_ratios_equal_with_launches_is_not_nan():
             control, control, clusters=np.arange(30) % 3, rng=np.random.default_rng(0)
         )
     assert ci.ci_low == pytest.approx(1.0) and ci.ci_high == pytest.approx(1.0)
-    assert ci.between_launch_share is None and ci.more_launches_help is None
-    assert ci.wilcoxon_p == 1.0
+    boot = ci.bootstrap
+    assert boot.between_launch_share is None and boot.more_launches_help is None
+    assert boot.wilcoxon_p == 1.0
     assert decide(ci, margin=0.05).word == "equivalent"
     _no_nan(ci)
 
@@ -340,16 +331,19 @@ def test_few_pairs_fall_back_to_expanded_percentile():
     rng = np.random.default_rng(10)
     c = rng.uniform(0.04, 0.06, 5)
     ci = paired_ratio_ci(c, c * np.exp(rng.normal(-0.1, 0.05, 5)), rng=rng)
-    assert ci.method == "percentile" and "fewer than 10 pairs" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_FEW_PAIRS
+    assert (ci.note["obstacle"]["n"], ci.note["obstacle"]["minimum"]) == (5, 10)
     plain = paired_ratio_ci(c, c * np.exp(rng.normal(-0.1, 0.05, 5)), rng=rng, method="percentile")
-    assert "expanded" in plain.note
+    assert plain.note.code is Code.PERCENTILE_EXPANDED and plain.note["obstacle"] is None
+    assert plain.note["factor"] > 1  # widened: few pairs make the percentile interval narrow
 
 
 def test_heavy_ties_fall_back_to_percentile():
     c = np.full(20, 0.05)
     e = np.where(np.arange(20) < 15, 0.04, 0.045)
     ci = paired_ratio_ci(c, e, rng=np.random.default_rng(0))
-    assert ci.method == "percentile" and "heavy ties" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_HEAVY_TIES
+    assert (ci.note["obstacle"]["count"], ci.note["obstacle"]["n"]) == (15, 20)
     assert ci.ci_low <= ci.estimate <= ci.ci_high
 
 
@@ -357,7 +351,7 @@ def test_nan_bca_bounds_fall_back_to_percentile():
     rng = np.random.default_rng(11)
     c = rng.uniform(0.04, 0.06, 30)
     ci = paired_ratio_ci(c, c * np.exp(rng.normal(0, 0.1, 30)), n_resamples=1, rng=rng)
-    assert ci.method == "percentile" and "not finite" in ci.note
+    assert ci.method == "percentile" and ci.note["obstacle"].code is Code.BCA_NOT_FINITE
     assert math.isfinite(ci.ci_low) and math.isfinite(ci.ci_high)
 
 
@@ -400,7 +394,7 @@ def test_same_seed_same_interval():
 def test_one_launch_label_means_one_stage():
     c, e, _ = simulate(np.random.default_rng(13), ratio=0.9)
     ci = paired_ratio_ci(c, e, clusters=["L1"] * c.size, rng=np.random.default_rng(0))
-    assert ci.method == "BCa" and ci.n_launches == 1 and ci.between_launch_share is None
+    assert ci.method == "BCa" and ci.n_blocks == 1 and ci.bootstrap.between_launch_share is None
 
 
 # ----------------------------------------------------------------------------- Wilcoxon
@@ -442,12 +436,8 @@ def _ci_at(estimate, se, level):
     from scipy import stats
 
     half = stats.norm.ppf(0.5 + level / 2) * se
-    return RatioCI(
-        estimate=estimate, ci_low=estimate * math.exp(-half), ci_high=estimate * math.exp(half),
-        confidence_level=level, method="BCa", n_pairs=100, n_launches=1, median_delta=0.0,
-        wilcoxon_p=None, between_launch_share=None, more_launches_help=None,
-        var_between=None, var_within=se**2 * 100, n_resamples=4000,
-    )  # fmt: skip
+    return bootstrap_interval(estimate, estimate * math.exp(-half), estimate * math.exp(half),
+                              level=level, var_within=se**2 * 100)  # fmt: skip
 
 
 def test_holm_decide_steps_down_the_confidence_level():
@@ -480,7 +470,7 @@ def test_holm_decide_stops_when_a_round_settles_nothing():
 
 # --------------------------------------------------------------------------------- gates
 
-ADOPT = Decision("adopt", "TPOT ratio 0.80: faster", margin=0.05, confidence_level=0.95)
+ADOPT = decision_of("adopt")
 CLEAN = {
     "control_error_rate": 0.0,
     "experiment_error_rate": 0.0,
@@ -520,7 +510,8 @@ def test_a_failed_gate_turns_adopt_into_reject_naming_the_gate(extra, gate):
     verdict = _gated(ADOPT, **extra)
     assert verdict.word == "reject"
     assert [g.name for g in verdict.gates if not g.passed] == [gate]
-    assert any(f"gate {gate!r} failed" in r for r in verdict.reasons)
+    failed = [r for r in verdict.reasons if r.code is Code.GATE_FAILED]
+    assert [r["gate"] for r in failed] == [gate]
     assert verdict.tpot_decision is ADOPT
 
 
@@ -579,22 +570,19 @@ def test_decide_validates_margin_and_ci():
 def test_a_block_interval_gets_blocks_advice_never_pairs():
     """Its t quantile has df = blocks - 1 whatever the pairs per block, and a zero instance
     share is an artefact of few blocks: no "more pairs" advice, only more blocks."""
-    ci = RatioCI(
-        estimate=0.80, ci_low=0.40, ci_high=1.60, confidence_level=0.975, method="blocks (own-arm "
-        "paired t vs control, df=2)", n_pairs=36, n_launches=3, median_delta=-0.001,
-        wilcoxon_p=None, between_launch_share=0.0, more_launches_help=False, var_between=0.0,
-        var_within=0.02, n_resamples=0, df=2,
-    )  # fmt: skip
+    ci = block_interval(0.80, 0.40, 1.60, level=0.975, blocks=3, n_pairs=36,
+                        reference="control")  # fmt: skip
     plan = decide(ci, margin=0.05)
     assert plan.word == "inconclusive" and plan.extra_pairs_needed is None
-    assert plan.extra_launches_needed is not None and "more blocks" in plan.reason
-    assert "pairs" not in plan.reason.split(";")[-1]
+    assert plan.extra_launches_needed is not None and plan.reason["unit"] == "blocks"
+    assert plan.reason["extra_blocks"] == plan.extra_launches_needed
+    assert plan.reason["extra_pairs"] is None
 
 
 def test_t_width_scale_is_the_one_projection_of_more_blocks():
     from scipy import stats as st
 
-    from speclib.analysis.stats.base import t_width_scale
+    from speclib.analysis.stats.t_interval import t_width_scale
 
     got = t_width_scale(n_blocks=3, df=2, confidence_level=0.95, blocks=[3, 4, 9])
     q = 0.975
@@ -604,3 +592,25 @@ def test_t_width_scale_is_the_one_projection_of_more_blocks():
         kw = {"n_blocks": 3, "df": 2, "confidence_level": 0.95, "blocks": [4], **bad}
         with pytest.raises(ValueError):
             t_width_scale(**kw)
+
+
+def test_t_critical_is_the_one_t_quantile_and_nothing_else_computes_one():
+    from scipy import stats as st
+
+    from speclib.analysis.stats.t_interval import t_bounds, t_critical
+
+    assert t_critical(3, confidence_level=0.95) == pytest.approx(st.t.ppf(0.975, 3), rel=1e-12)
+    got = t_critical([1, 2.5, 30], confidence_level=0.9)
+    assert got == pytest.approx([st.t.ppf(0.95, d) for d in (1, 2.5, 30)], rel=1e-12)
+    t = t_bounds(0.0, se=2.0, df=4, confidence_level=0.99)
+    assert t.high == pytest.approx(2.0 * t_critical(4, confidence_level=0.99))
+    for bad in ({"df": 0}, {"df": [3, -1]}, {"confidence_level": 1.0}):
+        with pytest.raises(ValueError):
+            t_critical(**{"df": 3, "confidence_level": 0.95, **bad})
+    root = Path(__file__).resolve().parents[2] / "speclib"
+    computing = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if re.search(r"\bt\.(ppf|isf)\(|stdtrit\(", p.read_text())
+    )
+    assert computing == ["analysis/stats/t_interval.py"]

@@ -18,6 +18,7 @@ import yaml
 from speclib.analysis.frames import pair_frame
 from speclib.analysis.load.recommend import OUTCOMES, SweepArm, recommend
 from speclib.analysis.stats.block_summary import block_summary
+from speclib.core.reasons import Code, Reason
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError, load_params
 from speclib.params.sweep import sweep_name
@@ -228,7 +229,14 @@ def test_the_smallest_k_within_delta_of_the_best_that_pays_is_recommended() -> N
     assert tests["k2"].within_margin and tests["k2"].ci_high < 1.05
     assert tests["k2"].shared_blocks == 4
     assert not tests["k1"].within_margin and tests["k1"].ratio_to_best > 1.2
-    assert "k2" in rec.reason and "Holm" in rec.reason
+    assert rec.reason.code is Code.SWEEP_RECOMMENDED
+    assert (rec.reason["arm"], rec.reason["best"], rec.reason["smaller"]) == ("k2", "k4", ["k1"])
+    t2 = tests["k2"]
+    assert rec.reason["to_best"] == [t2.ratio_to_best, t2.ci_low, t2.ci_high]
+    assert rec.reason["level"] == t2.confidence_level and rec.reason["margin"] == 0.05
+    said = rec.to_dict()
+    assert said["reason_code"] == rec.reason.to_dict()
+    assert said["reason"].startswith("k2 (num_speculative_tokens = 2): ADOPT and its TPOT is ")
 
 
 def test_with_a_clear_best_k_the_best_is_recommended() -> None:
@@ -236,6 +244,8 @@ def test_with_a_clear_best_k_the_best_is_recommended() -> None:
     arms = _arms({"k1": "adopt", "k2": "adopt", "k4": "adopt", "k6": "adopt"})
     rec = recommend(arms, summary=summary, margin=0.05)
     assert rec.arm == "k4" == rec.best_arm and not any(t.within_margin for t in rec.tests)
+    assert rec.reason.code is Code.SWEEP_RECOMMENDED and rec.reason["to_best"] is None
+    assert rec.reason["smaller"] == ["k1", "k2"]  # they pay, but not within δ of k4
 
 
 def test_no_k_pays_is_a_valid_answer() -> None:
@@ -243,13 +253,16 @@ def test_no_k_pays_is_a_valid_answer() -> None:
     arms = _arms({"k1": "equivalent", "k2": "equivalent", "k4": "worse"})
     rec = recommend(arms, summary=summary, margin=0.05)
     assert rec.outcome == "no_k_pays" and rec.arm is None and rec.value is None
-    assert rec.reason.startswith("no k pays") and rec.outcome in OUTCOMES
+    assert rec.reason.code is Code.SWEEP_NO_K_PAYS and rec.outcome in OUTCOMES
+    assert rec.reason["arms"] == [["k1", "equivalent"], ["k2", "equivalent"], ["k4", "worse"]]
 
 
 def test_an_arm_that_pays_but_is_not_within_delta_of_a_non_paying_best_is_undecided() -> None:
     summary = _summary({"k1": -0.10, "k4": -0.40})
     rec = recommend(_arms({"k1": "adopt", "k4": "inconclusive"}), summary=summary, margin=0.05)
     assert rec.outcome == "undecided" and rec.arm is None and rec.best_arm == "k4"
+    assert rec.reason == Reason(Code.SWEEP_UNDECIDED, {"paying": ["k1"], "margin": 0.05,
+                                                       "best": "k4"})  # fmt: skip
 
 
 def test_arms_sharing_blocks_are_paired_so_the_controls_error_cancels() -> None:

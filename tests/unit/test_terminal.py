@@ -9,6 +9,7 @@ hand, with a scripted clock.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -430,21 +431,44 @@ def _gates(**status: str) -> list[dict]:
     return [{"name": n, "status": st, "detail": f"{n}: {_LONG}"} for n, st in status.items()]
 
 
-def _comparison(experiment: str, **over: object) -> dict:
+def _comparison(
+    experiment: str, *, ci: tuple[float, float] = (0.78, 0.85), blocks: int = 4,
+    correctness_unknown: bool = False, **over: object,
+) -> dict:  # fmt: skip
+    """A comparison of summary.json as the analysis writes it: the rule decided on ``ci``,
+    the gates given (each with what it compared), the final word and its reasons as data."""
+    from speclib.analysis.verdict.decision import decide
+    from speclib.analysis.verdict.final_word import final_word
+    from speclib.analysis.verdict.gates import GateResult
+    from speclib.core.reason_text import render_all
+    from speclib.core.reasons import Code, Reason
+    from tests.intervals import block_interval
+
+    low, high = ci
+    ratio = 0.812345 if low <= 0.812345 <= high else (low * high) ** 0.5 if low else 1.2
+    decision = decide(block_interval(ratio, low, high, level=0.975, blocks=blocks), margin=0.05)
+    gates = over.pop("gates", _gates(errors="pass", ttft="not assessed", e2e="pass"))
+    long = Reason(Code.ARM_FAILED, {"arm": "x", "cause": _LONG})
+    results = [GateResult(g["name"], g["status"],
+                          Reason.from_dict(g["reason"]) if "reason" in g else long)
+               for g in gates]  # type: ignore[union-attr]  # fmt: skip
+    unscored = Reason(Code.UNSCORED) if correctness_unknown else None
+    final = final_word(decision, gates=results, correctness_unknown=unscored)
     return {
         "experiment": experiment,
         "role": "experiment",
         "load": "c=4",
         "median_tpot_control_s": 0.03099,
         "median_tpot_experiment_s": 0.02517,
-        "tpot_ratio": 0.812345,
-        "tpot_ratio_ci": [0.78, 0.85],
+        "tpot_ratio": ratio,
+        "tpot_ratio_ci": [low, high if high != math.inf else None],
         "confidence_level": 0.975,
-        "tpot_decision": "adopt",
-        "decision": "adopt",
-        "reasons": [f"TPOT ratio 0.812 (97.5% CI 0.780–0.850, {_LONG})", f"gate 'x' {_LONG}"],
-        "gates": _gates(errors="pass", ttft="not assessed", e2e="pass"),
-        "metrics": {"tpot": {"df": 3}},
+        "tpot_decision": decision.word,
+        "decision": final.word,
+        "reasons": render_all(final.reasons),
+        "reason_codes": [r.to_dict() for r in final.reasons],
+        "gates": gates,
+        "metrics": {"tpot": {"df": blocks - 1}},
         "n_pairs": 40,
         **over,
     }
@@ -458,16 +482,10 @@ _BENCH_CHECK = {
 
 
 def _summary(tmp_path: Path) -> Path:
-    wide = _comparison(
-        "draft-model-with-a-long-name-k8",
-        decision="inconclusive",
-        tpot_decision="inconclusive",
-        tpot_ratio_ci=[0.6, 1.2],
-        extra_launches_needed=4,
-    )
+    wide = _comparison("draft-model-with-a-long-name-k8", ci=(0.6, 1.2))
     comps = [
         _comparison("draft-k4"),
-        _comparison("ngram-k4", decision="reject", gates=_gates(errors="fail", ttft="pass")),
+        _comparison("ngram-k4", gates=_gates(errors="fail", ttft="pass")),
         wide,
         _comparison("aa", role="aa", decision="inconclusive", bench_check=_BENCH_CHECK,
                     reasons=[f"bench check: {_LONG}"], confidence_level=0.95),
@@ -525,23 +543,30 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
 @pytest.mark.parametrize(
     ("over", "reason"),
     [
-        ({"tpot_decision": "worse", "decision": "worse"}, "slower than the control"),
-        ({"tpot_decision": "equivalent", "tpot_ratio_ci": [0.96, 0.99]}, "by less than δ"),
-        ({"tpot_decision": "equivalent", "tpot_ratio_ci": [1.01, 1.04]}, "measurably slower"),
-        ({"tpot_decision": "equivalent", "tpot_ratio_ci": [0.97, 1.03]}, "within ±δ of"),
-        ({"decision": "inconclusive", "tpot_decision": "inconclusive",
-          "tpot_ratio_ci": [0.0, None]}, "one block: no interval"),
-        ({"decision": "inconclusive"}, "faster by > δ, but correctness unknown"),
-        ({"decision": "inconclusive", "tpot_decision": "inconclusive", "tpot_ratio": None},
-         "no valid pairs"),
-        ({"decision": "untrustworthy",
-          "gates": [{"name": "bench", "status": "fail", "detail": f"late reads: {_LONG}"}]},
+        ({"ci": (1.1, 1.3)}, "slower than the control"),
+        ({"ci": (0.96, 0.99)}, "by less than δ"),
+        ({"ci": (1.01, 1.04)}, "measurably slower"),
+        ({"ci": (0.97, 1.03)}, "within ±δ of"),
+        ({"ci": (0.0, math.inf), "blocks": 1}, "one block: no interval"),
+        ({"ci": (0.6, 1.2)}, "interval too wide (df 3)"),
+        ({"correctness_unknown": True}, "faster by > δ, but correctness unknown"),
+        ({"tpot_ratio": None, "decision": "inconclusive",
+          "reason_codes": [{"code": "no_valid_pairs", "values": {}}]}, "no valid pairs"),
+        ({"gates": [{"name": "bench", "status": "fail", "detail": _LONG, "reason": {
+              "code": "bench_checks_failed", "values": {"failed": [["late reads", _LONG]]}}}]},
          "bench untrustworthy: late reads failed"),
-        ({"decision": "untrustworthy", "gates": [{"name": "bench", "status": "fail",
-          "detail": f"the A/A arm (a copy) measured ratio 0.8: {_LONG}"}]},
+        ({"gates": [{"name": "bench", "status": "fail",
+          "detail": _LONG, "reason": {"code": "aa_false_effect", "values": {
+              "ratio": 0.8, "low": 0.7, "high": 0.9, "word": "adopt"}}}]},
          "bench untrustworthy: the A/A arm shows a false effect"),
-        ({"decision": "failed", "reasons": [f"every launch of x failed: {_LONG}"]},
-         "every launch of x failed: xxxx"),
+        ({"gates": [{"name": "errors", "status": "fail", "detail": _LONG},
+                    {"name": "ttft", "status": "fail", "detail": _LONG}]},
+         "gates errors, ttft failed"),
+        ({"decision": "failed", "reason_codes": [{"code": "arm_failed", "values": {
+            "arm": "x", "cause": _LONG}}]}, "every launch of x failed: xxxx"),
+        ({"decision": "failed", "reasons": [f"every launch of x failed: {_LONG}"],
+          "reason_codes": []},
+         "every launch of x failed: xxxx"),  # a summary from before the codes: its words
     ],
 )  # fmt: skip
 def test_short_reason_is_one_phrase(over, reason):
@@ -549,6 +574,17 @@ def test_short_reason_is_one_phrase(over, reason):
 
     text = short_reason(ComparisonEntry.model_validate(_comparison("spec", **over)))
     assert reason in text and len(text) <= REASON_WIDTH
+
+
+def test_a_summary_from_before_the_reason_codes_says_its_word():
+    from speclib.app.verdicts import short_reason
+
+    old = _comparison("spec", ci=(1.1, 1.3))
+    old.pop("reason_codes")
+    assert short_reason(ComparisonEntry.model_validate(old)) == "worse"
+    gates = [{"name": "bench", "status": "fail", "detail": f"late reads: {_LONG}"}]
+    untrusted = {**_comparison("spec", gates=gates), "reason_codes": []}
+    assert short_reason(ComparisonEntry.model_validate(untrusted)) == "bench untrustworthy"
 
 
 def test_verdict_json_and_a_summary_without_comparisons(tmp_path):

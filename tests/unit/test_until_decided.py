@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from speclib.analysis.run_analysis import analyze_run
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.answer import Answer, ArmAnswer
 from speclib.analysis.verdict.decision import Decision
 from speclib.analysis.verdict.run_rules import decision_confidence, looks_plan
@@ -27,6 +27,7 @@ from speclib.app.run_folder import ReadyRun
 from speclib.core.stopping import OpenVerdict, Stopping, affordable_blocks, stopping_lines
 from speclib.params.experiment import ExperimentParams
 from speclib.run.manifest import read_plan
+from tests.intervals import block_interval
 from tests.unit.test_aa_gate import _experiment_run, _params
 
 pytestmark = pytest.mark.unit
@@ -163,9 +164,8 @@ def test_the_planned_blocks_only_when_the_cap_is_null(tmp_path) -> None:
 # ------------------------------------------------------------------- what is open
 
 
-def _ci(est: float, low: float, high: float, level: float, df: int = 3) -> RatioCI:
-    return RatioCI(est, low, high, level, "blocks", 40, df + 1, 0.0, None, None, None, None,
-                   None, 0, df=df)  # fmt: skip
+def _ci(est: float, low: float, high: float, level: float, df: int = 3) -> RatioInterval:
+    return block_interval(est, low, high, level=level, blocks=df + 1)
 
 
 def _segment(name: str, est: float, low: float, high: float, word: str) -> SegmentResult:

@@ -393,14 +393,9 @@ class _AA:
     load = "c=1"
 
     def __init__(self) -> None:
-        from speclib.analysis.stats.paired import RatioCI
+        from tests.intervals import block_interval
 
-        ci = RatioCI(
-            estimate=1.0, ci_low=0.98, ci_high=1.02, confidence_level=0.95, method="blocks",
-            n_pairs=32, n_launches=4, median_delta=0.0, wilcoxon_p=None,
-            between_launch_share=None, more_launches_help=None, var_between=None,
-            var_within=None, n_resamples=0, df=3,
-        )  # fmt: skip
+        ci = block_interval(1.0, 0.98, 1.02, n_pairs=32)
         self.cis = {"tpot_s": ci}
 
 

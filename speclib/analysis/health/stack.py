@@ -92,10 +92,10 @@ def stack_warnings(facts: Mapping[str, Any], *, control: str, aa: str | None) ->
     """Flags left out, arms on different GPUs, an acceptance that misses its truth."""
     out = list((facts.get("server_commands") or {}).get("notes") or [])
     out += placement_warnings(facts.get("placement") or {}, control=control, aa=aa)
-    line = facts.get("acceptance_truth_line")
-    if line and line.startswith("does NOT match"):
-        out.append(f"the measured acceptance {line}")
-    line = facts.get("acceptance_replay_line")
-    if line and line.startswith("does NOT agree"):
-        out.append(f"the measured acceptance {line}")
+    truth = facts.get("acceptance_truth") or []
+    if truth and not all(r.get("within") for r in truth):  # a launch misses its truth
+        out.append(f"the measured acceptance {facts.get('acceptance_truth_line')}")
+    replayed = (facts.get("acceptance_replay") or {}).get("launches") or []
+    if replayed and not all(r.get("within") for r in replayed):  # the replay disagrees
+        out.append(f"the measured acceptance {facts.get('acceptance_replay_line')}")
     return out

@@ -28,7 +28,7 @@ A check is ``pass``, ``fail`` or ``not assessed`` (no data for it: not a pass); 
 check makes every verdict "untrustworthy" — except late reads when the verdict's TPOT comes
 from the server's stamps (then shown, not gating). The first four are known before any
 comparison: :func:`pre_checks` returns them and
-:func:`problem_of` the reason string that makes every verdict "untrustworthy" when one
+:func:`problem_of` the reason that makes every verdict "untrustworthy" when one
 fails. :func:`bench_trust` adds the A/A check and returns the panel for ``summary.json``.
 The workload checks (:mod:`speclib.analysis.health.workload_checks`: outputs cut by max_tokens,
 near-duplicate prompts, offered vs achieved rate, prompt set size, category sizes) ride along
@@ -69,7 +69,9 @@ from speclib.analysis.health.instrument import (
     TTFT_TOLERANCE_S,
 )
 from speclib.analysis.verdict.resolution import bench_check
+from speclib.core.reasons import Code, Reason
 from speclib.core.records import LAG_PERIOD_S
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 
 __all__ = [
     "FAIL",
@@ -299,12 +301,13 @@ def pre_checks(
     ]
 
 
-def problem_of(checks: list[TrustCheck]) -> str | None:
-    """A reason the bench cannot be trusted (every verdict then says so), or None."""
+def problem_of(checks: list[TrustCheck]) -> Reason | None:
+    """Why the bench cannot be trusted (every verdict then says so): the gating checks
+    that failed, each with what it compared; None when none did."""
     failed = [c for c in checks if c.status == FAIL and c.gating]
     if not failed:
         return None
-    return "; ".join(f"{c.check}: {c.detail}" for c in failed)
+    return Reason(Code.BENCH_CHECKS_FAILED, {"failed": [[c.check, c.detail] for c in failed]})
 
 
 def aa_check(aa: list[Any], margin: float) -> TrustCheck:
@@ -333,7 +336,7 @@ def aa_check(aa: list[Any], margin: float) -> TrustCheck:
     texts = "; ".join(
         b.text() if len(checks) == 1 else f"{getattr(c, 'load', '')}: {b.text()}" for c, b in checks
     )
-    false = [c for c, _ in cis if getattr(c, "word", None) in ("adopt", "worse", "reject")]
+    false = [c for c, _ in cis if getattr(c, "word", None) in (*FALSE_EFFECT, Word.REJECT)]
     if false:
         return TrustCheck(
             name,
@@ -430,16 +433,15 @@ def ttft_lag_causes(agreement: pd.DataFrame) -> dict[int, tuple[float, float | N
     return out
 
 
-def ttft_problems(agreement: pd.DataFrame, names: dict[int, str]) -> dict[int, str]:
+def ttft_problems(agreement: pd.DataFrame, names: dict[int, str]) -> dict[int, Reason]:
     """Per load level whose client TTFT lag differs between arms by more than the
     tolerance, and not by the server's doing (:func:`ttft_lag_causes`), why its TTFT gate is
     not assessed (``names``: level → its load in words)."""
     tol = TTFT_TOLERANCE_S * 1e3
     return {
-        level: (
-            f"at {names.get(level, level)} the client read first tokens up to {spread:.1f} ms "
-            f"later in one arm than in another (tolerance {tol:g} ms): a busy client, not the "
-            "server; TTFT cannot be compared there (TPOT comes from the server's stamps)"
+        level: Reason(
+            Code.TTFT_LAG,
+            {"load": names.get(level, level), "spread_ms": spread, "tolerance_ms": tol},
         )
         for level, (spread, bound) in ttft_lag_causes(agreement).items()
         if bound is None

@@ -41,6 +41,7 @@ from typing import Any
 
 from speclib.analysis.load.recommend import Recommendation
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Word
 from speclib.vllm_facts.spec_schema import SCHEDULE_KEY
 
 __all__ = [
@@ -106,7 +107,7 @@ def _no_k_pays(
 ) -> tuple[int | None, str | None, float | None, str]:
     """The k of a level where no k is shown to pay."""
     words = {word for word, _ in verdicts.values()}
-    shown = bool(words) and words <= {"worse", "reject", "equivalent", "failed"}
+    shown = bool(words) and words <= {Word.WORSE, Word.REJECT, Word.EQUIVALENT, Word.FAILED}
     if draft_free:
         why = "no k pays (shown): speculation off" if shown else (
             "no k shown to pay (an interval reaches 1 − δ): speculation off for lack of "
@@ -137,7 +138,7 @@ def _choice(
     if rec.outcome == "no_k_pays":
         return _no_k_pays(k_of, verdicts, draft_free)
     paying = [(hi, arm) for arm, (word, hi) in verdicts.items()
-              if word == "adopt" and hi is not None and arm in k_of]  # fmt: skip
+              if word == Word.ADOPT and hi is not None and arm in k_of]  # fmt: skip
     if rec.outcome == "undecided" and paying:
         hi, arm = min(paying)
         return k_of[arm], arm, hi, "pays with the lowest upper bound (no k shown within δ)"

@@ -142,7 +142,10 @@ def _schedules(
             levels[i] = (int(c), flight)
         verdicts = {
             i: {
-                x.experiment: (x.word, x.cis["tpot_s"].ci_high if x.cis.get("tpot_s") else None)
+                x.experiment: (
+                    x.pooled_word,
+                    x.cis["tpot_s"].ci_high if x.cis.get("tpot_s") else None,
+                )
                 for x in comps
                 if x.level == i and x.experiment in members
             }

@@ -46,6 +46,9 @@ from speclib.analysis.verdict.comparisons import Comparison
 from speclib.analysis.verdict.tpot_verdict import pair_summary
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 from speclib.params.experiment import ExperimentParams
 from speclib.params.sweep import sweep_sort_key
 
@@ -60,7 +63,7 @@ __all__ = [
 
 OUTCOMES = ("recommended", "no_k_pays", "undecided", "no_data")
 
-PAYS = "adopt"  # the verdict word of an arm that pays
+PAYS = Word.ADOPT  # the verdict word of an arm that pays
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ class Recommendation:
     the family is ADOPT); ``"undecided"`` (arms that pay are not shown within δ of the best
     arm); ``"no_data"``. ``ratio``/``ci_low``/``ci_high`` are the recommended arm's TPOT
     ratio to the control with its interval; ``best_arm`` the arm with the lowest ratio;
-    ``tests`` every other arm's test against it; ``reason`` says the outcome in words.
+    ``tests`` every other arm's test against it; ``reason`` says why, as data (a
+    :class:`~speclib.core.reasons.Reason`: code ``SWEEP_*``).
     """
 
     family: str
@@ -121,13 +125,16 @@ class Recommendation:
     best_arm: str | None
     margin: float
     confidence_level: float
-    reason: str
+    reason: Reason
     tests: tuple[ArmTest, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping (``summary.json``'s ``recommendations`` entries)."""
+        """JSON-safe mapping (``summary.json``'s ``recommendations`` entries): the reason in
+        words (``reason``) and as data (``reason_code``)."""
         out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self) if f.name != "tests"}
+        out["reason"] = render(self.reason)
         out["tests"] = [t.to_dict() for t in self.tests]
+        out["reason_code"] = self.reason.to_dict()
         return out
 
 
@@ -193,10 +200,6 @@ def _holm(
     return sorted(done, key=lambda t: order[t.arm])
 
 
-def _words(arms: Sequence[SweepArm]) -> str:
-    return ", ".join(f"{a.arm} {a.verdict}" for a in arms)
-
-
 def recommend(
     arms: Sequence[SweepArm],
     *,
@@ -239,28 +242,26 @@ def recommend(
     if not candidates:
         outcome = "undecided" if paying else "no_k_pays"
         if not paying:
-            why = f"no k pays: no arm of {family or 'the family'} is ADOPT ({_words(measured)})"
+            why = Reason(Code.SWEEP_NO_K_PAYS, {
+                "family": family, "arms": [[a.arm, str(a.verdict)] for a in measured],
+            })  # fmt: skip
         else:
-            why = (
-                f"no recommendation: {', '.join(a.arm for a in paying)} pay(s) but is not shown "
-                f"within δ = {margin:g} of the best arm {best.arm} (more blocks would tell)"
-            )
+            why = Reason(Code.SWEEP_UNDECIDED, {
+                "paying": [a.arm for a in paying], "margin": float(margin), "best": best.arm,
+            })  # fmt: skip
         return Recommendation(**common, outcome=outcome, arm=None, value=None, ratio=None,
                               ci_low=None, ci_high=None, reason=why)  # fmt: skip
     pick = candidates[0]
     ci = pick.ci or (None, None)
-    if pick.arm == best.arm:
-        how = "it is the best arm"
-    else:
+    to_best = level = None
+    if pick.arm != best.arm:
         t = next(t for t in tests if t.arm == pick.arm)
-        how = (
-            f"its TPOT is {t.ratio_to_best:.3f}× the best arm {best.arm}'s "
-            f"({100 * t.confidence_level:.3g}% CI {t.ci_low:.3f}–{t.ci_high:.3f}, Holm), "
-            f"within δ = {margin:g}"
-        )
+        to_best, level = [t.ratio_to_best, t.ci_low, t.ci_high], t.confidence_level
     smaller = [a.arm for a in paying if sweep_sort_key(a.value) < sweep_sort_key(pick.value)]
-    note = f"; smaller {', '.join(smaller)} pay(s) but not within δ of the best" if smaller else ""
-    why = f"{pick.arm} ({_value_text(pick.value)}): ADOPT and {how}{note}"
+    why = Reason(Code.SWEEP_RECOMMENDED, {
+        "arm": pick.arm, "value": dict(pick.value), "best": best.arm, "to_best": to_best,
+        "level": level, "margin": float(margin), "smaller": smaller,
+    })  # fmt: skip
     return Recommendation(**common, outcome="recommended", arm=pick.arm,
                           value=dict(pick.value), ratio=pick.ratio, ci_low=ci[0],
                           ci_high=ci[1], reason=why)  # fmt: skip
@@ -269,11 +270,7 @@ def recommend(
 def _no_data(**common: Any) -> Recommendation:
     return Recommendation(**common, outcome="no_data", arm=None, value=None, ratio=None,
                           ci_low=None, ci_high=None, best_arm=None,
-                          reason="no arm of the family has valid pairs")  # fmt: skip
-
-
-def _value_text(value: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in value.items())
+                          reason=Reason(Code.SWEEP_NO_DATA))  # fmt: skip
 
 
 def _level_summary(
@@ -290,7 +287,7 @@ def _level_summary(
 def _sweep_arm(c: Comparison, value: Mapping[str, Any]) -> SweepArm:
     ci = c.cis.get("tpot_s")
     return SweepArm(
-        c.experiment, value, c.word, ci.estimate if ci else None,
+        c.experiment, value, c.pooled_word, ci.estimate if ci else None,
         (ci.ci_low, ci.ci_high) if ci else None,
     )  # fmt: skip
 

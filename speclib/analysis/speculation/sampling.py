@@ -73,6 +73,8 @@ from speclib.analysis.speculation.nucleus import (
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.paired import MIN_PAIRS_BCA, paired_mean_interval
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 from speclib.core.rundir import RunDir
 from speclib.core.scores import OutputKey, OutputScore, read_scores, sequence_of
 
@@ -213,15 +215,17 @@ def _interval(
             stacklevel=3,
         )
         return float(d[0]), float(d[0]), "degenerate", "all paired differences are equal"
-    return paired_mean_interval(
+    few = Reason(Code.BCA_FEW_PAIRS, {"minimum": MIN_PAIRS_BCA, "n": n, "unit": "prompts"})
+    low, high, used, note = paired_mean_interval(
         c,
         e,
         confidence_level=confidence_level,
         n_resamples=n_resamples,
         method="BCa",
-        obstacle=f"fewer than {MIN_PAIRS_BCA} prompts ({n})" if n < MIN_PAIRS_BCA else None,
+        obstacle=few if n < MIN_PAIRS_BCA else None,
         rng=rng,
     )
+    return low, high, used, render(note) if note is not None else None
 
 
 def _word(low: float | None, high: float | None, margin: float) -> str:

@@ -1,12 +1,10 @@
-"""What the statistics modules share: the degenerate-data warning, input validation, the
-projection of a t-interval's width, and Holm's adjustment.
+"""What the statistics modules share: the degenerate-data warning, input validation and
+Holm's adjustment.
 
 :class:`DegenerateDataWarning` says the data cannot support the requested interval;
 :func:`finite_1d` validates a one-dimensional array of finite numbers, naming the
-argument; :func:`t_width_scale` projects a t-interval's half-width to more blocks (every
-"N more blocks" of :mod:`speclib.analysis.verdict.decision` and
-:mod:`speclib.analysis.verdict.resolution`); :func:`holm_adjust` gives Holm step-down
-adjusted p-values.
+argument; :func:`holm_adjust` gives Holm step-down adjusted p-values. (A t-interval's
+quantile and its projection to more blocks are in :mod:`speclib.analysis.stats.t_interval`.)
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ __all__ = [
     "DegenerateDataWarning",
     "finite_1d",
     "holm_adjust",
-    "t_width_scale",
 ]
 
 
@@ -41,27 +38,6 @@ def finite_1d(values: ArrayLike, name: str) -> NDArray[np.float64]:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"`{name}` must hold finite numbers (found NaN or inf)")
     return arr
-
-
-def t_width_scale(
-    *, n_blocks: int, df: int, confidence_level: float, blocks: ArrayLike
-) -> NDArray[np.float64]:
-    """A t-interval's half-width after ``blocks`` blocks, relative to today's after
-    ``n_blocks`` blocks on ``df`` degrees of freedom, with the block SD held and one degree
-    of freedom more per added block: ``t[df + b - n, q] / t[df, q] * sqrt(n / b)``,
-    ``q = (1 + confidence_level) / 2``. The one projection behind every "N more blocks"
-    (:mod:`speclib.analysis.verdict.decision`, :mod:`speclib.analysis.verdict.resolution`)."""
-    if not (isinstance(n_blocks, (int, np.integer)) and n_blocks >= 1):
-        raise ValueError(f"`n_blocks` must be a positive integer (got {n_blocks!r})")
-    if not (isinstance(df, (int, np.integer)) and df >= 1):
-        raise ValueError(f"`df` must be a positive integer (got {df!r})")
-    if not 0 < confidence_level < 1:
-        raise ValueError(f"`confidence_level` must be in (0, 1) (got {confidence_level!r})")
-    b = np.asarray(blocks, dtype=float)
-    if np.any(b < n_blocks):
-        raise ValueError(f"`blocks` must all be >= n_blocks = {n_blocks}")
-    q = 0.5 + confidence_level / 2
-    return stats.t.ppf(q, df + b - n_blocks) / stats.t.ppf(q, df) * np.sqrt(n_blocks / b)
 
 
 def holm_adjust(pvalues: Sequence[float] | ArrayLike) -> NDArray[np.float64]:

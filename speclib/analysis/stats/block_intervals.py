@@ -6,7 +6,8 @@ experiments) and alternates requests between the arms prompt by prompt, so time 
 regime shifts hit all arms of a block alike and cancel in the paired log-ratios. What
 remains is one *instance effect* per server and block plus per-request noise. This module
 turns the per-block log-ratios ``d[a, b]`` (arm ``a`` vs the control of block ``b``, over
-the block's paired prompts) into one frozen :class:`BlockArmCI` per arm. Which ratio ``d``
+the block's paired prompts) into one frozen interval per arm
+(:class:`~speclib.analysis.stats.ratio_interval.RatioInterval`). Which ratio ``d``
 is comes with the summary (:mod:`speclib.analysis.stats.block_summary`): the verdict's is
 the traffic's, ``log(mean arm TPOT / mean control TPOT)``; the typical request's is the
 mean of the per-pair log-ratios. The model and the interval below hold for either, and
@@ -76,8 +77,8 @@ Example::
 
     summary = summarize_blocks(df.log_ratio, arm=df.arm, block=df.replicate)
     result = block_ratio_cis(summary, aa_arm="aa", reference="controls")
-    for ci in result.arms.values():
-        print(ci.arm, ci.estimate, ci.ci_low, ci.ci_high, ci.df, ci.method)
+    for arm, ci in result.arms.items():
+        print(arm, ci.estimate, ci.ci_low, ci.ci_high, ci.df, ci.label)
     print("noise floor", result.aa.ci_low, result.aa.ci_high)
 """
 
@@ -94,87 +95,33 @@ from scipy import special
 
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.block_summary import BlockSummary
+from speclib.analysis.stats.ratio_interval import BlockDiagnostics, RatioInterval
 from speclib.analysis.stats.t_interval import t_interval
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 
 __all__ = [
     "ONE_BLOCK_NOTE",
     "REFERENCES",
     "BlockAnalysis",
-    "BlockArmCI",
     "block_ratio_cis",
 ]
 
 REFERENCES = ("control", "controls")
-ONE_BLOCK_NOTE = (
-    "no degrees of freedom for the instance variance: one launch per arm cannot separate "
-    "the effect from launch-to-launch noise; the interval is (0, inf) and cannot decide – "
-    "run more replicate blocks"
-)
-
-
-@dataclass(frozen=True)
-class BlockArmCI:
-    """One arm's ratio (arm / reference) with its block-level t-interval and diagnostics.
-
-    ``estimate``, ``ci_low``, ``ci_high`` are ratios (below 1: the arm is faster).
-    ``reference`` is what the arm's contrasts are against (``"control"``, or ``"controls"``:
-    the mean of the control and the aa arm). ``df`` is the interval's degrees of freedom,
-    the arm's own blocks minus one (0: cannot decide, the interval is ``(0, inf)``),
-    ``se_log`` the standard error of the log estimate (inf when ``df == 0``).
-    ``se_within_log`` is the part of it due to prompt-level noise, ``instance_share`` the
-    share of the estimate's variance due to instance effects, and ``more_blocks_help``
-    whether that share exceeds one half (None when within-block variances are unknown).
-    ``own_df``, ``heterogeneity_f`` and ``heterogeneity_p``: the arm's own block-to-block
-    variance of ``d`` over the pooled ``2 sigma^2`` and its approximate two-sided F-test
-    p-value (None below 2 own df). :attr:`method` describes the interval in words;
-    ``estimand`` says which ratio it is (:class:`speclib.core.estimand.Estimand`: the
-    summary's).
-    """
-
-    arm: str
-    reference: str
-    estimate: float
-    ci_low: float
-    ci_high: float
-    confidence_level: float
-    df: int
-    n_blocks: int
-    n_pairs: int
-    se_log: float
-    se_within_log: float | None
-    instance_share: float | None
-    more_blocks_help: bool | None
-    own_df: int
-    heterogeneity_f: float | None
-    heterogeneity_p: float | None
-    note: str | None = None
-    estimand: Estimand = Estimand.TYPICAL
-
-    @property
-    def decidable(self) -> bool:
-        """False when the interval has no degrees of freedom (it is ``(0, inf)``)."""
-        return self.df > 0 and math.isfinite(self.se_log)
-
-    @property
-    def method(self) -> str:
-        """What the interval is, e.g. ``"blocks (own-arm paired t vs control, df=1)"``."""
-        return _method(self.reference, self.df)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping (includes ``decidable`` and ``method``)."""
-        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
-        out["decidable"] = self.decidable
-        out["method"] = self.method
-        return out
+ONE_BLOCK_NOTE = Reason(Code.NO_DF)
+"""Why an interval of one block cannot decide: no degrees of freedom for the instance
+variance."""
 
 
 @dataclass(frozen=True)
 class BlockAnalysis:
     """All arms of one block analysis at one confidence level.
 
-    ``arms`` maps each experiment arm (every arm but the aa arm) to its :class:`BlockArmCI`;
+    ``arms`` maps each experiment arm (every arm but the aa arm) to its interval
+    (:class:`~speclib.analysis.stats.ratio_interval.RatioInterval`, with
+    :class:`~speclib.analysis.stats.ratio_interval.BlockDiagnostics`);
     ``aa`` is the aa arm's own interval against the control (None without an aa arm).
     ``reference`` is the requested reference (each arm's own is in its interval). ``df`` and
     ``sigma2`` come from the pooled additive fit, a diagnostic that no TPOT interval uses:
@@ -184,20 +131,22 @@ class BlockAnalysis:
     interval can decide.
     """
 
-    arms: dict[str, BlockArmCI]
-    aa: BlockArmCI | None
+    arms: dict[str, RatioInterval]
+    aa: RatioInterval | None
     reference: str
     confidence_level: float
     df: int
     n_blocks: int
     sigma2: float | None
     var_instance: float | None
-    note: str | None = None
+    note: Reason | None = None
     estimand: Estimand = Estimand.TYPICAL
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        """JSON-safe mapping (the note in words)."""
+        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        out["note"] = render(self.note) if self.note is not None else None
+        return out
 
 
 # --------------------------------------------------------------------------- validation
@@ -344,47 +293,36 @@ def _contrasts(summary: BlockSummary, k: int, aa_k: int | None, reference: str) 
     return _Contrasts(d - d_aa / 2, within, "controls")
 
 
-def _method(reference: str, df: int) -> str:
-    """The interval's description, as the report shows it."""
-    against = "vs mean of control and aa" if reference == "controls" else "vs control"
-    return f"blocks (own-arm paired t {against}, df={df})"
-
-
 def _arm_ci(
     k: int, summary: BlockSummary, contrasts: _Contrasts, pooled: _Fit, *,
     confidence_level: float,
-) -> BlockArmCI:  # fmt: skip
+) -> RatioInterval:  # fmt: skip
     """The paired t-interval of arm ``summary.arms[k]`` on its own block contrasts."""
     c = contrasts.values
     m = c.size
     t = t_interval(c, confidence_level=confidence_level)
-    est = t.mean
     d = summary.mean[k][summary.n_pairs[k] > 0]
     pooled_var_d = 2 * pooled.rss / pooled.df if pooled.df > 0 else 0.0
     own_df, f, p = _own_spread(d, pooled_var_d, pooled.df)
-    common = {
-        "arm": summary.arms[k], "reference": contrasts.reference, "estimate": math.exp(est),
-        "confidence_level": float(confidence_level), "df": m - 1, "n_blocks": m,
-        "n_pairs": int(summary.n_pairs[k].sum()), "own_df": own_df, "heterogeneity_f": f,
-        "heterogeneity_p": p, "estimand": summary.estimand,
-    }  # fmt: skip
+    spread = {"own_df": own_df, "heterogeneity_f": f, "heterogeneity_p": p}
+    common = {"n_pairs": int(summary.n_pairs[k].sum()), "estimand": summary.estimand,
+              "reference": contrasts.reference}  # fmt: skip
     if not t.decidable:
-        return BlockArmCI(ci_low=0.0, ci_high=math.inf, se_log=math.inf, se_within_log=None,
-                          instance_share=None, more_blocks_help=None, note=ONE_BLOCK_NOTE,
-                          **common)  # fmt: skip
+        flat = BlockDiagnostics(math.inf, **spread)
+        return RatioInterval.from_t(t, note=ONE_BLOCK_NOTE, blocks=flat, **common)
     var_total = t.se**2
     within = contrasts.within
     var_within = None if within is None else float(within.sum()) / m**2
     share = None
     if var_within is not None and var_total > 0:
         share = float(max(0.0, var_total - var_within) / var_total)
-    return BlockArmCI(
-        ci_low=math.exp(t.low), ci_high=math.exp(t.high), se_log=t.se,
-        se_within_log=None if var_within is None else math.sqrt(var_within),
+    diagnostics = BlockDiagnostics(
+        se_log=t.se, se_within_log=None if var_within is None else math.sqrt(var_within),
         instance_share=share, more_blocks_help=None if share is None else bool(share > 0.5),
-        note="all block contrasts agree exactly: zero-width interval" if t.se == 0 else None,
-        **common,
+        **spread,
     )  # fmt: skip
+    note = Reason(Code.ZERO_WIDTH) if t.se == 0 else None
+    return RatioInterval.from_t(t, note=note, blocks=diagnostics, **common)
 
 
 def block_ratio_cis(
@@ -422,7 +360,8 @@ def block_ratio_cis(
     aa = None
     if aa_k is not None:
         aa = _arm_ci(aa_k, summary, _contrasts(summary, aa_k, None, "control"), pooled, **opts)
-    flat = [ci.arm for ci in (*arms.values(), aa) if ci is not None and ci.se_log == 0]
+    named = [*arms.items(), *([(aa_arm, aa)] if aa is not None else [])]
+    flat = [a for a, ci in named if ci.blocks is not None and ci.blocks.se_log == 0]
     if flat:
         warnings.warn(f"arm(s) {flat}: all block contrasts agree exactly: the intervals have "
                       "zero width", DegenerateDataWarning, stacklevel=2)  # fmt: skip

@@ -27,6 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
+from speclib.analysis.stats.t_interval import t_critical
+
 __all__ = ["cluster_codes", "padded_by_launch", "two_stage_interval", "widen"]
 
 _MAX_BLOCK_ELEMENTS = 2_000_000  # bound on memory per resampling block (floats)
@@ -174,6 +176,8 @@ def two_stage_interval(
     boot = _two_stage_means(_shrunk(y, sizes, a), sizes, n_resamples, rng)
     alpha = 1.0 - confidence_level
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2], axis=-1)
-    factor = stats.t.ppf(1 - alpha / 2, n_launch - 1) / stats.norm.ppf(1 - alpha / 2)
+    factor = t_critical(n_launch - 1, confidence_level=confidence_level) / stats.norm.ppf(
+        1 - alpha / 2
+    )
     low, high = widen(a["grand"], low, high, factor)
     return a["grand"], low, high, a

@@ -2,7 +2,9 @@
 
 This module turns matched per-prompt latencies (TPOT, and equally TTFT or end-to-end) of a
 control series (target model, no speculation) and an experiment series (same target with a
-draft model or n-gram speculation) into one frozen :class:`RatioCI`. It only computes; the
+draft model or n-gram speculation) into one frozen
+:class:`~speclib.analysis.stats.ratio_interval.RatioInterval` (with
+:class:`~speclib.analysis.stats.ratio_interval.BootstrapDiagnostics`). It only computes; the
 decision rule and the gates live in :mod:`speclib.analysis.verdict.decision`.
 
 The effect is the geometric-mean ratio ``exp(mean(log(experiment / control)))``: below 1
@@ -13,7 +15,7 @@ means the experiment is faster. Its confidence interval comes from a bootstrap:
   ``MIN_PAIRS_BCA`` pairs, all log-ratios equal, heavy ties, or non-finite bounds) it falls
   back to an *expanded* percentile interval (Hesterberg 2015: the distances from the
   estimate are scaled by ``sqrt(n / (n - 1)) * t[n-1] / z`` to undo the small-sample
-  narrowness of the percentile interval) and says why in ``RatioCI.note``;
+  narrowness of the percentile interval) and says why in its ``note``;
 * with two or more launches: a two-stage bootstrap that resamples launches, then pairs
   within each launch, corrected to match the random-effects ANOVA variance and widened by
   ``t[L-1] / z`` (:mod:`speclib.analysis.stats.clustered` says how and why, with its
@@ -23,7 +25,7 @@ Beside the CI the result carries the median paired difference (in the input's un
 Wilcoxon signed-rank p-value on the log-ratios, the share of the per-pair variance that
 lies between launches, and whether more launches (rather than more prompts per launch)
 would narrow the CI faster. Nothing here returns a silent NaN: undefined quantities are
-``None`` in :meth:`RatioCI.to_dict`, and degenerate data raise a
+``None`` in its ``to_dict()``, and degenerate data raise a
 :class:`DegenerateDataWarning`.
 
 Example::
@@ -34,7 +36,7 @@ Example::
 
     ci = paired_ratio_ci(control_tpot, experiment_tpot, clusters=replicate,
                          confidence_level=0.95, rng=np.random.default_rng(12345))
-    print(ci.estimate, ci.ci_low, ci.ci_high, ci.method)
+    print(ci.estimate, ci.ci_low, ci.ci_high, ci.label)
     print(decide(ci, margin=0.05).word)   # "adopt" | "equivalent" | "worse" | "inconclusive"
 """
 
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -56,12 +57,16 @@ from speclib.analysis.stats.clustered import (
     two_stage_interval,
     widen,
 )
-from speclib.core.estimand import Estimand
-from speclib.core.jsonutil import jsonable
+from speclib.analysis.stats.ratio_interval import (
+    BootstrapDiagnostics,
+    IntervalMethod,
+    RatioInterval,
+)
+from speclib.analysis.stats.t_interval import t_critical
+from speclib.core.reasons import Code, Reason
 
 __all__ = [
     "MIN_PAIRS_BCA",
-    "RatioCI",
     "paired_mean_interval",
     "paired_ratio_ci",
     "wilcoxon_logratio",
@@ -72,49 +77,6 @@ MIN_PAIRS_BCA = 10
 
 _HEAVY_TIE_SHARE = 0.5  # BCa is skipped when one log-ratio value holds at least this share
 _METHODS = ("BCa", "percentile")
-
-
-@dataclass(frozen=True)
-class RatioCI:
-    """A paired experiment/control ratio with its confidence interval.
-
-    ``estimate``, ``ci_low`` and ``ci_high`` are ratios experiment / control (below 1 means
-    the experiment is faster). ``method`` is the interval actually used: ``"BCa"``,
-    ``"percentile"``, ``"two-stage"`` or ``"degenerate"`` (one pair: the interval is
-    ``(0, inf)``). ``note`` says why a fallback happened. ``median_delta`` is the median of
-    ``experiment - control`` in the input's unit. ``var_between`` and ``var_within`` are the
-    variance components of the per-pair log-ratios (between launches, within a launch);
-    ``between_launch_share`` is ``var_between / (var_between + var_within)`` and
-    ``more_launches_help`` says whether the between-launch term dominates the variance of
-    the mean, so that more launches (rather than more prompts per launch) would narrow the
-    interval faster. Launch fields are ``None`` without at least two launches. ``df`` is
-    the degrees of freedom of a t-based interval (the block interval: the arm's blocks
-    minus one), ``None`` for the bootstrap intervals. ``estimand`` says which ratio it is
-    (:class:`speclib.core.estimand.Estimand`): the bootstrap's is the typical request's
-    (the geometric mean above); the TPOT verdict's, from the block model, the traffic's.
-    """
-
-    estimate: float
-    ci_low: float
-    ci_high: float
-    confidence_level: float
-    method: str
-    n_pairs: int
-    n_launches: int
-    median_delta: float
-    wilcoxon_p: float | None
-    between_launch_share: float | None
-    more_launches_help: bool | None
-    var_between: float | None
-    var_within: float | None
-    n_resamples: int
-    note: str | None = None
-    df: int | None = None
-    estimand: Estimand = Estimand.TYPICAL
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping: plain Python numbers, non-finite floats become ``None``."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
 # --------------------------------------------------------------------------- validation
@@ -166,16 +128,16 @@ def _rounded(log_ratio: NDArray) -> NDArray:
     return np.round(log_ratio, 12)
 
 
-def _bca_obstacle(log_ratio: NDArray) -> str | None:
+def _bca_obstacle(log_ratio: NDArray) -> Reason | None:
     """Why BCa should not be tried on these log-ratios, or None."""
     n = log_ratio.size
     if n < MIN_PAIRS_BCA:
-        return f"fewer than {MIN_PAIRS_BCA} pairs ({n})"
+        return Reason(Code.BCA_FEW_PAIRS, {"minimum": MIN_PAIRS_BCA, "n": n})
     _, counts = np.unique(_rounded(log_ratio), return_counts=True)
     if counts.size == 1:
-        return "all log-ratios are equal"
+        return Reason(Code.BCA_ALL_EQUAL)
     if counts.max() >= _HEAVY_TIE_SHARE * n:
-        return f"heavy ties ({counts.max()} of {n} log-ratios share one value)"
+        return Reason(Code.BCA_HEAVY_TIES, {"count": int(counts.max()), "n": n})
     return None
 
 
@@ -190,9 +152,9 @@ def paired_mean_interval(
     confidence_level: float,
     n_resamples: int,
     method: str = "BCa",
-    obstacle: str | None = None,
+    obstacle: Reason | None = None,
     rng: np.random.Generator,
-) -> tuple[float, float, str, str | None]:
+) -> tuple[float, float, str, Reason | None]:
     """Pair bootstrap CI of ``mean(experiment - control)``: ``(low, high, method_used, note)``.
 
     The one-stage interval of :func:`paired_ratio_ci` (which passes log latencies), shared
@@ -215,7 +177,7 @@ def paired_mean_interval(
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if use == "BCa" and not (np.isfinite(low) and np.isfinite(high)):
         messages = "; ".join(str(w.message) for w in caught) or "no message"
-        obstacle = f"BCa bounds were not finite ({messages})"
+        obstacle = Reason(Code.BCA_NOT_FINITE, {"messages": messages})
         use = "percentile"
     note = None
     if use == "percentile":
@@ -223,15 +185,13 @@ def paired_mean_interval(
         low, high, factor = _expanded_percentile(
             est, res.bootstrap_distribution, confidence_level, control.size
         )
-        note = f"percentile interval expanded by {factor:.3f} (Hesterberg 2015)"
-        if obstacle:
-            note = f"BCa not used: {obstacle}; {note}"
+        note = Reason(Code.PERCENTILE_EXPANDED, {"factor": factor, "obstacle": obstacle})
     return low, high, use, note
 
 
 def _one_stage_interval(
     c: NDArray, e: NDArray, *, confidence_level: float, n_resamples: int, method: str, rng
-) -> tuple[float, float, str, str | None]:
+) -> tuple[float, float, str, Reason | None]:
     """Pair bootstrap CI of the mean log-ratio: ``(low, high, method_used, note)``."""
     log_c, log_e = np.log(c), np.log(e)
     return paired_mean_interval(
@@ -255,7 +215,8 @@ def _expanded_percentile(
     alpha = 1.0 - confidence_level
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     q = 1 - alpha / 2
-    factor = math.sqrt(n_pairs / (n_pairs - 1)) * stats.t.ppf(q, n_pairs - 1) / stats.norm.ppf(q)
+    t = t_critical(n_pairs - 1, confidence_level=confidence_level)
+    factor = math.sqrt(n_pairs / (n_pairs - 1)) * t / stats.norm.ppf(q)
     low, high = widen(est, low, high, factor)
     return float(low), float(high), float(factor)
 
@@ -286,7 +247,7 @@ def paired_ratio_ci(
     n_resamples: int = 4000,
     method: str = "BCa",
     rng: np.random.Generator,
-) -> RatioCI:
+) -> RatioInterval:
     """Geometric-mean ratio ``experiment / control`` of matched pairs with a bootstrap CI.
 
     ``control[i]`` and ``experiment[i]`` are the same prompt's latency (positive, same
@@ -305,21 +266,20 @@ def paired_ratio_ci(
         "estimate": float(np.exp(log_ratio.mean())),
         "confidence_level": float(confidence_level),
         "n_pairs": int(c.size),
-        "n_launches": int(codes.max() + 1),
+        "n_blocks": int(codes.max() + 1),
         "median_delta": float(np.median(e - c)),
-        "wilcoxon_p": wilcoxon_logratio(c, e),
-        "n_resamples": int(n_resamples),
     }
+    wilcoxon_p = wilcoxon_logratio(c, e)
     if c.size == 1:
         warnings.warn(
             "one pair: the confidence interval is undefined (reported as 0 to inf)",
             DegenerateDataWarning,
             stacklevel=2,
         )
-        return RatioCI(
-            ci_low=0.0, ci_high=math.inf, method="degenerate", between_launch_share=None,
-            more_launches_help=None, var_between=None, var_within=None,
-            note="one pair: no variance estimate", **common,
+        diag = BootstrapDiagnostics(wilcoxon_p, None, None, None, None, int(n_resamples))
+        return RatioInterval(
+            ci_low=0.0, ci_high=math.inf, method=IntervalMethod.DEGENERATE, bootstrap=diag,
+            note=Reason(Code.ONE_PAIR), **common,
         )  # fmt: skip
     if np.unique(_rounded(log_ratio)).size == 1:
         warnings.warn(
@@ -327,19 +287,22 @@ def paired_ratio_ci(
             DegenerateDataWarning,
             stacklevel=2,
         )
-    if common["n_launches"] >= 2:
-        return _clustered(log_ratio, codes, common, confidence_level, n_resamples, rng)
+    if common["n_blocks"] >= 2:
+        return _clustered(log_ratio, codes, common, wilcoxon_p, confidence_level, n_resamples,
+                          rng)  # fmt: skip
     low, high, used, note = _one_stage_interval(
         c, e, confidence_level=confidence_level, n_resamples=n_resamples, method=method, rng=rng
     )
-    return RatioCI(
-        ci_low=math.exp(low), ci_high=math.exp(high), method=used, between_launch_share=None,
-        more_launches_help=None, var_between=None, var_within=float(np.var(log_ratio, ddof=1)),
-        note=note, **common,
-    )  # fmt: skip
+    diag = BootstrapDiagnostics(wilcoxon_p, None, None, None, float(np.var(log_ratio, ddof=1)),
+                                int(n_resamples))  # fmt: skip
+    return RatioInterval(ci_low=math.exp(low), ci_high=math.exp(high),
+                         method=IntervalMethod(used), note=note, bootstrap=diag,
+                         **common)  # fmt: skip
 
 
-def _clustered(log_ratio, codes, common, confidence_level, n_resamples, rng) -> RatioCI:
+def _clustered(
+    log_ratio, codes, common, wilcoxon_p, confidence_level, n_resamples, rng
+) -> RatioInterval:
     """The two-stage branch of :func:`paired_ratio_ci`, with the launch variance summary."""
     y, sizes = padded_by_launch(log_ratio, codes)
     _, low, high, a = two_stage_interval(
@@ -351,8 +314,6 @@ def _clustered(log_ratio, codes, common, confidence_level, n_resamples, rng) -> 
     n_launch, n_pairs = sizes.size, log_ratio.size
     mean_var_between, mean_var_within = var_b / n_launch, var_w / n_pairs
     helps = mean_var_between > mean_var_within if total > 0 else None
-    return RatioCI(
-        ci_low=math.exp(float(low)), ci_high=math.exp(float(high)), method="two-stage",
-        between_launch_share=share, more_launches_help=helps, var_between=var_b,
-        var_within=var_w, note=None, **common,
-    )  # fmt: skip
+    diag = BootstrapDiagnostics(wilcoxon_p, share, helps, var_b, var_w, int(n_resamples))
+    return RatioInterval(ci_low=math.exp(float(low)), ci_high=math.exp(float(high)),
+                         method=IntervalMethod.TWO_STAGE, bootstrap=diag, **common)  # fmt: skip

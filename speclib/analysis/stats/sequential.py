@@ -19,10 +19,10 @@ look gets its own, stricter level from an **alpha-spending function**.
   boundaries would use that correlation to widen the early levels; with t-intervals on a
   handful of blocks the union bound is the simple valid choice). For N = 4 and
   ``min_blocks = 2`` at α = 0.05 the looks use α_k = 0.0056, 0.0180, 0.0264.
-* :func:`interval_word` is the decision rule of :mod:`speclib.analysis.verdict.decision` on a bare
-  interval: **adopt** if the upper bound is below ``1 - δ``; **equivalent** if the interval
-  lies inside ``(1 - δ, 1 + δ)``; **worse** if the lower bound is above 1; else
-  **inconclusive**.
+* the rule on each look's interval is the kit's one rule,
+  :func:`speclib.analysis.stats.margin_rule.classify`: **adopt** if the upper bound is
+  below ``1 - δ``; **equivalent** if the interval lies inside ``(1 - δ, 1 + δ)``;
+  **worse** if the lower bound is above 1; else **inconclusive**.
 * :func:`first_decisive_look` takes the intervals computed so far, each at its look's level,
   and returns the first look that decides, or says whether to go on.
 
@@ -81,15 +81,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
+from speclib.analysis.stats.margin_rule import classify, decision_distance
+from speclib.analysis.stats.t_interval import t_critical
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Word
 
 __all__ = [
     "SequentialDecision",
     "SpendingPlan",
     "blocks_to_decide",
-    "decision_distance",
     "first_decisive_look",
-    "interval_word",
     "obrien_fleming_spending",
     "spending_plan",
 ]
@@ -135,7 +136,7 @@ class SequentialDecision:
     look was reached (stop adding blocks); False means: add a block and look again.
     """
 
-    word: str
+    word: Word
     look: int
     blocks: int
     confidence_level: float
@@ -217,25 +218,6 @@ def spending_plan(max_blocks: int, *, min_blocks: int = 2, alpha: float = 0.05) 
     )  # fmt: skip
 
 
-def interval_word(low: float, high: float, *, margin: float) -> str:
-    """The decision word of an interval ``(low, high)`` of a ratio, at margin δ = ``margin``.
-
-    Same rule as :func:`speclib.analysis.verdict.decision.decide`: "adopt", "equivalent", "worse"
-    or "inconclusive" (an undefined interval such as ``(0, inf)`` is inconclusive).
-    """
-    margin = _check_margin(margin)
-    low, high = float(low), float(high)
-    if math.isnan(low) or math.isnan(high) or low > high or low < 0:
-        raise ValueError(f"`low`, `high` must satisfy 0 <= low <= high (got {low!r}, {high!r})")
-    if high < 1 - margin:
-        return "adopt"
-    if low > 1 - margin and high < 1 + margin:
-        return "equivalent"
-    if low > 1:
-        return "worse"
-    return "inconclusive"
-
-
 def first_decisive_look(
     intervals: Sequence[tuple[float, float]], *, plan: SpendingPlan, margin: float
 ) -> SequentialDecision:
@@ -257,13 +239,13 @@ def first_decisive_look(
     for i, pair in enumerate(seen):
         if len(pair) != 2:
             raise ValueError(f"`intervals[{i}]` must be a (low, high) pair (got {pair!r})")
-        words.append(interval_word(pair[0], pair[1], margin=margin))
-    i = next((k for k, w in enumerate(words) if w != "inconclusive"), len(words) - 1)
+        words.append(classify(pair[0], pair[1], margin=margin).word)
+    i = next((k for k, w in enumerate(words) if w != Word.INCONCLUSIVE), len(words) - 1)
     return _outcome(words[i], i, seen[i], plan)
 
 
 def _outcome(
-    word: str, i: int, pair: tuple[float, float], plan: SpendingPlan
+    word: Word, i: int, pair: tuple[float, float], plan: SpendingPlan
 ) -> SequentialDecision:
     """The :class:`SequentialDecision` for look ``i`` with decision ``word``."""
     level = plan.confidence_levels[i]
@@ -273,7 +255,7 @@ def _outcome(
         f"{100 * level:.3g}% CI {pair[0]:.3f}–{pair[1]:.3f} (α spent so far "
         f"{plan.cumulative_alpha[i]:.4f} of {plan.alpha:g})"
     )
-    if word != "inconclusive":
+    if word != Word.INCONCLUSIVE:
         text += f": {word}"
     elif last:
         text += ": still inconclusive at the last planned look"
@@ -281,7 +263,7 @@ def _outcome(
         text += f": inconclusive, add a block and look again at {plan.looks[i + 1]} blocks"
     return SequentialDecision(
         word=word, look=i, blocks=plan.looks[i], confidence_level=level,
-        alpha_spent=plan.cumulative_alpha[i], final=word != "inconclusive" or last, reason=text,
+        alpha_spent=plan.cumulative_alpha[i], final=word != Word.INCONCLUSIVE or last, reason=text,
     )  # fmt: skip
 
 
@@ -289,27 +271,6 @@ def _outcome(
 
 MAX_PROJECTED_BLOCKS = 100
 """Beyond this many blocks in all, :func:`blocks_to_decide` says no practical number."""
-
-
-def decision_distance(estimate: float, *, margin: float) -> tuple[float, str] | None:
-    """How narrow (log half-width) an interval around ``estimate`` must get to decide, and
-    the word it would reach: the rule of :func:`interval_word` read backwards, taking the
-    decision that needs the least narrowing. None when the estimate is ``1 − δ``, where no
-    width decides (not below it for adopt, not above it for equivalent, not above 1)."""
-    margin = _check_margin(margin)
-    if not (isinstance(estimate, (int, float, np.floating)) and estimate > 0
-            and math.isfinite(estimate)):  # fmt: skip
-        raise ValueError(f"`estimate` must be a positive ratio (got {estimate!r})")
-    est, lower, upper = math.log(estimate), math.log1p(-margin), math.log1p(margin)
-    options = []
-    if est < lower:
-        options.append((lower - est, "adopt"))
-    if lower < est < upper:
-        options.append((min(est - lower, upper - est), "equivalent"))
-    if est > 0:
-        options.append((est, "worse"))
-    best = max(options, default=None)
-    return best if best is not None and best[0] > 1e-12 else None  # rounding at 1 − δ
 
 
 def blocks_to_decide(
@@ -321,7 +282,7 @@ def blocks_to_decide(
     family_alpha: float,
     margin: float,
     plan: SpendingPlan | None,
-) -> tuple[int | None, str | None]:
+) -> tuple[int | None, Word | None]:
     """The blocks in all at which a block t-interval would likely decide, and the word.
 
     The interval now: ``estimate`` and its upper bound ``ci_high`` (a ratio; the interval
@@ -347,11 +308,13 @@ def blocks_to_decide(
     distance, word = need
     share = (1 - confidence_level) / alpha
     now = df + 1
-    sd = (math.log(ci_high) - math.log(estimate)) / stats.t.isf((1 - confidence_level) / 2, df)
+    sd = (math.log(ci_high) - math.log(estimate)) / t_critical(
+        df, confidence_level=confidence_level
+    )
     sd *= math.sqrt(now)
     for blocks in range(now + 1, MAX_PROJECTED_BLOCKS + 1):
         a = _look_alpha(blocks, plan, alpha) * share
-        half = stats.t.isf(a / 2, blocks - 1) * sd / math.sqrt(blocks)
+        half = t_critical(blocks - 1, confidence_level=1 - a) * sd / math.sqrt(blocks)
         if half < distance:
             return blocks, word
     return None, word

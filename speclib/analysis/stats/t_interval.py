@@ -9,6 +9,14 @@ Satterthwaite's degrees of freedom); :func:`t_bounds` the bounds from an estimat
 standard error and degrees of freedom already known. All three return a frozen
 :class:`TInterval`. With no degrees of freedom (one value) the interval is
 ``(-inf, inf)``, ``df == 0``: no data can make it narrower, and a caller says why.
+
+:func:`t_critical` is the one Student-t quantile of the kit, ``t[df, (1 + level) / 2]``:
+the half-width of an interval in standard errors, which a caller also uses backwards (a
+block SD from an interval's half-width, :mod:`speclib.analysis.verdict.resolution`) or
+forwards (:func:`t_width_scale`: the half-width after more blocks, behind every "N more
+blocks"; :func:`speclib.analysis.stats.sequential.blocks_to_decide`), and a bootstrap's
+small-sample expansion ``t / z`` (:mod:`speclib.analysis.stats.clustered`,
+:mod:`speclib.analysis.stats.paired`).
 """
 
 from __future__ import annotations
@@ -18,13 +26,20 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
 from speclib.analysis.stats.base import finite_1d
 from speclib.core.jsonutil import jsonable
 
-__all__ = ["TInterval", "t_bounds", "t_interval", "welch_t_interval"]
+__all__ = [
+    "TInterval",
+    "t_bounds",
+    "t_critical",
+    "t_interval",
+    "t_width_scale",
+    "welch_t_interval",
+]
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,37 @@ def _level(confidence_level: Any) -> float:
     return float(confidence_level)
 
 
+def t_critical(df: ArrayLike, *, confidence_level: float) -> Any:
+    """The two-sided critical value ``t[df, (1 + confidence_level) / 2]`` (``df > 0``; an
+    array of them gives an array): how many standard errors a t-interval's half-width is."""
+    level = _level(confidence_level)
+    d = np.asarray(df, dtype=float)
+    if not np.all(d > 0):
+        raise ValueError(f"`df` must be positive (got {df!r})")
+    out = special.stdtrit(d, 0.5 + level / 2)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def t_width_scale(
+    *, n_blocks: int, df: int, confidence_level: float, blocks: ArrayLike
+) -> NDArray[np.float64]:
+    """A t-interval's half-width after ``blocks`` blocks, relative to today's after
+    ``n_blocks`` blocks on ``df`` degrees of freedom, with the block SD held and one degree
+    of freedom more per added block: ``t[df + b - n, q] / t[df, q] * sqrt(n / b)``,
+    ``q = (1 + confidence_level) / 2``. The one projection behind every "N more blocks"
+    (:mod:`speclib.analysis.verdict.decision`, :mod:`speclib.analysis.verdict.resolution`)."""
+    if not (isinstance(n_blocks, (int, np.integer)) and n_blocks >= 1):
+        raise ValueError(f"`n_blocks` must be a positive integer (got {n_blocks!r})")
+    if not (isinstance(df, (int, np.integer)) and df >= 1):
+        raise ValueError(f"`df` must be a positive integer (got {df!r})")
+    level = _level(confidence_level)
+    b = np.asarray(blocks, dtype=float)
+    if np.any(b < n_blocks):
+        raise ValueError(f"`blocks` must all be >= n_blocks = {n_blocks}")
+    now = t_critical(df, confidence_level=level)
+    return t_critical(df + b - n_blocks, confidence_level=level) / now * np.sqrt(n_blocks / b)
+
+
 def t_bounds(
     mean: float, *, se: float, df: float, confidence_level: float, n: int = 0
 ) -> TInterval:
@@ -70,7 +116,7 @@ def t_bounds(
         raise ValueError(f"`se` must be non-negative (got {se!r})")
     if df <= 0 or not math.isfinite(se):
         return TInterval(float(mean), -math.inf, math.inf, math.inf, 0.0, n, level)
-    half = float(special.stdtrit(df, 0.5 + level / 2)) * se
+    half = t_critical(df, confidence_level=level) * se
     return TInterval(float(mean), mean - half, mean + half, float(se), float(df), n, level)
 
 

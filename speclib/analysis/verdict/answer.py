@@ -43,46 +43,40 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from speclib.analysis.verdict.deploy import Deployment, deployment
-from speclib.analysis.verdict.gates import Verdict
 from speclib.analysis.verdict.mix import TrafficMix
 from speclib.analysis.verdict.segments import CUTS, Heterogeneity, SegmentResult
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render, render_all, short_text
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import GATED, Word
 
 __all__ = [
-    "GATED_WORDS",
-    "MIXED",
     "Answer",
     "ArmAnswer",
     "build_answer",
     "segment_role",
 ]
 
-MIXED = "mixed"
-GATED_WORDS = ("reject", "untrustworthy", "failed")
-"""Pooled words a segment never overrides: a gate or the bench has the last word."""
-
 
 def segment_role(seg: SegmentResult, margin: float) -> str:
     """``"helps"``, ``"hurts"``, ``"no gain"`` or ``"unclear"`` (see the module docstring)."""
     word = seg.decision.word
-    if word == "adopt":
+    if word == Word.ADOPT:
         return "helps"
-    if word == "worse":
+    if word == Word.WORSE:
         return "hurts"
     if seg.ci is not None and seg.ci.ci_low > 1 - margin:
         return "no gain"
     return "unclear"
 
 
-def _seg_words(s: SegmentResult, *, first: bool, mixed: bool = False) -> str:
-    """A segment's ratio, interval and share; a category's share under the user's mix is
-    the mix's ("of your mix"), never read as the run's requests."""
+def _segment_values(s: SegmentResult) -> dict[str, Any]:
+    """What a segment sentence says of one segment: its ratio, interval and share."""
     ci = s.ci
-    span = f" [{ci.ci_low:.2f}, {ci.ci_high:.2f}]" if ci is not None else ""
-    whose = "of your mix" if mixed and s.cut == "category" else "of requests"
-    share = f"{100 * s.share:.0f} % {whose}" if first else f"{100 * s.share:.0f} %"
-    return f"×{s.estimate:.2f}{span} on {s.segment} ({share})"
+    return {"segment": s.segment, "cut": s.cut, "ratio": s.estimate, "share": s.share,
+            "low": ci.ci_low if ci is not None else None,
+            "high": ci.ci_high if ci is not None else None}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -90,41 +84,50 @@ class ArmAnswer:
     """What one experiment arm is at one load level.
 
     ``word`` is the final verdict (one of the gates' words or ``"mixed"``), ``pooled_word``
-    the gated pooled verdict it came from, ``reasons`` why, ``sentence`` the one sentence
-    naming the segments behind "mixed" (or a pooled word that hides none: None), ``named``
-    the ``(cut, segment, role)`` it names, ``segments`` and ``heterogeneity`` every
-    segment's verdict and each cut's check; ``ratio`` and ``ci`` are the pooled ratio and
-    interval, of the kind ``estimand`` names (the traffic's)."""
+    the gated pooled verdict it came from, ``reasons`` why (each a
+    :class:`~speclib.core.reasons.Reason`), ``segment_reason`` the reason that names the
+    segments behind "mixed" or an "uneven" adopt (code ``MIXED`` or ``UNEVEN``; None: a
+    pooled word that hides none; :attr:`sentence` in words), ``named`` the
+    ``(cut, segment, role)`` it names, ``segments`` and ``heterogeneity`` every segment's
+    verdict and each cut's check; ``ratio`` and ``ci`` are the pooled ratio and interval,
+    of the kind ``estimand`` names (the traffic's)."""
 
     arm: str
     level: int
     load: str
-    word: str
-    pooled_word: str
+    word: Word
+    pooled_word: Word
     ratio: float | None
     ci: tuple[float, float] | None
-    reasons: tuple[str, ...]
-    sentence: str | None = None
+    reasons: tuple[Reason, ...]
+    segment_reason: Reason | None = None
     named: tuple[tuple[str, str, str], ...] = ()
     segments: tuple[SegmentResult, ...] = ()
     heterogeneity: tuple[Heterogeneity, ...] = ()
     estimand: Estimand = Estimand.TRAFFIC
 
     @property
+    def sentence(self) -> str | None:
+        """The segment sentence in words (None without one)."""
+        return render(self.segment_reason) if self.segment_reason is not None else None
+
+    @property
     def short(self) -> str | None:
         """The terminal's one phrase for "mixed" (None: the pooled word's own phrase)."""
-        if self.word != MIXED:
+        if self.word != Word.MIXED or self.segment_reason is None:
             return None
-        parts = [f"{seg} ×{next(s.estimate for s in self.segments if s.segment == seg):.2f}"
-                 for _, seg, _ in self.named]  # fmt: skip
-        return "mixed: " + ", ".join(parts)
+        return short_text(self.segment_reason)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping (segments and checks as mappings)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        """JSON-safe mapping (segments and checks as mappings, the reasons in words and as
+        data: ``reason_codes``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "segment_reason"}
+        out["reasons"] = render_all(self.reasons)
+        out["sentence"] = self.sentence
         out["segments"] = [s.to_dict() for s in self.segments]
         out["heterogeneity"] = [h.to_dict() for h in self.heterogeneity]
         out["short"] = self.short
+        out["reason_codes"] = [r.to_dict() for r in self.reasons]
         return jsonable(out)
 
 
@@ -134,17 +137,31 @@ class Answer:
     segments' multiplicity family in words, the user's mix as every output says it
     (:class:`~speclib.analysis.verdict.mix.TrafficMix`; None: the prompts as sent) and the
     headline sentences a segment adds, one per arm (its first mixed load's sentence, naming
-    the other loads where it is mixed too; empty when no arm is mixed)."""
+    the other loads where it is mixed too, each a :class:`~speclib.core.reasons.Reason`;
+    empty when no arm is mixed)."""
 
     arms: tuple[ArmAnswer, ...] = ()
     segment_family: str = ""
     mix: TrafficMix | None = None
-    headline: tuple[str, ...] = field(default_factory=tuple)
+    headline: tuple[Reason, ...] = field(default_factory=tuple)
     deploy: Deployment = field(default_factory=Deployment)
 
     def of(self, arm: str, level: int) -> ArmAnswer | None:
         """The answer of ``arm`` at load level ``level`` (None when it has none)."""
         return next((a for a in self.arms if (a.arm, a.level) == (arm, level)), None)
+
+    def categories_of(self, arm: str, level: int) -> dict[str, SegmentResult]:
+        """The per-category figures of ``arm`` at ``level``: its segments of the cut
+        "category" (the Holm-adjusted intervals the answer names), by category; empty
+        without an answer or a category cut. Every page shows these, one per category."""
+        mine = self.of(arm, level)
+        segs = mine.segments if mine is not None else ()
+        return {s.segment: s for s in segs if s.cut == "category"}
+
+    def segments_of(self, arm: str, level: int) -> Reason | None:
+        """The segments' reason of ``arm`` at ``level`` ("mixed" or "uneven"; None)."""
+        mine = self.of(arm, level)
+        return mine.segment_reason if mine is not None else None
 
     def fields_of(self, arm: str, level: int) -> dict[str, Any]:
         """What a comparison's ``summary.json`` entry gains from its answer:
@@ -163,7 +180,7 @@ class Answer:
             "arms": [a.to_dict() for a in self.arms],
             "segment_family": self.segment_family,
             "mix": self.mix.to_dict() if self.mix else None,
-            "headline": list(self.headline),
+            "headline": render_all(self.headline),
             "deploy": self.deploy.to_dict(),
             "rule": (
                 "mixed: in one cut of the traffic a segment is adopt while another is worse "
@@ -183,7 +200,7 @@ def _by_roles(
         roles = {s.segment: segment_role(s, margin) for s in mine}
         helps = [s for s in mine if roles[s.segment] == "helps"]
         bad = [s for s in mine if roles[s.segment] in ("hurts", "no gain")]
-        if bad and (helps or pooled == "adopt"):
+        if bad and (helps or pooled == Word.ADOPT):
             named = sorted([*helps, *bad], key=lambda s: s.estimate)
             return tuple((cut, s.segment, roles[s.segment]) for s in named), cut
     return (), None
@@ -235,7 +252,7 @@ def _mixed(
 ) -> tuple[tuple[tuple[str, str, str], ...], str | None, tuple[float, float, float] | None]:
     """The segments named, their cut and (rule b) how far apart they are, when the arm is
     mixed; ``((), None, None)`` otherwise (see the module docstring)."""
-    if pooled in GATED_WORDS:
+    if pooled in GATED:
         return (), None, None
     segs = [s for s in segs if s.share > 0]  # a category the user's mix does not send
     named, cut = _by_roles(pooled, segs, margin)
@@ -244,57 +261,46 @@ def _mixed(
     return _by_interaction(segs, hets, margin)
 
 
-def _undecided_clause(segs: Sequence[SegmentResult]) -> str:
-    """Which of the two segments the difference rests on is not decided by its own
-    interval: ", though neither alone is decided", ", though X alone is not decided", or
-    nothing when both are."""
-    open_ = [s.segment for s in segs if s.decision.word == "inconclusive"]
-    if len(open_) == len(segs):
-        return ", though neither alone is decided"
-    if open_:
-        return f", though {open_[0]} alone is not decided"
-    return ""
+def _undecided(segs: Sequence[SegmentResult]) -> list[str]:
+    """The segments of ``segs`` that their own interval does not decide."""
+    return [s.segment for s in segs if s.decision.word == Word.INCONCLUSIVE]
 
 
 def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity],
          margin: float, mixed: bool = False) -> ArmAnswer:  # fmt: skip
     c = comparison
-    pooled = c.word
+    pooled = c.pooled_word
     ci = c.cis.get("tpot_s")
     named, cut, apart = _mixed(pooled, segs, hets, margin)
-    reasons = tuple(c.verdict.reasons) if c.verdict else ("no valid pairs",)
-    word, sentence = pooled, None
+    said = None
+    common = {"arm": c.experiment, "load": c.load, "pooled_word": pooled, "for_mix": mixed}
     if named:
         by_name = {s.segment: s for s in segs if s.cut == cut}
-        parts = [_seg_words(by_name[seg], first=i == 0, mixed=mixed)
-                 for i, (_, seg, _) in enumerate(named)]  # fmt: skip
-        pooled_ratio = f"×{ci.estimate:.2f}" if ci is not None else "–"
-        sentence = f"mixed: {c.experiment} at {c.load} is " + " and ".join(parts)
-        if apart is not None:
-            slow = named[-1][1]
-            sentence += (f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the "
-                         f"time per token of {named[0][1]}, beyond δ"
-                         + _undecided_clause([by_name[n] for _, n, _ in named]))  # fmt: skip
-        sentence += f" (the traffic's ratio {pooled_ratio}, {pooled}; segments by {cut})"
-        word = MIXED
-        reasons = (*reasons, sentence)
-    elif pooled == "adopt" and (uneven := _uneven(segs, hets, margin)) is not None:
+        values = {
+            **common, "cut": cut,
+            "segments": [_segment_values(by_name[seg]) for _, seg, _ in named],
+            "pooled_ratio": ci.estimate if ci is not None else None,
+            "apart": list(apart) if apart is not None else None,
+            "fast": named[0][1], "slow": named[-1][1],
+            "undecided": _undecided([by_name[n] for _, n, _ in named]),
+        }  # fmt: skip
+        said = Reason(Code.MIXED, values)
+    elif pooled == Word.ADOPT and (uneven := _uneven(segs, hets, margin)) is not None:
         named, cut, apart = uneven
         by_name = {s.segment: s for s in segs if s.cut == cut}
         fast, slow = named[0][1], named[1][1]
-        sentence = (
-            f"uneven: {c.experiment} at {c.load} is "
-            f"{_seg_words(by_name[fast], first=True, mixed=mixed)} and "
-            f"{_seg_words(by_name[slow], first=False)}"
-            f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the time per "
-            f"token of {fast}, beyond δ (still {pooled}; segments by {cut})"
-        )
-        reasons = (*reasons, sentence)
+        pair = [_segment_values(by_name[fast]), _segment_values(by_name[slow])]
+        values = {**common, "cut": cut, "apart": list(apart), "fast": fast, "slow": slow,
+                  "segments": pair}  # fmt: skip
+        said = Reason(Code.UNEVEN, values)
+    final = replace(c, segments=said).verdict  # the word: final_word's, segments included
+    word = final.word if final is not None else Word.INCONCLUSIVE
+    reasons = final.reasons if final is not None else (Reason(Code.NO_VALID_PAIRS),)
     return ArmAnswer(
         c.experiment, c.level, c.load, word, pooled,
         ci.estimate if ci is not None else None,
         (ci.ci_low, ci.ci_high) if ci is not None else None,
-        reasons, sentence, named, tuple(segs), tuple(hets),
+        reasons, said, named, tuple(segs), tuple(hets),
         ci.estimand if ci is not None else Estimand.TRAFFIC,
     )  # fmt: skip
 
@@ -307,31 +313,27 @@ def build_answer(
     margin: float,
     segment_family: str = "",
     mix: TrafficMix | None = None,
-) -> tuple[Answer, list[Any]]:
-    """The answer of every experiment comparison, and the comparisons with their verdict's
-    word set to it (a "mixed" verdict carries the segment sentence as its last reason), so
-    whatever renders a comparison shows the answer's word."""
-    arms, out = [], []
+) -> Answer:
+    """The answer of every experiment comparison (the A/A arm has none): its segments'
+    reason, and its word as :func:`~speclib.analysis.verdict.final_word.final_word` makes it
+    with that reason (:meth:`Answer.segments_of` gives the reason to each comparison)."""
+    arms = []
     for c in comparisons:
+        if c.role_aa:
+            continue
         mine = [s for s in segments if (s.level, s.arm) == (c.level, c.experiment)]
         hets = [h for h in heterogeneity if (h.level, h.arm) == (c.level, c.experiment)]
-        if c.role_aa:
-            out.append(c)
-            continue
-        a = _one(c, mine, hets, margin, mixed=mix is not None)
-        arms.append(a)
-        if a.word != c.word and c.verdict is not None:
-            c = replace(c, verdict=Verdict(a.word, a.reasons, c.verdict.tpot_decision,
-                                           c.verdict.gates))  # fmt: skip
-        out.append(c)
+        arms.append(_one(c, mine, hets, margin, mixed=mix is not None))
     headline = []
-    for name in dict.fromkeys(a.arm for a in arms if a.sentence):
-        for kind in (MIXED, "uneven"):
-            mine = [a for a in arms if a.arm == name and (a.sentence or "").startswith(kind)]
-            also = ", ".join(a.load for a in mine[1:])
+    for name in dict.fromkeys(a.arm for a in arms if a.segment_reason is not None):
+        for kind in (Code.MIXED, Code.UNEVEN):
+            mine = [a for a in arms if a.arm == name and a.segment_reason is not None
+                    and a.segment_reason.code is kind]  # fmt: skip
             if mine:
-                headline.append(mine[0].sentence + (f"; {kind} too at {also}" if also else ""))
+                first = mine[0].segment_reason
+                also = [a.load for a in mine[1:]]
+                headline.append(Reason(kind, {**first.values, "also": also}) if also else first)
     pooled = {(a.level, a.arm): a.ratio for a in arms
-              if a.ratio is not None and a.pooled_word in ("adopt", MIXED)}  # fmt: skip
+              if a.ratio is not None and a.pooled_word in (Word.ADOPT, Word.MIXED)}  # fmt: skip
     plan = deployment(segments, pooled, {a.level: a.load for a in arms}, margin=margin)
-    return Answer(tuple(arms), segment_family, mix, tuple(headline), plan), out
+    return Answer(tuple(arms), segment_family, mix, tuple(headline), plan)

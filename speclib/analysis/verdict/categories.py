@@ -26,22 +26,25 @@ whose prompt carries the turn-1 answer, as on turn 1.
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from speclib.analysis.stats.base import DegenerateDataWarning
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.tpot_verdict import block_analysis
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 
 __all__ = [
     "CATEGORY_NOTE",
     "MIN_CATEGORY_BLOCKS",
     "MIN_CATEGORY_PAIRS",
+    "SEGMENT_CATEGORY_NOTE",
     "TURN_NOTE",
     "CategoryRatio",
     "category_ratios",
@@ -56,6 +59,12 @@ CATEGORY_NOTE = (
     "per-category intervals are descriptive: not adjusted for multiplicity; "
     "each segment's verdict (Holm over every segment) is in the answer"
 )
+SEGMENT_CATEGORY_NOTE = (
+    "per-category intervals are the segments' (cut by category): adjusted for multiplicity, "
+    "Holm over every segment, as the answer gives them"
+)
+"""What the per-category intervals on a page are when they come from the answer's segments
+(:meth:`speclib.analysis.verdict.answer.Answer.categories_of`)."""
 TURN_NOTE = (
     "per-turn intervals are descriptive: not adjusted for multiplicity; "
     "the verdict is the pooled one"
@@ -69,39 +78,74 @@ class CategoryRatio:
     data, its block-level interval. ``category`` names the group: the prompt category, or
     ``"turn 2"`` from :func:`turn_ratios`.
 
-    ``estimate`` is the block model's ratio (the mean over blocks of the arm's contrasts,
-    as a ratio; below 1 the arm is faster). ``ci_low``/``ci_high`` are the interval at
-    ``confidence_level`` on ``df`` degrees of freedom, or None when the category has too
-    few pairs or blocks; ``note`` then says which ("too few pairs for an interval,
-    need 6"). ``reference``
-    is ``"control"`` or ``"controls"`` (the mean of the control and the A/A arm), as in
-    :class:`speclib.analysis.stats.block_intervals.BlockArmCI`; ``method`` describes the interval.
+    ``interval`` is the block model's
+    :class:`~speclib.analysis.stats.ratio_interval.RatioInterval` for the group (its
+    ``estimate`` the mean over blocks of the arm's contrasts, as a ratio; below 1 the arm is
+    faster; its ``reference`` ``"control"`` or ``"controls"``, the mean of the control and
+    the A/A arm); ``n_pairs`` and ``n_blocks`` what the group holds; ``short`` why no
+    interval is shown although the model gave one (too few pairs or blocks: "too few pairs
+    for an interval, need 6"). The flat fields (``ci_low``, ``ci_high``, ``df``,
+    ``method``) are None when there is no interval; ``note`` says why.
     """
 
     category: str
-    estimate: float
-    ci_low: float | None
-    ci_high: float | None
-    confidence_level: float
-    df: int | None
+    interval: RatioInterval
     n_pairs: int
     n_blocks: int
-    reference: str
-    method: str | None
-    note: str | None = None
+    short: Reason | None = None
 
     @property
     def has_interval(self) -> bool:
         """True when the category got an interval."""
-        return self.ci_low is not None and self.ci_high is not None
+        return self.short is None and self.interval.decidable
+
+    @property
+    def estimate(self) -> float:
+        """The group's ratio (the block model's, shown with or without an interval)."""
+        return self.interval.estimate
+
+    @property
+    def ci_low(self) -> float | None:
+        return self.interval.ci_low if self.has_interval else None
+
+    @property
+    def ci_high(self) -> float | None:
+        return self.interval.ci_high if self.has_interval else None
+
+    @property
+    def confidence_level(self) -> float:
+        return self.interval.confidence_level
+
+    @property
+    def df(self) -> int | None:
+        return self.interval.df if self.has_interval else None
+
+    @property
+    def reference(self) -> str | None:
+        return self.interval.reference
+
+    @property
+    def method(self) -> str | None:
+        """The interval's name (None without one)."""
+        return self.interval.label if self.has_interval else None
+
+    @property
+    def note(self) -> Reason | None:
+        """Why there is no interval, or how it was formed (None: nothing to say)."""
+        return self.short if self.short is not None else self.interval.note
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping (``ratio`` is the estimate; the interval fields are None when
         there is no interval)."""
-        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
-        out["ratio"] = out.pop("estimate")
-        out.pop("category")
+        out = {name: jsonable(getattr(self, name)) for name in _FLAT}
+        out["note"] = render(self.note) if self.note is not None else None
+        out["ratio"] = jsonable(self.estimate)
         return out
+
+
+_FLAT = ("ci_low", "ci_high", "confidence_level", "df", "n_pairs", "n_blocks", "reference",
+         "method")  # fmt: skip
+"""A :class:`CategoryRatio`'s fields in ``summary.json``, in order (then ``note``, ``ratio``)."""
 
 
 def _check(pairs: Any, confidence_level: float, min_pairs: int, min_blocks: int) -> None:
@@ -147,19 +191,12 @@ def _one(
     n_blocks = int(mine["block"].nunique())
     short = None
     if n_blocks < min_blocks:
-        short = f"too few blocks for an interval, need {min_blocks}"
+        short = Reason(Code.TOO_FEW, {"what": "blocks", "need": min_blocks})
     elif len(mine) < min_pairs:
-        short = f"too few pairs for an interval, need {min_pairs}"
+        short = Reason(Code.TOO_FEW, {"what": "pairs", "need": min_pairs})
     if short is not None or not ci.decidable:
-        return CategoryRatio(
-            category, ci.estimate, None, None, float(confidence_level), None, len(mine),
-            n_blocks, ci.reference, None, short or ci.note,
-        )  # fmt: skip
-    high = ci.ci_high if math.isfinite(ci.ci_high) else None
-    return CategoryRatio(
-        category, ci.estimate, ci.ci_low, high, ci.confidence_level, ci.df, ci.n_pairs,
-        ci.n_blocks, ci.reference, ci.method, ci.note,
-    )  # fmt: skip
+        return CategoryRatio(category, ci, len(mine), n_blocks, short)
+    return CategoryRatio(category, ci, ci.n_pairs, ci.n_blocks)
 
 
 def category_ratios(

@@ -47,7 +47,7 @@ from speclib.analysis.speculation.agreement import (
 )
 from speclib.analysis.speculation.launches import LaunchMetrics
 from speclib.analysis.speculation.why import WhySpeedup
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.absolute import absolute_summary
 from speclib.analysis.verdict.categories import (
     CATEGORY_NOTE,
@@ -65,7 +65,8 @@ from speclib.analysis.verdict.explain import (
     unscored_reason,
     why_by_category,
 )
-from speclib.analysis.verdict.gates import GateEvidence, Verdict, apply_gates, rule_gates
+from speclib.analysis.verdict.final_word import Verdict, final_word
+from speclib.analysis.verdict.gates import GateEvidence, GateResult, assess_gates, rule_gates
 from speclib.analysis.verdict.pairs import (
     GATE_METRICS,
     estimand_cis,
@@ -82,6 +83,9 @@ from speclib.analysis.verdict.tpot_verdict import (
 )
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render_all
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
 __all__ = [
@@ -92,7 +96,16 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Comparison:
-    """One experiment series against the control."""
+    """One experiment series against the control.
+
+    Its word is not stored but made, always by
+    :func:`~speclib.analysis.verdict.final_word.final_word`, from its inputs: ``decision``
+    (the TPOT rule's), ``gates`` (assessed), ``correctness_unknown`` (a sampled run whose
+    outputs were not scored), ``failure`` (every launch of the arm failed: its cause) and
+    ``segments`` (the answer's "mixed" or "uneven" reason). :attr:`verdict` is the final
+    word with all of them; :attr:`pooled_verdict` the same without the segments, which is
+    what the segments, the sweep recommendation and the load analysis read.
+    """
 
     experiment: str
     control: str
@@ -102,9 +115,9 @@ class Comparison:
     k: int | None
     pairing: dict[str, Any]
     n_launches: int
-    cis: dict[str, RatioCI | None]
+    cis: dict[str, RatioInterval | None]
     decision: Decision | None
-    verdict: Verdict | None
+    gates: tuple[GateResult, ...]
     error_rate_control: float
     error_rate_experiment: float | None  # None: the arm sent no request
     bad_outputs_control: int
@@ -124,7 +137,7 @@ class Comparison:
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
     # the TPOT ratio as each estimand (speclib.core.estimand): the traffic's is cis["tpot_s"],
     # the verdict's; the token-weighted and the typical request's are descriptive
-    ratios: dict[Estimand, RatioCI | None] = field(default_factory=dict)
+    ratios: dict[Estimand, RatioInterval | None] = field(default_factory=dict)
     mix: dict[str, float] | None = None  # the user's mix the verdict is for (None: as sent)
 
     @property
@@ -157,6 +170,34 @@ class Comparison:
 
     divergences: dict[str, DivergenceClass] = field(default_factory=dict)  # greedy runs
     why_by_category: dict[str, dict[str, Any]] = field(default_factory=dict)
+    correctness_unknown: Reason | None = None
+    failure: Reason | None = None  # every launch of the arm failed: its cause
+    segments: Reason | None = None  # the answer's "mixed" or "uneven" reason
+
+    @property
+    def pooled_verdict(self) -> Verdict | None:
+        """The final word over all the arm's requests: the TPOT decision, the gates, a
+        failure, the unknown correctness; None without a decision."""
+        if self.decision is None:
+            return None
+        return final_word(self.decision, gates=self.gates, failure=self.failure,
+                          correctness_unknown=self.correctness_unknown)  # fmt: skip
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The final word (:func:`~speclib.analysis.verdict.final_word.final_word`, the
+        segments included); None without a decision."""
+        if self.decision is None:
+            return None
+        return final_word(self.decision, gates=self.gates, failure=self.failure,
+                          correctness_unknown=self.correctness_unknown,
+                          segments=self.segments)  # fmt: skip
+
+    @property
+    def pooled_word(self) -> Word:
+        """The pooled verdict's word (``"inconclusive"`` without valid pairs)."""
+        pooled = self.pooled_verdict
+        return pooled.word if pooled else Word.INCONCLUSIVE
 
     @property
     def role_aa(self) -> bool:
@@ -164,9 +205,9 @@ class Comparison:
         return self.experiment == AA_ARM
 
     @property
-    def word(self) -> str:
+    def word(self) -> Word:
         """The verdict word (``"inconclusive"`` without valid pairs)."""
-        return self.verdict.word if self.verdict else "inconclusive"
+        return self.verdict.word if self.verdict else Word.INCONCLUSIVE
 
     @property
     def absolute(self) -> dict[str, dict[str, Any]]:
@@ -200,19 +241,16 @@ class Comparison:
         }
         return {k: v for k, v in dropped.items() if v}
 
-    def exclusion_notes(self) -> list[str]:
-        """What the TPOT comparison left out, and a sensitivity line where the choice of
+    def exclusion_notes(self) -> list[Reason]:
+        """What the TPOT comparison left out, and a sensitivity note where the choice of
         instrument could change the verdict (the two instruments' point ratios fall on
         different sides of 1 − δ or 1 + δ, or differ by more than 2 %)."""
         out = []
         p = self.pairing or {}
         dropped = self.dropped_pairs()
         if dropped:
-            why = "; ".join(f"{k}: {v}" for k, v in dropped.items())
-            out.append(
-                f"{sum(dropped.values())} pair(s) left out of the TPOT comparison ({why}); "
-                f"{p.get('n_pairs_used', p.get('n_pairs', 0))} used"
-            )
+            used = p.get("n_pairs_used", p.get("n_pairs", 0))
+            out.append(Reason(Code.PAIRS_LEFT_OUT, {"dropped": dropped, "used": used}))
         ratios = p.get("ratio_by_instrument") or {}
         client, server = ratios.get("client"), ratios.get("server")
         margin = self.decision.margin if self.decision else 0.05
@@ -220,12 +258,15 @@ class Comparison:
             bounds = (1 - margin, 1 + margin)
             sides = [sum(r > b for b in bounds) for r in (client, server)]
             if sides[0] != sides[1] or abs(client / server - 1) > 0.02:
-                out.append(
-                    f"sensitivity: the TPOT ratio is {client:.3f} by the client's stamps and "
-                    f"{server:.3f} by the server's over the same pairs: the choice of "
-                    "instrument could change this verdict"
-                )
+                values = {"client": client, "server": server}
+                out.append(Reason(Code.INSTRUMENT_SENSITIVITY, values))
         return out
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        """Why the verdict is what it is, then what the comparison left out."""
+        said = self.verdict.reasons if self.verdict else (Reason(Code.NO_VALID_PAIRS),)
+        return (*said, *self.exclusion_notes())
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison's entry in ``summary.json`` (JSON-safe)."""
@@ -259,13 +300,11 @@ class Comparison:
                 "tpot_ratio_by_turn": {str(t): r.to_dict() for t, r in self.by_turn.items()},
                 "tpot_ratio_by_turn_note": TURN_NOTE if self.by_turn else None,
                 "confidence_level": tpot.confidence_level if tpot else None,
-                "ci_method": tpot.method if tpot else None,
-                "tpot_decision": dec.word if dec else "inconclusive",
+                "ci_method": tpot.label if tpot else None,
+                "tpot_decision": dec.word if dec else Word.INCONCLUSIVE,
                 "decision": self.word,
-                "reasons": [
-                    *(self.verdict.reasons if self.verdict else ["no valid pairs"]),
-                    *self.exclusion_notes(),
-                ],
+                "reasons": render_all(self.reasons),
+                "reason_codes": [r.to_dict() for r in self.reasons],
                 "extra_pairs_needed": dec.extra_pairs_needed if dec else None,
                 "extra_launches_needed": dec.extra_launches_needed if dec else None,
                 "bench_check": (
@@ -316,20 +355,20 @@ def _compare(
     name: str,
     df: pd.DataFrame,
     params: ExperimentParams,
-    ci_tpot: RatioCI | None,
+    ci_tpot: RatioInterval | None,
     decision: Decision | None,
     lms: list[LaunchMetrics],
     series_rows: pd.DataFrame,
     salt: int,
     level: int = 0,
     plaus: Any = None,
-    bench_problem: str | None = None,
-    mode_problem: str | None = None,
+    bench_problem: Reason | None = None,
+    mode_problem: Reason | None = None,
     by_category: dict[str, CategoryRatio] | None = None,
     by_turn: dict[int, CategoryRatio] | None = None,
-    latency_cis: dict[str, RatioCI | None] | None = None,
-    ttft_problem: str | None = None,
-    ratios: dict[Estimand, RatioCI | None] | None = None,
+    latency_cis: dict[str, RatioInterval | None] | None = None,
+    ttft_problem: Reason | None = None,
+    ratios: dict[Estimand, RatioInterval | None] | None = None,
     mix: dict[str, float] | None = None,
     ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> Comparison:
@@ -337,7 +376,7 @@ def _compare(
     control = params.control_name
     paired: PairedFrame = pair_frame(df, control=control, experiment=name)
     pairs = paired.pairs
-    cis: dict[str, RatioCI | None] = {"tpot_s": ci_tpot}
+    cis: dict[str, RatioInterval | None] = {"tpot_s": ci_tpot}
     for m in GATE_METRICS:
         cis[m] = (latency_cis or {}).get(m)
     # what a launch-blind prompt-level bootstrap would say (information, never the verdict)
@@ -371,8 +410,10 @@ def _compare(
         # requests were sent but none paired (every one failed, say): still weigh the
         # gates, so an arm whose every request failed is rejected by its errors, not left
         # "inconclusive" with no gate
-        decision = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
-    verdict = None
+        decision = Decision(Word.INCONCLUSIVE, Reason(Code.NO_VALID_PAIRS), a.margin,
+                            a.confidence)  # fmt: skip
+    gates: tuple[GateResult, ...] = ()
+    correctness = unscored_reason(params, plaus)
     if decision is not None:
         evidence = GateEvidence(
             control_error_rate=err_c,
@@ -390,9 +431,9 @@ def _compare(
             ttft_problem=ttft_problem,
             bench_problem=bench_problem,
             mode_problem=mode_problem,
-            correctness_unknown=unscored_reason(params, plaus),
+            correctness_unknown=correctness,
         )
-        verdict = apply_gates(decision, evidence, rule_gates(a))
+        gates = assess_gates(evidence, rule_gates(a))
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")
     acc = acceptance_summary(d_e, [m for m in lms if m.series == name])
@@ -411,7 +452,7 @@ def _compare(
         n_launches=int(pairs["replicate"].nunique()) if len(pairs) else 0,
         cis=cis,
         decision=decision,
-        verdict=verdict,
+        gates=gates,
         error_rate_control=err_c,
         error_rate_experiment=err_e,
         bad_outputs_control=bad_c,
@@ -440,6 +481,7 @@ def _compare(
         mix=mix,
         divergences=classes,
         why_by_category=why_by_category(pairs) if spec_cfg else {},
+        correctness_unknown=correctness if decision is not None else None,
     )
 
 
@@ -451,11 +493,11 @@ def compare_level(
     level: int,
     plaus: dict[str, Any],
     *,
-    bench_problem: str | None = None,
+    bench_problem: Reason | None = None,
     confidence: float | None = None,
-    mode_problems: dict[str, str] | None = None,
+    mode_problems: dict[str, Reason] | None = None,
     decided: LevelDecision | None = None,
-    ttft_problem: str | None = None,
+    ttft_problem: Reason | None = None,
     mix: dict[str, float] | None = None,
     ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
@@ -517,7 +559,7 @@ def compare_level(
         cats = category_ratios(pairs[n], **groups)
         turns = turn_ratios(pairs[n], **groups)  # empty unless the records have turns
         if dec is None and mode:
-            dec = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
+            dec = Decision(Word.INCONCLUSIVE, Reason(Code.NO_VALID_PAIRS), a.margin, a.confidence)
         out.append(
             _compare(
                 n,

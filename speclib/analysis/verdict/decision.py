@@ -1,7 +1,7 @@
 """The decision: turn a TPOT ratio CI and the gate inputs into one verdict word with reasons.
 
 :func:`decide` applies the rule declared before the run (margin δ, confidence level) to a
-:class:`~speclib.analysis.stats.paired.RatioCI` of experiment / control TPOT:
+:class:`~speclib.analysis.stats.paired.RatioInterval` of experiment / control TPOT:
 
 * **adopt** – the CI's upper bound is below ``1 - δ`` (time per token cut by more than the margin);
 * **equivalent** – the CI lies inside ``(1 - δ, 1 + δ)``;
@@ -32,7 +32,7 @@ each comparison was settled, which is between ``1 - α/m`` and ``1 - α``.
 Example::
 
     decision = decide(tpot_ci, margin=0.05)
-    print(decision.word, decision.reason, decision.extra_pairs_needed)
+    print(decision.word, render(decision.reason), decision.extra_pairs_needed)
 """
 
 from __future__ import annotations
@@ -44,12 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from speclib.analysis.stats.base import t_width_scale
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.margin_rule import classify
+from speclib.analysis.stats.ratio_interval import IntervalMethod, RatioInterval
+from speclib.analysis.stats.t_interval import t_width_scale
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 
 __all__ = [
-    "DECISION_WORDS",
     "MAX_EXTRA_LAUNCHES",
     "MAX_EXTRA_PAIRS",
     "Decision",
@@ -57,7 +60,6 @@ __all__ = [
     "holm_decide",
 ]
 
-DECISION_WORDS = ("adopt", "equivalent", "worse", "inconclusive")
 MAX_EXTRA_PAIRS = 100_000
 """Above this many extra pairs the planning answer is ``None`` (no practical n decides)."""
 MAX_EXTRA_LAUNCHES = 1_000
@@ -65,19 +67,22 @@ MAX_EXTRA_LAUNCHES = 1_000
 
 @dataclass(frozen=True)
 class Decision:
-    """The TPOT decision. ``target_word`` is the decision the extra data would likely reach."""
+    """The TPOT decision: the rule's word and why (a :class:`~speclib.core.reasons.Reason`,
+    in words by :func:`speclib.core.reason_text.render`). ``target_word`` is the decision
+    the extra data would likely reach."""
 
-    word: str
-    reason: str
+    word: Word
+    reason: Reason
     margin: float
     confidence_level: float
     extra_pairs_needed: int | None = None
     extra_launches_needed: int | None = None
-    target_word: str | None = None
+    target_word: Word | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        """JSON-safe mapping (the reason in words, ``reason_code`` its data)."""
+        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+        return {**out, "reason": render(self.reason), "reason_code": self.reason.to_dict()}
 
 
 # ------------------------------------------------------------------------- validation
@@ -91,74 +96,61 @@ def check_fraction(value: Any, name: str, *, low_open: bool = False) -> float:
     raise ValueError(f"`{name}` must be a number in {interval} (got {value!r})")
 
 
-def check_ci(ci: Any, name: str) -> RatioCI:
-    if not isinstance(ci, RatioCI):
-        raise ValueError(f"`{name}` must be a RatioCI (got {type(ci).__name__})")
+def check_ci(ci: Any, name: str) -> RatioInterval:
+    if not isinstance(ci, RatioInterval):
+        raise ValueError(f"`{name}` must be a RatioInterval (got {type(ci).__name__})")
     return ci
 
 
 # ---------------------------------------------------------------------- the TPOT rule
 
 
-def _classify(ci: RatioCI, margin: float) -> tuple[str, str]:
-    lo, hi = ci.ci_low, ci.ci_high
-    text = (
-        f"TPOT ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI {lo:.3f}–{hi:.3f}, "
-        f"{ci.method}, {ci.n_pairs} pairs, {ci.n_launches} launch(es) per arm)"
-    )
-    if hi < 1 - margin:
-        return "adopt", (
-            f"{text}: upper bound below 1 − δ = {1 - margin:.3f}, time per token cut by more than δ"
-        )
-    if lo > 1 - margin and hi < 1 + margin:
-        inside = f"inside (1 − δ, 1 + δ) = ({1 - margin:.3f}, {1 + margin:.3f})"
-        if lo > 1:
-            inside = (f"equivalent within ±δ = ±{margin:.3g}, but measurably slower: the whole "
-                      f"interval is above 1 ({inside})")  # fmt: skip
-        elif hi < 1:
-            inside = (f"measurably faster, but by less than δ = {margin:.3g}: the whole "
-                      f"interval is below 1 ({inside})")  # fmt: skip
-        return "equivalent", f"{text}: {inside}"
-    if lo > 1:
-        return "worse", f"{text}: lower bound above 1, slower than control"
-    return "inconclusive", f"{text}: no rule applies at δ = {margin:.3f}"
+_RULE_CODES = {
+    Word.ADOPT: Code.RULE_ADOPT,
+    Word.EQUIVALENT: Code.RULE_EQUIVALENT,
+    Word.WORSE: Code.RULE_WORSE,
+    Word.INCONCLUSIVE: Code.RULE_INCONCLUSIVE,
+}
 
 
 def _ratio(distance: float, half_width: float) -> float:
     return distance / half_width if half_width > 0 else math.inf
 
 
-def _needed_shrink(ci: RatioCI, margin: float) -> tuple[float, str] | None:
+def _needed_shrink(ci: RatioInterval, margin: float) -> tuple[float, Word] | None:
     """Largest factor ``s`` on both half-widths (log scale) that would reach a decision.
 
     Returns ``(s, word)`` for the decision needing the least shrinking, or None when the
     estimate sits on a boundary (``s == 0``) or the interval is undefined.
     """
-    if ci.method == "degenerate" or not (0 < ci.ci_low <= ci.ci_high < math.inf):
+    if ci.method is IntervalMethod.DEGENERATE or not (0 < ci.ci_low <= ci.ci_high < math.inf):
         return None
     est = math.log(ci.estimate)
     hw_lo, hw_hi = est - math.log(ci.ci_low), math.log(ci.ci_high) - est
     lower, upper = math.log(1 - margin), math.log(1 + margin)
     options = []
     if est < lower:
-        options.append((_ratio(lower - est, hw_hi), "adopt"))
+        options.append((_ratio(lower - est, hw_hi), Word.ADOPT))
     if lower < est < upper:
-        options.append((min(_ratio(est - lower, hw_lo), _ratio(upper - est, hw_hi)), "equivalent"))
+        options.append((min(_ratio(est - lower, hw_lo), _ratio(upper - est, hw_hi)),
+                        Word.EQUIVALENT))  # fmt: skip
     if est > 0:
-        options.append((_ratio(est, hw_lo), "worse"))
+        options.append((_ratio(est, hw_lo), Word.WORSE))
     best = max(options, default=None)
     return best if best is not None and best[0] > 0 else None
 
 
-def _extra_pairs(ci: RatioCI, shrink: float) -> int | None:
+def _extra_pairs(ci: RatioInterval, shrink: float) -> int | None:
     """Extra pairs (launch count unchanged) so that the half-widths shrink by ``shrink``."""
     n = ci.n_pairs
-    if ci.n_launches < 2:
+    boot = ci.bootstrap
+    if ci.n_blocks < 2:
         target = n / shrink**2
     else:
-        var_b, var_w = ci.var_between or 0.0, ci.var_within or 0.0
-        now = var_b / ci.n_launches + var_w / n
-        room = shrink**2 * now - var_b / ci.n_launches
+        var_b = (boot.var_between if boot else None) or 0.0
+        var_w = (boot.var_within if boot else None) or 0.0
+        now = var_b / ci.n_blocks + var_w / n
+        room = shrink**2 * now - var_b / ci.n_blocks
         if var_w <= 0 or room <= 0:
             return None
         target = var_w / room
@@ -166,7 +158,7 @@ def _extra_pairs(ci: RatioCI, shrink: float) -> int | None:
     return max(extra, 1) if extra <= MAX_EXTRA_PAIRS else None
 
 
-def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
+def _extra_launches(ci: RatioInterval, shrink: float) -> int | None:
     """Extra launches (same pairs per launch) so that the half-widths shrink by ``shrink``.
 
     Both variance terms of the mean scale with ``1/L``, and the CI uses a t quantile on
@@ -174,7 +166,7 @@ def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
     one per added launch, so the half-width at ``L'`` launches is
     ``t[df + L' - L] / t[df] * sqrt(L / L')`` times today's.
     """
-    n_launch = ci.n_launches
+    n_launch = ci.n_blocks
     df = ci.df if ci.df is not None else n_launch - 1
     if n_launch < 2 or df < 1:
         return None
@@ -186,7 +178,7 @@ def _extra_launches(ci: RatioCI, shrink: float) -> int | None:
     return int(more[hit[0]] - n_launch) if hit.size else None
 
 
-def decide(ci: RatioCI, *, margin: float) -> Decision:
+def decide(ci: RatioInterval, *, margin: float) -> Decision:
     """Apply the adopt / equivalent / worse / inconclusive rule to a TPOT ratio CI.
 
     ``margin`` is δ in (0, 1), declared before the run. For an inconclusive result the
@@ -196,52 +188,45 @@ def decide(ci: RatioCI, *, margin: float) -> Decision:
     """
     check_ci(ci, "ci")
     margin = check_fraction(margin, "margin", low_open=True)
-    word, reason = _classify(ci, margin)
+    found = classify(ci.ci_low, ci.ci_high, margin=margin)
+    word = found.word
+    values = {**ci.described, "margin": margin, "side": str(found.side)}
     common = {"margin": margin, "confidence_level": ci.confidence_level}
-    if word != "inconclusive":
-        return Decision(word, reason, **common)
-    if ci.method == "degenerate":
-        return Decision(word, f"{reason}; one pair gives no variance estimate", **common)
+    if word != Word.INCONCLUSIVE:
+        return Decision(word, Reason(_RULE_CODES[word], values), **common)
+    if ci.method is IntervalMethod.DEGENERATE:
+        return Decision(word, Reason(Code.RULE_INCONCLUSIVE, {**values, "obstacle": "one_pair"}),
+                        **common)  # fmt: skip
     need = _needed_shrink(ci, margin)
     if need is None:
-        return Decision(word, f"{reason}; the estimate sits on a boundary", **common)
+        return Decision(word, Reason(Code.RULE_INCONCLUSIVE, {**values, "obstacle": "boundary"}),
+                        **common)  # fmt: skip
     shrink, target = need
-    blocks = ci.method.startswith("blocks")
+    blocks = ci.method.of_blocks
     # A block interval's t quantile has df = blocks - 1 whatever the pairs per block: more
     # prompts cannot buy degrees of freedom, so only more blocks are advised.
     pairs = None if blocks else _extra_pairs(ci, shrink)
     launches = _extra_launches(ci, shrink)
-    plan = _plan_text(pairs, launches, target, unit="blocks" if blocks else "launches")
-    return Decision(word, f"{reason}; {plan}", **common, extra_pairs_needed=pairs,
-                    extra_launches_needed=launches, target_word=target)  # fmt: skip
-
-
-def _plan_text(
-    pairs: int | None, launches: int | None, target: str, *, unit: str = "launches"
-) -> str:
-    parts = []
-    if pairs is not None:
-        parts.append(f"about {pairs} more pairs")
-    if launches is not None:
-        parts.append(f"about {launches} more {unit}")
-    if not parts:
-        return f"no practical amount of data would likely reach {target!r}"
-    return " or ".join(parts) + f" would likely reach {target!r} if the estimate holds"
+    plan = {"extra_pairs": pairs, "extra_blocks": launches, "target": target,
+            "unit": "blocks" if blocks else "launches"}  # fmt: skip
+    return Decision(word, Reason(Code.RULE_INCONCLUSIVE, {**values, **plan}), **common,
+                    extra_pairs_needed=pairs, extra_launches_needed=launches,
+                    target_word=target)  # fmt: skip
 
 
 # ------------------------------------------------------------- several experiments
 
 
 def holm_decide(
-    compute_ci: Callable[[Any, float], RatioCI],
+    compute_ci: Callable[[Any, float], RatioInterval],
     names: Sequence[Hashable],
     *,
     family_confidence: float = 0.95,
     margin: float,
-) -> dict[Any, tuple[RatioCI, Decision]]:
+) -> dict[Any, tuple[RatioInterval, Decision]]:
     """Decide several experiments against one control with Holm's step-down procedure.
 
-    ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioCI` of experiment
+    ``compute_ci(name, confidence_level)`` returns the TPOT :class:`RatioInterval` of experiment
     ``name`` at that level (e.g. a closure over
     :func:`speclib.analysis.stats.paired.paired_ratio_ci`).
     Returns ``{name: (ci, decision)}``, each CI at the level its decision was made; see the
@@ -258,7 +243,7 @@ def holm_decide(
         level = 1 - alpha / len(remaining)
         results = {n: check_ci(compute_ci(n, level), "compute_ci(...)") for n in remaining}
         decided = {n: decide(ci, margin=margin) for n, ci in results.items()}
-        settled = [n for n in remaining if decided[n].word != "inconclusive"]
+        settled = [n for n in remaining if decided[n].word != Word.INCONCLUSIVE]
         for n in settled if settled else remaining:
             out[n] = (results[n], decided[n])
         remaining = [n for n in remaining if n not in out]

@@ -27,6 +27,7 @@ from typing import Any
 
 from speclib.analysis.verdict.segments import SegmentResult
 from speclib.core.jsonutil import jsonable
+from speclib.core.verdict_words import Word
 
 __all__ = ["Choice", "Deployment", "deployment"]
 
@@ -66,10 +67,10 @@ class Deployment:
 
 
 def _choose(segs: Sequence[SegmentResult], margin: float) -> tuple[str, SegmentResult | None]:
-    adopt = [s for s in segs if s.decision.word == "adopt"]
+    adopt = [s for s in segs if s.decision.word == Word.ADOPT]
     if adopt:
         return "on", min(adopt, key=lambda s: s.estimate)
-    bad = [s.decision.word == "worse" or (s.ci is not None and s.ci.ci_low > 1 - margin)
+    bad = [s.decision.word == Word.WORSE or (s.ci is not None and s.ci.ci_low > 1 - margin)
            for s in segs]  # fmt: skip
     return ("off", None) if bad and all(bad) else ("undecided", None)
 

@@ -32,8 +32,9 @@ from speclib.analysis.speculation.why import (
     paired_stream_factors,
     stream_steps,
 )
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.pairs import geo_ratio, pair_ratio_ci
+from speclib.core.reasons import Code, Reason
 from speclib.params.experiment import ExperimentParams
 
 __all__ = [
@@ -183,7 +184,7 @@ def explain_speedup(
     name: str,
     pairs: pd.DataFrame,
     acc: dict[str, Any],
-    tpot: RatioCI | None,
+    tpot: RatioInterval | None,
     salt: int,
     launches: list[LaunchMetrics] | None = None,
 ) -> WhySpeedup | None:
@@ -246,12 +247,12 @@ def why_by_category(pairs: pd.DataFrame) -> dict[str, dict[str, float | int]]:
     return out
 
 
-def unscored_reason(params: ExperimentParams, plaus: Any) -> str | None:
+def unscored_reason(params: ExperimentParams, plaus: Any) -> Reason | None:
     """Why a sampled run's outputs are of unknown correctness (None: scored, or greedy)."""
     if params.workload.temperature == 0.0 or params.analysis.score_outputs == "off":
         return None
     if plaus is None:
-        return "the sampling check did not score this series' outputs"
+        return Reason(Code.UNSCORED)
     return None
 
 

@@ -6,14 +6,13 @@ Each gate is a small frozen object holding its rule, declared before the run
 :class:`MemoryGate`; :class:`TtftGate` and :class:`E2eGate`: latency intervals;
 :class:`ModeGate`: the server mode; :class:`BenchGate`: the bench), and each reads one
 record, the comparison's :class:`GateEvidence`. :func:`rule_gates` builds them from the
-params' ``analysis`` section; :func:`apply_gates` weighs a
-:class:`~speclib.analysis.verdict.decision.Decision` against them and returns the
-:class:`Verdict` with its :class:`GateResult` list. The decision rule itself lives in
-:mod:`speclib.analysis.verdict.decision`.
+params' ``analysis`` section; :func:`assess_gates` assesses them on the evidence, each
+giving a :class:`GateResult`; what they make of the TPOT word (a failed gate: **reject**,
+a failed bench gate: **untrustworthy**) is decided with the other inputs of the final word
+by :func:`speclib.analysis.verdict.final_word.final_word`. The decision rule itself lives
+in :mod:`speclib.analysis.verdict.decision`.
 
-:func:`apply_gates` weighs more than TPOT: errors, wrong outputs, memory and clearly worse
-TTFT or end-to-end latency turn any TPOT decision into **reject**, naming the gate. Each
-gate is "pass", "fail" or "not assessed": no evidence is not a pass. A gate passes only
+Each gate is "pass", "fail" or "not assessed": no evidence is not a pass. A gate passes only
 when its data rule the failure out (a latency interval whose upper bound is within the
 limit, an error-rate bound within the allowance), fails when they show it, and is "not
 assessed" otherwise (one block, an interval too wide, too few requests); that keeps the
@@ -25,28 +24,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 from scipy import stats
 
-from speclib.analysis.stats.paired import RatioCI
-from speclib.analysis.verdict.decision import (
-    DECISION_WORDS,
-    Decision,
-    check_ci,
-    check_fraction,
-)
-from speclib.core.jsonutil import jsonable
+from speclib.analysis.stats.ratio_interval import RatioInterval
+from speclib.analysis.verdict.decision import check_ci, check_fraction
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
 
 if TYPE_CHECKING:
     from speclib.params.protocol import AnalysisParams
 
 __all__ = [
-    "BENCH_WORD",
     "GATE_STATUSES",
-    "VERDICT_WORDS",
     "BenchGate",
     "E2eGate",
     "ErrorGate",
@@ -57,8 +50,7 @@ __all__ = [
     "ModeGate",
     "OutputGate",
     "TtftGate",
-    "Verdict",
-    "apply_gates",
+    "assess_gates",
     "error_increase_bounds",
     "rule_gates",
 ]
@@ -67,30 +59,30 @@ __all__ = [
 GATE_STATUSES = ("pass", "fail", "not assessed")
 
 
-VERDICT_WORDS = (*DECISION_WORDS, "reject", "untrustworthy", "failed", "mixed")
-"""Every final word; "mixed" is decided by :mod:`speclib.analysis.verdict.answer`."""
-
-
-BENCH_WORD = "untrustworthy"  # the verdict when the bench itself shows an effect (A/A gate)
-
-
 @dataclass(frozen=True)
 class GateResult:
     """One gate: its name, its status and what was compared.
 
     ``status`` is one of :data:`GATE_STATUSES`: ``"pass"`` (the data rule a failure
     out), ``"fail"`` (the data show it) or ``"not assessed"`` (the data cannot tell; the
-    detail says why). Only ``"fail"`` turns a verdict into "reject"; ``"not assessed"`` is
-    never a pass (:attr:`passed` is False) and never a failure (:attr:`failed` is False).
+    reason says why). ``reason`` is what was compared, as data
+    (:class:`~speclib.core.reasons.Reason`; :attr:`detail` in words). Only ``"fail"``
+    turns a verdict into "reject"; ``"not assessed"`` is never a pass (:attr:`passed` is
+    False) and never a failure (:attr:`failed` is False).
     """
 
     name: str
     status: str
-    detail: str
+    reason: Reason
 
     def __post_init__(self) -> None:
         if self.status not in GATE_STATUSES:
             raise ValueError(f"`status` must be one of {GATE_STATUSES} (got {self.status!r})")
+
+    @property
+    def detail(self) -> str:
+        """What was compared, in words."""
+        return render(self.reason)
 
     @property
     def passed(self) -> bool:
@@ -103,29 +95,15 @@ class GateResult:
         return self.status == "fail"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping: name, status, detail, and ``passed`` (True only for "pass")."""
-        out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
-        out["passed"] = self.passed
-        return out
+        """JSON-safe mapping: name, status, detail (in words), ``passed`` (True only for
+        "pass") and ``reason`` (the detail as data)."""
+        return {"name": self.name, "status": self.status, "detail": self.detail,
+                "passed": self.passed, "reason": self.reason.to_dict()}  # fmt: skip
 
 
-def _gate(name: str, ok: bool, detail: str) -> GateResult:
+def _gate(name: str, ok: bool, reason: Reason) -> GateResult:
     """A gate whose inputs always decide it (pass or fail)."""
-    return GateResult(name, "pass" if ok else "fail", detail)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Final word for one experiment series, the reasons behind it, and every gate checked."""
-
-    word: str
-    reasons: tuple[str, ...]
-    tpot_decision: Decision
-    gates: tuple[GateResult, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
+    return GateResult(name, "pass" if ok else "fail", reason)
 
 
 def _wilson(k: int, n: int, z: float) -> tuple[float, float]:
@@ -166,77 +144,67 @@ def _error_gate(
     confidence_level: float,
 ) -> GateResult:
     n_c, n_e = counts
-    increase = experiment - control
     if n_c is None or n_e is None:
-        detail = (f"error rate {experiment:.2%} vs control {control:.2%} (increase "
-                  f"{increase:+.2%}, allowed {max_increase:.2%}); request counts not given, "
-                  "so no bound on the increase")  # fmt: skip
-        return GateResult("errors", "not assessed", detail)
+        rates = {"control_rate": control, "experiment_rate": experiment, "allowed": max_increase}
+        return GateResult("errors", "not assessed", Reason(Code.ERRORS_UNCOUNTED, rates))
     k_c, k_e = round(control * n_c), round(experiment * n_e)
-    counted = f"{k_e}/{n_e} requests failed vs control {k_c}/{n_c}"
+    counted = {"failed_experiment": k_e, "n_experiment": n_e, "failed_control": k_c,
+               "n_control": n_c}  # fmt: skip
     if n_c == 0 or n_e == 0:
-        return GateResult("errors", "not assessed", f"{counted}: no requests to count")
+        return GateResult("errors", "not assessed", Reason(Code.ERRORS_NONE_SENT, counted))
     low, high = error_increase_bounds((k_c, n_c), (k_e, n_e), confidence_level=confidence_level)
-    conf = f"{100 * confidence_level:.3g}%"
-    detail = (
-        f"{counted} (increase {k_e / n_e - k_c / n_c:+.2%}, one-sided {conf} bounds "
-        f"{low:+.2%} to {high:+.2%}, Newcombe–Wilson), allowed increase {max_increase:.2%}"
-    )
+    values = {**counted, "level": confidence_level, "low": low, "high": high,
+              "allowed": max_increase}  # fmt: skip
     if high <= max_increase:
-        return GateResult("errors", "pass", f"{detail}: the upper bound is within it")
-    if low > max_increase:
-        return GateResult("errors", "fail", f"{detail}: the lower bound exceeds it")
-    return GateResult("errors", "not assessed", f"{detail}: too few requests to tell either way")
+        status, outcome = "pass", "within"
+    elif low > max_increase:
+        status, outcome = "fail", "exceeds"
+    else:
+        status, outcome = "not assessed", "unclear"
+    return GateResult("errors", status, Reason(Code.ERRORS_BOUNDS, {**values, "outcome": outcome}))
 
 
 def _output_gate(wrong: int, agreement: float | None, min_agreement: float | None) -> GateResult:
-    detail = f"{wrong} output(s) flagged wrong"
     passed = wrong == 0
     if min_agreement is not None:
-        detail += f"; agreement {agreement:.2%} (minimum {min_agreement:.2%})"
-        passed = passed and agreement >= min_agreement
-    elif agreement is not None:
-        detail += f"; agreement {agreement:.2%} (no minimum set)"
-    return _gate("outputs", passed, detail)
+        passed = passed and agreement is not None and agreement >= min_agreement
+    values = {"wrong": wrong, "agreement": agreement, "minimum": min_agreement}
+    return _gate("outputs", passed, Reason(Code.OUTPUTS, values))
 
 
 def _latency_gate(
     name: str,
-    ci: RatioCI,
+    ci: RatioInterval,
     margin: float,
     min_delta_s: float = 0.0,
     control_median_s: float | None = None,
 ) -> GateResult:
     """Fail when clearly worse, pass when the interval rules that out, else not assessed."""
     lo, hi, limit = ci.ci_low, ci.ci_high, 1 + margin
-    rise = f" and the median rises by more than {1e3 * min_delta_s:.0f} ms" if min_delta_s else ""
-    head = (
-        f"{name} ratio {ci.estimate:.3f} ({100 * ci.confidence_level:.3g}% CI "
-        f"{lo:.3f}–{hi:.3f}, {ci.method}), median change {1e3 * ci.median_delta:+.1f} ms; "
-        f"clearly worse when the lower bound exceeds {limit:.3f}{rise}"
-    )
-    if lo > limit and (min_delta_s <= 0 or ci.median_delta > min_delta_s):
-        return GateResult(name, "fail", head)
+    delta = ci.median_delta if ci.median_delta is not None else math.nan
+    values = {**ci.described, "metric": name, "median_delta_s": delta, "limit": limit,
+              "min_rise_s": min_delta_s}  # fmt: skip
+
+    def result(status: str, outcome: str, **more: Any) -> GateResult:
+        return GateResult(name, status, Reason(Code.LATENCY, {**values, "outcome": outcome,
+                                                              **more}))  # fmt: skip
+
+    if lo > limit and (min_delta_s <= 0 or delta > min_delta_s):
+        return result("fail", "worse")
     if hi <= limit:
-        return GateResult(name, "pass", f"{head}: the upper bound rules that out")
+        return result("pass", "ruled_out")
     if min_delta_s > 0 and control_median_s is not None and math.isfinite(hi):
         at_median = (hi - 1) * control_median_s
         if at_median <= min_delta_s:
-            median_ms = 1e3 * control_median_s
-            return GateResult(name, "pass", (
-                f"{head}: the upper bound at the control's median ({median_ms:.0f} ms) is a "
-                f"rise of {1e3 * at_median:+.0f} ms at most, which rules that out"))  # fmt: skip
+            return result("pass", "ruled_out_at_median", control_median_s=control_median_s,
+                          rise_at_median_s=at_median)  # fmt: skip
     if (ci.df is not None and ci.df < 1) or hi == math.inf:
-        why = "no degrees of freedom (one block): the interval cannot tell"
-    elif not (0 < lo <= hi < math.inf):
-        why = "the interval is undefined (no usable pairs)"
-    elif lo > limit:
-        why = "the ratio is above the limit but the median rise is not shown to exceed the minimum"
-    else:
-        why = (f"interval too wide to tell: its upper bound {hi:.3f} does not rule out "
-               f"{limit:.3f} and its lower bound {lo:.3f} does not show it"
-               + (f" (df = {ci.df})" if ci.df is not None else ""))  # fmt: skip
-    return GateResult(name, "not assessed", f"{head}: {why}")
+        return result("not assessed", "no_df")
+    if not (0 < lo <= hi < math.inf):
+        return result("not assessed", "undefined")
+    if lo > limit:
+        return result("not assessed", "rise_not_shown")
+    return result("not assessed", "too_wide")
 
 
 def _check_count(value: Any, name: str) -> int | None:
@@ -268,11 +236,12 @@ class GateEvidence:
     ``peak_memory_gib`` the arm's peak server memory (None: not measured); ``ttft`` and
     ``e2e`` the ratio intervals of experiment / control from the block model of TPOT;
     ``ttft_control_median_s`` the control's median TTFT over the pairs. The problems are
-    sentences, None when there is none: ``ttft_problem`` (the client's TTFT lag behind the
-    server differed between the arms at this level), ``bench_problem`` (the A/A arm showed an
-    effect, or idle servers loaded the arms unequally), ``mode_problem`` (a launch of the arm
-    did not run in the mode its params ask for; its records were left out),
-    ``correctness_unknown`` (a sampled run whose outputs could not be scored).
+    reasons (:class:`~speclib.core.reasons.Reason`), None when there is none:
+    ``ttft_problem`` (the client's TTFT lag behind the server differed between the arms at
+    this level), ``bench_problem`` (the A/A arm showed an effect, or a bench check failed),
+    ``mode_problem`` (a launch of the arm did not run in the mode its params ask for; its
+    records were left out), ``correctness_unknown`` (a sampled run whose outputs could not
+    be scored).
     """
 
     control_error_rate: float
@@ -282,13 +251,13 @@ class GateEvidence:
     wrong_outputs: int = 0
     agreement_rate: float | None = None
     peak_memory_gib: float | None = None
-    ttft: RatioCI | None = None
-    e2e: RatioCI | None = None
+    ttft: RatioInterval | None = None
+    e2e: RatioInterval | None = None
     ttft_control_median_s: float | None = None
-    ttft_problem: str | None = None
-    bench_problem: str | None = None
-    mode_problem: str | None = None
-    correctness_unknown: str | None = None
+    ttft_problem: Reason | None = None
+    bench_problem: Reason | None = None
+    mode_problem: Reason | None = None
+    correctness_unknown: Reason | None = None
 
     def __post_init__(self) -> None:
         for name in ("control_error_rate", "experiment_error_rate"):
@@ -406,7 +375,8 @@ class MemoryGate:
         peak, limit = evidence.peak_memory_gib, self.limit_gib
         if limit is None or peak is None:
             return None
-        return _gate(self.name, peak <= limit, f"peak {peak:.2f} GiB (limit {limit:.2f} GiB)")
+        return _gate(self.name, peak <= limit,
+                     Reason(Code.MEMORY, {"peak_gib": peak, "limit_gib": limit}))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -461,35 +431,10 @@ def rule_gates(analysis: AnalysisParams) -> tuple[Gate, ...]:
     )
 
 
-def apply_gates(decision: Decision, evidence: GateEvidence, gates: Sequence[Gate]) -> Verdict:
-    """Weigh the TPOT decision against ``gates``, each assessing ``evidence``; any failed
-    gate makes the verdict "reject".
-
-    Every gate that applies is "pass", "fail" or "not assessed" (:class:`GateResult`), in
-    the order of ``gates``. A gate that is not assessed keeps the TPOT word, adds a reason
-    "gate 'x' not assessed: …" and is never counted as passed. The evidence's
-    ``correctness_unknown`` turns an "adopt" into "inconclusive"; its ``bench_problem``
-    makes the verdict "untrustworthy", whatever TPOT says, because the bench cannot tell an
-    effect from noise.
-    """
-    if not isinstance(decision, Decision):
-        raise ValueError(f"`decision` must be a Decision (got {type(decision).__name__})")
+def assess_gates(evidence: GateEvidence, gates: Sequence[Gate]) -> tuple[GateResult, ...]:
+    """Every gate of ``gates`` that applies to ``evidence``, assessed, in the order of
+    ``gates``: each "pass", "fail" or "not assessed" (:class:`GateResult`). What they make
+    of the TPOT word is :func:`speclib.analysis.verdict.final_word.final_word`'s."""
     if not isinstance(evidence, GateEvidence):
         raise ValueError(f"`evidence` must be a GateEvidence (got {type(evidence).__name__})")
-    results = [r for g in gates if (r := g.assess(evidence)) is not None]
-    failed = [g for g in results if g.failed]
-    unknown = [g for g in results if g.status == "not assessed"]
-    reasons = [
-        decision.reason,
-        *(f"gate {g.name!r} failed: {g.detail}" for g in failed),
-        *(f"gate {g.name!r} not assessed: {g.detail}" for g in unknown),
-    ]
-    word = "reject" if failed else decision.word
-    if evidence.correctness_unknown and word == "adopt":
-        word = "inconclusive"
-        reasons.append(f"correctness unknown ({evidence.correctness_unknown}): cannot be adopted")
-    if evidence.bench_problem:
-        word = BENCH_WORD
-    if failed and decision.word == "adopt":
-        reasons.append("faster on TPOT, but a failed gate rules adoption out")
-    return Verdict(word, tuple(reasons), decision, tuple(results))
+    return tuple(r for g in gates if (r := g.assess(evidence)) is not None)

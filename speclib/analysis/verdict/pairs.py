@@ -20,10 +20,11 @@ import pandas as pd
 
 from speclib.analysis.frames import pair_frame
 from speclib.analysis.stats.base import DegenerateDataWarning
-from speclib.analysis.stats.paired import RatioCI, paired_ratio_ci
+from speclib.analysis.stats.paired import paired_ratio_ci
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.verdict.tpot_verdict import (
-    as_ratio_ci,
     block_analysis,
+    with_pairs,
 )
 from speclib.core.estimand import Estimand
 from speclib.params.experiment import ExperimentParams
@@ -55,7 +56,7 @@ def pair_ratio_ci(
     salt: int,
     *,
     clustered: bool = True,
-) -> RatioCI | None:
+) -> RatioInterval | None:
     c = pairs[f"{metric}_c"].to_numpy(float)
     e = pairs[f"{metric}_e"].to_numpy(float)
     keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
@@ -143,7 +144,7 @@ def level_pairs(df: pd.DataFrame, params: ExperimentParams, level: int) -> dict[
 
 def gate_cis(
     pairs_by_arm: dict[str, pd.DataFrame], *, aa_arm: str | None, confidence_level: float
-) -> dict[str, dict[str, RatioCI | None]]:
+) -> dict[str, dict[str, RatioInterval | None]]:
     """Every arm's TTFT and E2E ratio CIs for the gates, from the block model of TPOT.
 
     For each metric of :data:`GATE_METRICS`: the per-block mean log ratio of the metric
@@ -154,7 +155,7 @@ def gate_cis(
     :func:`speclib.analysis.verdict.tpot_verdict.block_analysis`). One block gives ``(0, inf)``:
     the gate is then "not assessed". Returns ``{arm: {metric: ci or None}}``.
     """
-    out: dict[str, dict[str, RatioCI | None]] = {n: {} for n in pairs_by_arm}
+    out: dict[str, dict[str, RatioInterval | None]] = {n: {} for n in pairs_by_arm}
     present = {n: p for n, p in pairs_by_arm.items() if len(p)}
     for m in GATE_METRICS:
         with warnings.catch_warnings():
@@ -167,7 +168,7 @@ def gate_cis(
             arm_ci = None
             if found is not None:
                 arm_ci = found.aa if n == aa_arm and found.aa else found.arms.get(n)
-            out[n][m] = as_ratio_ci(arm_ci, pairs_by_arm[n], m) if arm_ci else None
+            out[n][m] = with_pairs(arm_ci, pairs_by_arm[n], m) if arm_ci else None
     return out
 
 
@@ -177,14 +178,14 @@ def estimand_cis(
     aa_arm: str | None,
     confidence_level: float,
     mix: dict[str, float] | None = None,
-) -> dict[str, dict[Estimand, RatioCI | None]]:
+) -> dict[str, dict[Estimand, RatioInterval | None]]:
     """Every arm's TPOT ratio as the token-weighted ratio and as the typical request's, each
     with its block-level interval at ``confidence_level`` (descriptive: the verdict decides
     the traffic's ratio only, :func:`speclib.analysis.verdict.tpot_verdict.decide_family`).
     Under a ``mix`` the token-weighted ratio is the mix's and the typical request has none.
     Returns ``{arm: {estimand: ci or None}}`` (None: no interval could be formed, e.g. a
     pair without output tokens)."""
-    out: dict[str, dict[Estimand, RatioCI | None]] = {n: {} for n in pairs_by_arm}
+    out: dict[str, dict[Estimand, RatioInterval | None]] = {n: {} for n in pairs_by_arm}
     present = {n: p for n, p in pairs_by_arm.items() if len(p)}
     for est in (Estimand.PER_TOKEN, Estimand.TYPICAL):
         with warnings.catch_warnings():
@@ -195,5 +196,5 @@ def estimand_cis(
             arm_ci = None
             if found is not None:
                 arm_ci = found.aa if n == aa_arm and found.aa else found.arms.get(n)
-            out[n][est] = as_ratio_ci(arm_ci, pairs_by_arm[n], mixed=bool(mix)) if arm_ci else None
+            out[n][est] = with_pairs(arm_ci, pairs_by_arm[n], mixed=bool(mix)) if arm_ci else None
     return out

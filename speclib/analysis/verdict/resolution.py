@@ -46,12 +46,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from speclib.analysis.stats.base import t_width_scale
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
+from speclib.analysis.stats.t_interval import t_critical, t_width_scale
 from speclib.analysis.verdict.decision import Decision, decide
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 
 __all__ = [
     "MAX_BLOCKS",
@@ -66,12 +68,6 @@ __all__ = [
 MAX_BLOCKS = 1_000
 """Above this many blocks a target resolution counts as not reachable."""
 
-FALSE_EFFECT_WORDS = ("adopt", "worse")
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
 
 def _check_target(value: Any, name: str) -> float:
     ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
@@ -80,13 +76,13 @@ def _check_target(value: Any, name: str) -> float:
     return float(value)
 
 
-def _check_ci(ci: Any) -> RatioCI:
-    if not isinstance(ci, RatioCI):
-        raise ValueError(f"`ci` must be a RatioCI (got {type(ci).__name__})")
+def _check_ci(ci: Any) -> RatioInterval:
+    if not isinstance(ci, RatioInterval):
+        raise ValueError(f"`ci` must be a RatioInterval (got {type(ci).__name__})")
     return ci
 
 
-def half_width(ci: RatioCI) -> float | None:
+def half_width(ci: RatioInterval) -> float | None:
     """The interval's half-width on the log scale, ``(log hi - log lo) / 2`` (None when the
     interval is undefined, e.g. ``(0, inf)`` from one block)."""
     lo, hi = _check_ci(ci).ci_low, ci.ci_high
@@ -95,8 +91,8 @@ def half_width(ci: RatioCI) -> float | None:
     return (math.log(hi) - math.log(lo)) / 2
 
 
-def _df(ci: RatioCI) -> int:
-    return int(ci.df) if ci.df is not None else ci.n_launches - 1
+def _df(ci: RatioInterval) -> int:
+    return int(ci.df) if ci.df is not None else ci.n_blocks - 1
 
 
 def blocks_for(
@@ -141,7 +137,7 @@ class BenchCheck:
     n_blocks: int
     df: int
     block_sd_log: float | None
-    word: str
+    word: Word
     excludes_one: bool
     false_effect: bool
     blocks_needed: int | None
@@ -153,75 +149,34 @@ class BenchCheck:
     def more_blocks(self) -> int | None:
         """Blocks to add before the interval would likely be "equivalent" (None when it
         already is, when only its centre keeps it out, or when not reachable)."""
-        if self.word == "equivalent" or self.blocks_needed is None:
+        if self.word == Word.EQUIVALENT or self.blocks_needed is None:
             return None
         more = self.blocks_needed - self.n_blocks
         return more if more > 0 else None
 
-    def outlook(self) -> str:
-        """Where the check stands against δ: equivalent, N more blocks, or not reachable."""
-        if self.word == "equivalent":
-            return "equivalent"
-        if self.resolution is None or self.df < 1:
-            return "not reachable yet: one block has no degrees of freedom, run at least 2"
-        if self.blocks_needed is None:
-            return (
-                f"not reachable: no number of blocks up to {MAX_BLOCKS} would likely make "
-                "it equivalent"
-            )
-        more = self.more_blocks
-        if more is None:
-            return (
-                "resolution within δ, but the interval reaches outside "
-                f"({1 - self.margin:.3f}, {1 + self.margin:.3f}): not equivalent"
-            )
-        return (
-            f"{more} more block{'s' * (more != 1)} would likely make it equivalent "
-            f"({self.blocks_needed} in all, t at df = blocks − 1, block SD "
-            f"{self.block_sd_log:.3f} held)"
-        )
+    def reason(self) -> Reason:
+        """The check as data: the A/A row's reason everywhere (``summary.json``, the trust
+        panel, the terminal, the report)."""
+        values = {
+            "resolution": self.resolution, "margin": self.margin,
+            "level": self.confidence_level, "n_blocks": self.n_blocks, "df": self.df,
+            "block_sd_log": self.block_sd_log, "word": self.word,
+            "excludes_one": self.excludes_one, "false_effect": self.false_effect,
+            "blocks_needed": self.blocks_needed, "more_blocks": self.more_blocks,
+            "max_blocks": MAX_BLOCKS, "ratio": self.estimate, "low": self.ci_low,
+            "high": self.ci_high,
+        }  # fmt: skip
+        return Reason(Code.BENCH_CHECK, values)
 
     def short(self) -> str:
         """The figure of the trust panel: "resolution ±x % (δ = ±5 %): <outlook>"."""
-        if self.resolution is None:
-            return "resolution unknown (one block has no degrees of freedom)"
-        res = f"±{_pct(self.resolution)}"
-        if self.word == "equivalent":
-            outlook = "equivalent"
-        elif self.more_blocks is not None:
-            outlook = f"{self.more_blocks} more block(s) would likely make it equivalent"
-        elif self.blocks_needed is None:
-            outlook = "equivalent not reachable"
-        else:
-            outlook = "not equivalent (off-centre)"
-        return f"resolution {res} (δ = ±{100 * self.margin:.3g} %): {outlook}"
-
-    def effect_text(self) -> str:
-        """Whether the interval excludes 1, and what that means for the bench."""
-        span = f"the interval {self.ci_low:.3f}–{self.ci_high:.3f}"
-        if self.false_effect:
-            return (
-                f"{span} excludes 1 and the rule would call it '{self.word}': a false effect, "
-                "this bench is untrustworthy (its noise is larger than its intervals admit)"
-            )
-        if self.excludes_one and self.word == "equivalent":
-            return (
-                f"{span} excludes 1: an instance effect smaller than δ, which the rule "
-                "does not act on"
-            )
-        if self.excludes_one:
-            return f"{span} excludes 1: an instance effect the rule does not act on"
-        return f"{span} covers 1: the A/A arm shows no effect"
+        return render(Reason(Code.BENCH_RESOLUTION, self.reason().values))
 
     def text(self) -> str:
-        """The A/A row's reason, e.g. "bench check: resolution ±3.6 % (δ = ±5 %) at 95 % over
-        4 blocks; equivalent; the interval 0.962–1.035 covers 1: the A/A arm shows no effect"."""
-        res = "unknown" if self.resolution is None else f"±{_pct(self.resolution)}"
-        return (
-            f"bench check: resolution {res} (δ = ±{100 * self.margin:.3g} %) at "
-            f"{100 * self.confidence_level:.4g} % over {self.n_blocks} block"
-            f"{'s' * (self.n_blocks != 1)}; {self.outlook()}; {self.effect_text()}"
-        )
+        """The A/A row's reason in words, e.g. "bench check: resolution ±3.6 % (δ = ±5 %) at
+        95 % over 4 blocks; equivalent; the interval 0.962–1.035 covers 1: the A/A arm
+        shows no effect"."""
+        return render(self.reason())
 
     def decision(self) -> Decision:
         """The A/A arm's :class:`~speclib.analysis.verdict.decision.Decision`: the rule's word with
@@ -229,18 +184,19 @@ class BenchCheck:
         "equivalent" (never pairs, never "adopt" or "worse")."""
         more = self.more_blocks
         return Decision(
-            self.word, self.text(), self.margin, self.confidence_level,
+            self.word, self.reason(), self.margin, self.confidence_level,
             extra_pairs_needed=None, extra_launches_needed=more,
-            target_word="equivalent" if more is not None else None,
+            target_word=Word.EQUIVALENT if more is not None else None,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping, with the text."""
+        """JSON-safe mapping, with the text and its data (``reason``)."""
         out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
-        return {**out, "more_blocks": self.more_blocks, "text": self.text()}
+        return {**out, "more_blocks": self.more_blocks, "text": self.text(),
+                "reason": self.reason().to_dict()}  # fmt: skip
 
 
-def bench_check(ci: RatioCI, *, margin: float) -> BenchCheck:
+def bench_check(ci: RatioInterval, *, margin: float) -> BenchCheck:
     """The A/A arm's interval ``ci`` as a bench check at margin δ = ``margin``."""
     ci = _check_ci(ci)
     margin = _check_target(margin, "margin")
@@ -249,15 +205,14 @@ def bench_check(ci: RatioCI, *, margin: float) -> BenchCheck:
     df = _df(ci)
     sd = needed = None
     if h is not None and df >= 1:
-        q = 0.5 + ci.confidence_level / 2
-        sd = h * math.sqrt(ci.n_launches) / float(stats.t.ppf(q, df))
-        needed = blocks_for(h, n_blocks=ci.n_launches, df=df,
+        sd = h * math.sqrt(ci.n_blocks) / t_critical(df, confidence_level=ci.confidence_level)
+        needed = blocks_for(h, n_blocks=ci.n_blocks, df=df,
                             confidence_level=ci.confidence_level, target=margin)  # fmt: skip
     return BenchCheck(
         resolution=None if h is None else math.expm1(h), margin=margin,
-        confidence_level=ci.confidence_level, n_blocks=ci.n_launches, df=df, block_sd_log=sd,
+        confidence_level=ci.confidence_level, n_blocks=ci.n_blocks, df=df, block_sd_log=sd,
         word=word, excludes_one=not (ci.ci_low <= 1 <= ci.ci_high),
-        false_effect=word in FALSE_EFFECT_WORDS, blocks_needed=needed, estimate=ci.estimate,
+        false_effect=word in FALSE_EFFECT, blocks_needed=needed, estimate=ci.estimate,
         ci_low=ci.ci_low, ci_high=ci.ci_high,
     )  # fmt: skip
 
@@ -278,43 +233,38 @@ class Calibration:
     blocks_needed: int | None
     confidence_level: float | None
 
+    def reason(self) -> Reason:
+        """The calibration as data."""
+        values = {
+            "target": self.target, "resolution": self.resolution, "reached": self.reached,
+            "blocks": self.blocks, "blocks_needed": self.blocks_needed,
+            "level": self.confidence_level, "max_blocks": MAX_BLOCKS,
+        }  # fmt: skip
+        return Reason(Code.CALIBRATION, values)
+
     def text(self) -> str:
         """One sentence: the resolution reached against the target, and what it would need."""
-        goal = f"target ±{_pct(self.target)}"
-        if self.resolution is None:
-            return f"calibration: no A/A resolution after {self.blocks} block(s) ({goal})"
-        head = (
-            f"calibration: A/A resolution ±{_pct(self.resolution)} at "
-            f"{100 * (self.confidence_level or 0):.4g} % after {self.blocks} block(s)"
-        )
-        if self.reached:
-            return f"{head}, {goal} reached"
-        if self.blocks_needed is None:
-            return f"{head}, {goal} not reached and not reachable within {MAX_BLOCKS} blocks"
-        return (
-            f"{head}, {goal} not reached: would need {self.blocks_needed} blocks "
-            f"(t at df = blocks − 1, the observed block SD held)"
-        )
+        return render(self.reason())
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe mapping, with the text."""
+        """JSON-safe mapping, with the text and its data (``reason``)."""
         out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
-        return {**out, "text": self.text()}
+        return {**out, "text": self.text(), "reason": self.reason().to_dict()}
 
 
-def calibration(cis: Sequence[RatioCI], *, target: float) -> Calibration:
+def calibration(cis: Sequence[RatioInterval], *, target: float) -> Calibration:
     """Did the A/A intervals ``cis`` (one per load level) reach half-width ``target``?"""
     target = _check_target(target, "target")
     cis = [_check_ci(c) for c in cis]
     if not cis:
         return Calibration(target, None, False, 0, None, None)
     widths = [half_width(c) for c in cis]
-    blocks = max(c.n_launches for c in cis)
+    blocks = max(c.n_blocks for c in cis)
     if any(w is None for w in widths):
         return Calibration(target, None, False, blocks, None, cis[0].confidence_level)
     worst = max(range(len(cis)), key=lambda i: widths[i])  # type: ignore[arg-type,return-value]
     ci, h = cis[worst], float(widths[worst])  # type: ignore[arg-type]
-    needed = blocks_for(h, n_blocks=ci.n_launches, df=_df(ci),
+    needed = blocks_for(h, n_blocks=ci.n_blocks, df=_df(ci),
                         confidence_level=ci.confidence_level, target=target)  # fmt: skip
     reached = math.expm1(h) <= target * (1 + 1e-12)
-    return Calibration(target, math.expm1(h), reached, ci.n_launches, needed, ci.confidence_level)
+    return Calibration(target, math.expm1(h), reached, ci.n_blocks, needed, ci.confidence_level)

@@ -13,6 +13,8 @@ place their final word is decided.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from speclib.analysis.verdict.answer import Answer, build_answer
@@ -53,7 +55,8 @@ def run_answer(
     mix: dict[str, float] | None,
 ) -> tuple[Answer, list[Comparison]]:
     """Every segment decided (one Holm family), each cut's heterogeneity, then the answer
-    (:func:`speclib.analysis.verdict.answer.build_answer`) and the comparisons it words.
+    (:func:`speclib.analysis.verdict.answer.build_answer`), and the comparisons with their
+    segments' reason, from which their final word is made.
     With a ``mix``, the pairs of categories it gives no share are left out of every cut."""
     aa_arm = AA_ARM if params.protocol.aa else None
     edges = params.analysis.segment_edges
@@ -88,7 +91,8 @@ def run_answer(
         if (h := heterogeneity(lab, level=lvl, arm=arm, cut=cut, aa=aa.get(lvl), **opts))
     ]
     said = traffic_said(df, params, mix)
-    return build_answer(comps, segs, hets, margin=m, segment_family=family, mix=said)
+    answer = build_answer(comps, segs, hets, margin=m, segment_family=family, mix=said)
+    return answer, [replace(c, segments=answer.segments_of(c.experiment, c.level)) for c in comps]
 
 
 def traffic_said(

@@ -18,7 +18,8 @@ from typing import Any
 from speclib.analysis.stats.sequential import SpendingPlan, spending_plan
 from speclib.analysis.verdict.comparisons import Comparison
 from speclib.analysis.verdict.decision import Decision
-from speclib.analysis.verdict.gates import Verdict
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 from speclib.params.experiment import ExperimentParams
 
 __all__ = [
@@ -117,10 +118,11 @@ def failed_outright(launches: Sequence[dict[str, Any]]) -> bool:
 def with_failed_arms(
     comps: list[Comparison], statuses: list[dict[str, Any]], *, margin: float, confidence: float
 ) -> list[Comparison]:
-    """An arm none of whose launches ended well is "failed", named by its root cause (the
-    last exception line of its server's log), not "inconclusive — no valid pairs"; an arm
-    that never sent a request has no failed-request rate (None, shown as "–", never 0 %).
-    An arm whose server ran in the wrong mode keeps its "reject" (the mode gate says why)."""
+    """An arm none of whose launches ended well gets its failure, named by its root cause
+    (the last exception line of its server's log), so its final word is "failed", not
+    "inconclusive — no valid pairs"; an arm that never sent a request has no failed-request
+    rate (None, shown as "–", never 0 %). An arm whose server ran in the wrong mode keeps
+    its "reject" (the mode gate says why)."""
     by_series: dict[str, list[dict[str, Any]]] = {}
     for s in statuses:
         by_series.setdefault(s["series"], []).append(s)
@@ -132,9 +134,9 @@ def with_failed_arms(
             continue
         first = launches[0]
         cause = first.get("error_cause") or (first.get("error") or "unknown").splitlines()[0]
-        why = f"every launch of {c.experiment} failed: {cause}"
-        dec = c.decision or Decision("inconclusive", why, margin, confidence)
-        failed = replace(c, verdict=Verdict("failed", (why,), dec, ()))
+        why = Reason(Code.ARM_FAILED, {"arm": c.experiment, "cause": cause})
+        dec = c.decision or Decision(Word.INCONCLUSIVE, why, margin, confidence)
+        failed = replace(c, decision=dec, failure=why)  # the final word says "failed"
         if not any(s.get("n_ok") or s.get("n_failed") for s in launches):
             failed = replace(failed, error_rate_experiment=None)  # nothing was sent: no rate
         out.append(failed)

@@ -48,13 +48,16 @@ import numpy as np
 import pandas as pd
 
 from speclib.analysis.stats.base import DegenerateDataWarning
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.stats.t_interval import t_interval
 from speclib.analysis.verdict.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
 from speclib.analysis.verdict.decision import Decision, check_fraction, holm_decide
-from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis, pair_summary
+from speclib.analysis.verdict.tpot_verdict import block_analysis, pair_summary, with_pairs
 from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import Word
 
 __all__ = [
     "CUTS",
@@ -94,9 +97,9 @@ class SegmentResult:
     n_pairs: int
     n_blocks: int
     estimate: float
-    ci: RatioCI | None
+    ci: RatioInterval | None
     decision: Decision
-    note: str | None = None
+    note: Reason | None = None
     mean_control_s: float | None = None
     mean_arm_s: float | None = None
     estimand: Estimand = Estimand.TRAFFIC
@@ -104,8 +107,9 @@ class SegmentResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping (the interval flat: ``ci_low``, ``ci_high``, ``confidence_level``)."""
         out = {f.name: jsonable(getattr(self, f.name)) for f in fields(self) if f.name != "ci"}
+        out["note"] = render(self.note) if self.note is not None else None
         out["decision"] = self.decision.word
-        out["reason"] = self.decision.reason
+        out["reason"] = render(self.decision.reason)
         ci = self.ci
         out.update(ci_low=ci.ci_low if ci else None, ci_high=ci.ci_high if ci else None,
                    confidence_level=ci.confidence_level if ci else None,
@@ -235,14 +239,14 @@ def _aa_subset(aa: pd.DataFrame | None, mine: pd.DataFrame, col: str, seg: str, 
     return aa.merge(keys, on=_KEY, how="inner")
 
 
-def _seg_ci(mine, aa, arm, aa_arm, level) -> RatioCI | None:
+def _seg_ci(mine, aa, arm, aa_arm, level) -> RatioInterval | None:
     by_arm = {arm: mine} if aa is None or not len(aa) else {arm: mine, aa_arm: aa}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateDataWarning)
         found = block_analysis(by_arm, aa_arm=aa_arm, confidence_level=level)
     if found is None or arm not in found.arms:
         return None
-    return as_ratio_ci(found.arms[arm], mine)
+    return with_pairs(found.arms[arm], mine)
 
 
 def _usable(p: pd.DataFrame) -> pd.DataFrame:
@@ -276,7 +280,7 @@ def decide_segments(
     confidence = check_fraction(confidence, "confidence", low_open=True)
     margin = check_fraction(margin, "margin", low_open=True)
     cells: dict[tuple[int, str, str, str], tuple[pd.DataFrame, pd.DataFrame | None]] = {}
-    small: dict[tuple[int, str, str, str], str] = {}
+    small: dict[tuple[int, str, str, str], Reason] = {}
     totals: dict[tuple[int, str], int] = {}
     for (level, arm), raw in labelled.items():
         pairs = _usable(raw)
@@ -292,12 +296,12 @@ def decide_segments(
                 cells[key] = (mine, _aa_subset(aa_pairs, mine, col, seg, cut))
                 blocks = mine["block"].nunique()
                 if blocks < min_blocks:
-                    small[key] = f"too few blocks for an interval, need {min_blocks}"
+                    small[key] = Reason(Code.TOO_FEW, {"what": "blocks", "need": min_blocks})
                 elif len(mine) < min_pairs:
-                    small[key] = f"too few pairs for an interval, need {min_pairs}"
+                    small[key] = Reason(Code.TOO_FEW, {"what": "pairs", "need": min_pairs})
     family = [k for k in cells if k not in small]
 
-    def compute_ci(key: Hashable, level: float) -> RatioCI:
+    def compute_ci(key: Hashable, level: float) -> RatioInterval:
         mine, aa_seg = cells[key]  # type: ignore[index]
         ci = _seg_ci(mine, aa_seg, key[1], aa_arm, level)  # type: ignore[index]
         assert ci is not None
@@ -316,7 +320,8 @@ def decide_segments(
             ci, note = None, small[key]
             rough = _seg_ci(mine, aa_seg, arm, aa_arm, confidence)
             est = rough.estimate if rough is not None else math.nan
-            dec = Decision("inconclusive", f"{cut} {seg}: {note}", margin, confidence)
+            why = Reason(Code.SEGMENT_UNDECIDED, {"cut": cut, "segment": seg, "why": note})
+            dec = Decision(Word.INCONCLUSIVE, why, margin, confidence)
         out.append(
             SegmentResult(
                 level,

@@ -25,27 +25,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import RatioInterval
 from speclib.analysis.stats.sequential import SpendingPlan, blocks_to_decide
 from speclib.analysis.verdict.answer import Answer, segment_role
 from speclib.analysis.verdict.comparisons import Comparison
+from speclib.analysis.verdict.final_word import FINAL_GATES, final_word
 from speclib.core.stopping import OpenVerdict
+from speclib.core.verdict_words import Word
 
-__all__ = ["FINAL_GATES", "open_verdicts"]
-
-FINAL_GATES = ("mode", "bench")
-"""Gates whose failure more blocks would not undo: a launch in the wrong mode, an
-untrustworthy bench (every verdict of a level "untrustworthy")."""
+__all__ = ["open_verdicts"]
 
 
 def _projected(
-    base: OpenVerdict, ci: RatioCI | None, *, plan: SpendingPlan | None, confidence: float,
+    base: OpenVerdict, ci: RatioInterval | None, *, plan: SpendingPlan | None, confidence: float,
     margin: float,
 ) -> OpenVerdict:  # fmt: skip
     """``base`` with its interval and the blocks that would likely decide it."""
     if ci is None:
         return base
-    df = ci.df if ci.df is not None else max(ci.n_launches - 1, 0)
+    df = ci.df if ci.df is not None else max(ci.n_blocks - 1, 0)
     needed, target = blocks_to_decide(
         estimate=ci.estimate, ci_high=ci.ci_high, df=int(df),
         confidence_level=ci.confidence_level, family_alpha=1 - confidence, margin=margin,
@@ -57,16 +55,24 @@ def _projected(
     )  # fmt: skip
 
 
-def _pooled_open(word: str, c: Comparison | None) -> bool:
-    """Whether an arm's own verdict at a load is open (see the module docstring)."""
-    if c is None or c.verdict is None:
-        return word == "inconclusive"
-    if c.verdict.tpot_decision.word != "inconclusive":
+def _pooled_open(word: Word, c: Comparison | None) -> bool:
+    """Whether an arm's own verdict at a load is open (see the module docstring): its TPOT
+    word is inconclusive and the final word stays so with the gates that are final at a
+    look alone (:data:`~speclib.analysis.verdict.final_word.FINAL_GATES`; a failure, an
+    untrustworthy bench, the mode gate and the segments all settle it)."""
+    if c is None or c.decision is None:
+        return word == Word.INCONCLUSIVE
+    if c.decision.word != Word.INCONCLUSIVE:
         return False
-    if word == "inconclusive":
-        return True
-    failed = {g.name for g in c.verdict.gates if g.status == "fail"}
-    return word == "reject" and not failed & set(FINAL_GATES)
+    final = [g for g in c.gates if g.name in FINAL_GATES]
+    at_look = final_word(
+        c.decision,
+        gates=final,
+        failure=c.failure,
+        correctness_unknown=c.correctness_unknown,
+        segments=c.segments,
+    )
+    return at_look.word == Word.INCONCLUSIVE
 
 
 def open_verdicts(

@@ -51,21 +51,23 @@ import numpy as np
 import pandas as pd
 
 from speclib.analysis.stats.base import DegenerateDataWarning
-from speclib.analysis.stats.block_intervals import BlockAnalysis, BlockArmCI, block_ratio_cis
+from speclib.analysis.stats.block_intervals import BlockAnalysis, block_ratio_cis
 from speclib.analysis.stats.block_summary import (
     BlockSummary,
     summarize_blocks,
     summarize_mean_ratios,
 )
-from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.ratio_interval import IntervalMethod, RatioInterval
 from speclib.analysis.verdict.decision import Decision, holm_decide
 from speclib.analysis.verdict.resolution import bench_check
 from speclib.core.estimand import Estimand
+from speclib.core.reason_text import render
+from speclib.core.reasons import Code, Reason
+from speclib.core.verdict_words import FALSE_EFFECT, Word
 
 __all__ = [
     "MIX_NOTE",
     "LevelDecision",
-    "as_ratio_ci",
     "block_analysis",
     "decide_family",
     "decide_level",
@@ -73,6 +75,7 @@ __all__ = [
     "no_interval",
     "pair_summary",
     "summary_of",
+    "with_pairs",
 ]
 
 _BLOCK_KEY = "replicate"
@@ -85,16 +88,17 @@ class LevelDecision:
     ``experiments`` maps each experiment to ``(ci, decision)`` at the level its Holm step
     (and look) settled it; ``aa`` is the A/A arm's own ``(ci, decision)`` at the family
     confidence of the last look (None without an A/A arm); ``blocks`` the block analysis
-    at that confidence (noise components, degrees of freedom); ``bench_effect`` is a reason
-    string when the A/A arm showed an effect (then no verdict of this level can be
-    trusted), else None. ``family`` describes the Holm family (:func:`family_text`) and
-    ``looks`` maps each experiment to the index of the look that settled it.
+    at that confidence (noise components, degrees of freedom); ``bench_effect`` is the
+    reason (:class:`~speclib.core.reasons.Reason`) when the A/A arm showed an effect (then
+    no verdict of this level can be trusted), else None. ``family`` describes the Holm
+    family (:func:`family_text`) and ``looks`` maps each experiment to the index of the look
+    that settled it.
     """
 
-    experiments: dict[str, tuple[RatioCI, Decision]]
-    aa: tuple[RatioCI, Decision] | None
+    experiments: dict[str, tuple[RatioInterval, Decision]]
+    aa: tuple[RatioInterval, Decision] | None
     blocks: BlockAnalysis | None
-    bench_effect: str | None
+    bench_effect: Reason | None
     family: str = ""
     looks: dict[str, int] | None = None
 
@@ -207,12 +211,12 @@ def block_analysis(
     )
 
 
-def as_ratio_ci(
-    ci: BlockArmCI, pairs: pd.DataFrame, metric: str = "tpot_s", *, mixed: bool = False
-) -> RatioCI:
-    """The block interval in the form the decision rule takes, with the pairs' medians
-    (``median_delta``: median of ``{metric}_e - {metric}_c`` over pairs with both finite);
-    ``mixed``: the interval is for a user's mix (said in its method).
+def with_pairs(
+    ci: RatioInterval, pairs: pd.DataFrame, metric: str = "tpot_s", *, mixed: bool = False
+) -> RatioInterval:
+    """The block interval ``ci`` with its pairs' median difference (``median_delta``: the
+    median of ``{metric}_e - {metric}_c`` over pairs with both finite, NaN without one);
+    ``mixed``: the interval is for a user's mix.
 
     No Wilcoxon p-value: over pairs it would pool the blocks (pseudo-replication), and over
     a handful of block means it has no power; the interval is the evidence.
@@ -220,46 +224,27 @@ def as_ratio_ci(
     c = pd.to_numeric(pairs[f"{metric}_c"], errors="coerce").to_numpy(float)
     e = pd.to_numeric(pairs[f"{metric}_e"], errors="coerce").to_numpy(float)
     both = np.isfinite(c) & np.isfinite(e)
-    var_between = var_within = None
-    if ci.se_within_log is not None and math.isfinite(ci.se_log):
-        var_within = ci.se_within_log**2 * max(ci.n_pairs, 1)
-        var_between = max(ci.se_log**2 - ci.se_within_log**2, 0.0) * max(ci.n_blocks, 1)
-    method = ci.method.replace("blocks (", "blocks (mix-weighted ", 1) if mixed else ci.method
-    return RatioCI(
-        estimate=ci.estimate,
-        ci_low=ci.ci_low,
-        ci_high=ci.ci_high,
-        confidence_level=ci.confidence_level,
-        method=method,
-        n_pairs=ci.n_pairs,
-        n_launches=ci.n_blocks,
-        median_delta=float(np.median(e[both] - c[both])) if both.any() else math.nan,
-        wilcoxon_p=None,
-        between_launch_share=ci.instance_share,
-        more_launches_help=ci.more_blocks_help,
-        var_between=var_between,
-        var_within=var_within,
-        n_resamples=0,
-        note=ci.note,
-        df=ci.df,
-        estimand=ci.estimand,
-    )
+    delta = float(np.median(e[both] - c[both])) if both.any() else math.nan
+    return replace(ci, median_delta=delta, mixed=mixed)
 
 
-MIX_NOTE = "fewer than two blocks hold every category of the mix: no interval"
+MIX_NOTE = Reason(Code.MIX_BLOCKS)
+"""Why a mix's interval has no degrees of freedom: fewer than two blocks hold every category."""
 
 
 def no_interval(
-    pairs: pd.DataFrame, *, confidence_level: float, note: str,
+    pairs: pd.DataFrame, *, confidence_level: float, note: Reason,
     mix: Mapping[str, float] | None = None,
-) -> RatioCI:  # fmt: skip
+) -> RatioInterval:  # fmt: skip
     """An undecidable traffic's ratio ``(0, inf)`` for pairs the block model cannot use,
     with why; its point estimate pools the blocks (NaN when even that has no value)."""
     pooled = pair_summary({"arm": pairs.assign(block=0)}, mix=mix) if len(pairs) else None
     estimate = math.exp(float(pooled.mean[0, 0])) if pooled is not None else math.nan
-    return RatioCI(estimate, 0.0, math.inf, float(confidence_level), "blocks (none)",
-                   len(pairs), 0, math.nan, None, None, None, None, None, 0, note, 0,
-                   Estimand.TRAFFIC)  # fmt: skip
+    return RatioInterval(
+        estimate=estimate, ci_low=0.0, ci_high=math.inf, confidence_level=float(confidence_level),
+        method=IntervalMethod.NO_BLOCKS, n_pairs=len(pairs), n_blocks=0, df=0,
+        estimand=Estimand.TRAFFIC, median_delta=math.nan, note=note,
+    )  # fmt: skip
 
 
 def _quiet_analysis(pairs_by_arm, aa_arm, level, mix=None) -> BlockAnalysis | None:
@@ -330,24 +315,24 @@ def decide_family(
             if len(_before(arms.get(n, pd.DataFrame()), reps)) > 0
         ]
 
-    settled: dict[tuple[Hashable, str], tuple[RatioCI, Decision]] = {}
+    settled: dict[tuple[Hashable, str], tuple[RatioInterval, Decision]] = {}
     at_look: dict[tuple[Hashable, str], int] = {}
     for i, (reps, conf) in enumerate(plan):
         open_ = [k for k in present(reps) if k not in settled]
         if not open_:
             continue
 
-        def compute_ci(key: tuple[Hashable, str], level: float, reps=reps) -> RatioCI:
+        def compute_ci(key: tuple[Hashable, str], level: float, reps=reps) -> RatioInterval:
             found = analysis_at(key[0], reps, level, bool(mix))
             pairs = _before(pairs_by_level[key[0]][key[1]], reps)
             if found is None or key[1] not in found.arms:  # no block holds the whole mix
                 return no_interval(pairs, confidence_level=level, note=MIX_NOTE, mix=mix)
-            return as_ratio_ci(found.arms[key[1]], pairs, mixed=bool(mix))
+            return with_pairs(found.arms[key[1]], pairs, mixed=bool(mix))
 
         out = holm_decide(compute_ci, open_, family_confidence=conf, margin=margin)
         last = i == len(plan) - 1
         for key, (ci, dec) in out.items():
-            if dec.word != "inconclusive" or last:
+            if dec.word != Word.INCONCLUSIVE or last:
                 settled[key], at_look[key] = (ci, dec), i
     keys = list(settled)
     text = family_text(keys, confidence=plan[-1][1]) if keys else ""
@@ -369,15 +354,12 @@ def _aa_gate(main, pairs_by_arm, aa_arm, reps, margin):
     (:meth:`speclib.analysis.verdict.resolution.BenchCheck.decision`)."""
     if not (aa_arm and main is not None and main.aa is not None):
         return None, None
-    ci = as_ratio_ci(main.aa, _before(pairs_by_arm[aa_arm], reps))
+    ci = with_pairs(main.aa, _before(pairs_by_arm[aa_arm], reps))
     decision = bench_check(ci, margin=margin).decision()
-    if decision.word not in ("adopt", "worse"):
+    if decision.word not in FALSE_EFFECT:
         return (ci, decision), None
-    return (ci, decision), (
-        f"the A/A arm (a second copy of the control) measured ratio {ci.estimate:.3f} "
-        f"[{ci.ci_low:.3f}, {ci.ci_high:.3f}] and was decided '{decision.word}' although "
-        "no effect exists: this bench's noise is larger than its intervals admit"
-    )
+    effect = {"ratio": ci.estimate, "low": ci.ci_low, "high": ci.ci_high, "word": decision.word}
+    return (ci, decision), Reason(Code.AA_FALSE_EFFECT, effect)
 
 
 def decide_level(
@@ -400,7 +382,8 @@ def decide_level(
 
 def summary_of(result: LevelDecision) -> dict[str, Any]:
     """JSON-safe summary of the level's block analysis and A/A arm (for ``summary.json``)."""
-    out: dict[str, Any] = {"bench_effect": result.bench_effect}
+    effect = result.bench_effect
+    out: dict[str, Any] = {"bench_effect": render(effect) if effect is not None else None}
     if result.blocks is not None:
         out["blocks"] = result.blocks.to_dict()
     if result.aa is not None:
@@ -408,7 +391,7 @@ def summary_of(result: LevelDecision) -> dict[str, Any]:
         out["aa"] = {
             "ci": ci.to_dict(),
             "decision": decision.word,
-            "reason": decision.reason,
+            "reason": render(decision.reason),
             "bench_check": bench_check(ci, margin=decision.margin).to_dict(),
         }
     return out
