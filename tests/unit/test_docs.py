@@ -155,56 +155,61 @@ def _segment(path: str, arm: str, load: str, name: str) -> dict:
     return next(s for s in level["segments"] if (s["cut"], s["segment"]) == ("category", name))
 
 
-def _span(rows: list[dict]) -> str:
-    ratios = sorted(r["tpot_ratio"] for r in rows)
-    return f"×{ratios[0]:.2f}–{ratios[-1]:.2f}"
+# The README's GPU table: (run folder's summary, arm, the row's label), each row's cells at
+# c = 1, 8, 32 ("–" where the run had no such load).
+GPU_TABLE = (
+    ("evidence/gpu-h100/reanalysis/summary.json", "eagle3-k3", "EAGLE-3 k=3"),
+    ("evidence/gpu-h100/reanalysis/summary.json", "draft-k3", "draft_model k=3"),
+    ("evidence/gpu-h100/reanalysis/summary.json", "ngram-k4", "n-gram k=4"),
+    ("evidence/gpu-h100-coder/summary.json", "draft-k3", "draft_model k=3"),
+    ("evidence/gpu-h100-mtp/summary.json", "mtp-k3", "MTP k=3"),
+    ("evidence/gpu-h200/reanalysis/summary.json", "draft-k2", "draft_model k=2"),
+    ("evidence/gpu-h200/reanalysis/summary.json", "ngram-k4", "n-gram k=4"),
+)
 
 
-def test_the_readmes_gpu_figures_are_the_committed_runs() -> None:
-    """The README's GPU paragraph quotes decisions, TPOT ratios and segment ratios: they are
-    the committed runs' summaries (re-analysed with the segment answer)."""
+def _cell(c: dict | None) -> str:
+    if c is None:
+        return "–"
+    word = c["decision"]
+    word = f"**{word}**" if word == "mixed" else word
+    return f"{word} ×{c['tpot_ratio']:.2f}"
+
+
+def test_the_readmes_gpu_table_is_the_committed_runs() -> None:
+    """Each row of the README's GPU table is its committed run's summary (re-analysed by
+    today's kit): the final word and the traffic's TPOT ratio at each load."""
+    rows = [
+        line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith("| ")
+    ]
+    for path, arm, label in GPU_TABLE:
+        runs = _gpu_comparisons(path)
+        cells = " | ".join(_cell(runs.get((arm, load))) for load in ("c=1", "c=8", "c=32"))
+        assert any(f"| {label} | {cells} |" in row for row in rows), (path, arm, cells)
+
+
+def test_the_readmes_gpu_sentences_are_the_committed_runs() -> None:
+    """The sentences under the table: the n-gram arm's segments on the first H100, its typical
+    request at c=1 (the geometric mean the traffic's ratio replaced), the MTP truth check."""
+    import json
+
     text = " ".join(README.read_text(encoding="utf-8").split())
-    loads = ("c=1", "c=8", "c=32")
-    h100 = _gpu_comparisons("evidence/gpu-h100/reanalysis/summary.json")
-    eagle = [h100["eagle3-k3", c] for c in loads]
-    draft = [h100["draft-k3", c] for c in loads]
-    ngram = [h100["ngram-k4", c] for c in loads]
-    assert all(c["decision"] == "adopt" for c in eagle)
-    assert all(c["decision"] == "reject" for c in draft)
-    assert all(c["decision"] == "mixed" for c in ngram)
-    assert ngram[0]["pooled_decision"] == "adopt"
-    assert f"EAGLE-3 k=3 at every load (TPOT {_span(eagle)})" in text
-    assert f"draft_model k=3 at every load ({_span(draft)})" in text
-    assert f'pooled ×{ngram[0]["tpot_ratio"]:.2f} "adopt" at c=1' in text
+    path = "evidence/gpu-h100/reanalysis/summary.json"
     for name in ("echo", "fresh"):
-        s = _segment("evidence/gpu-h100/reanalysis/summary.json", "ngram-k4", "c=1", name)
+        s = _segment(path, "ngram-k4", "c=1", name)
         assert f"×{s['estimate']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]" in text, name
-    h200 = _gpu_comparisons("evidence/gpu-h200/reanalysis/summary.json")
-    k2 = [h200["draft-k2", c] for c in loads]
-    assert all(c["decision"] == "reject" for c in k2)
-    assert f"draft_model k=2 was rejected at every load ({_span(k2)})" in text
-    n200 = [h200["ngram-k4", c] for c in loads]
-    assert [c["decision"] for c in n200] == ["mixed", "mixed", "inconclusive"]
-    assert all(c["pooled_decision"] == "inconclusive" for c in n200)
-    assert f"pooled {_span(n200)} and inconclusive, is mixed at c = 1 and 8" in text
-
-
-def test_the_readmes_h100_demo_figures_are_the_committed_run() -> None:
-    """The README's sentence on params/gpu-demo.yaml on one H100 80GB quotes the committed
-    run's decisions, TPOT ratios and n-gram segments (evidence/gpu-h100-demo)."""
-    text = " ".join(README.read_text(encoding="utf-8").split())
-    path = "evidence/gpu-h100-demo/summary.json"
-    runs = _gpu_comparisons(path)
-    k4 = [runs["draft-k4", c] for c in ("c=1", "c=8", "c=32")]
-    assert all(c["decision"] == "reject" for c in k4)
-    assert f"draft_model k=4 was rejected at every load ({_span(k4)})" in text
-    k2 = [runs["draft-k2", c] for c in ("c=1", "c=8", "c=32")]
-    assert [c["decision"] for c in k2] == ["reject", "inconclusive", "inconclusive"]
-    assert f"k=2 at c=1 (×{k2[0]['tpot_ratio']:.2f}; inconclusive at c = 8 and 32)" in text
-    ngram = [runs["ngram-k4", c]["decision"] for c in ("c=1", "c=8")]
-    assert ngram == ["mixed", "mixed"]
-    echo, fresh = (_segment(path, "ngram-k4", "c=1", name) for name in ("echo", "fresh"))
-    assert f"(echo ×{echo['estimate']:.2f}, fresh ×{fresh['estimate']:.2f} at c=1)" in text
+    ngram = _gpu_comparisons(path)["ngram-k4", "c=1"]
+    typical = ngram["tpot_ratios"]["typical_request"]["estimate"]
+    assert ngram["tpot_decision"] == "equivalent"
+    assert f'would have said ×{typical:.2f} "adopt" at c=1' in text
+    mtp = json.loads((REPO / "evidence/gpu-h100-mtp/summary.json").read_text(encoding="utf-8"))
+    truth = mtp["acceptance_truth"]
+    assert all(t["measured_drafts"] == t["expected_drafts"] for t in truth)
+    assert f"({truth[0]['measured_drafts']:,} drafts per launch)" in text
+    demo = _gpu_comparisons("evidence/gpu-h100-demo/reanalysis/summary.json")
+    assert all(demo["draft-k4", c]["decision"] == "reject" for c in ("c=1", "c=8", "c=32"))
+    assert [demo["ngram-k4", c]["decision"] for c in ("c=1", "c=8")] == ["mixed", "mixed"]
+    assert "draft_model k=4 rejected at every load, n-gram mixed at c = 1 and 8" in text
 
 
 def test_the_two_commands_are_on_the_readmes_first_screen() -> None:
