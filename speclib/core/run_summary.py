@@ -282,7 +282,9 @@ class ComparisonEntry(_Entry):
         default_factory=dict,
         description="Greedy runs: per prompt whose answer left the control's, the first "
         "differing token's class (a near tie within `analysis.near_tie_nats`, a real "
-        "disagreement, or unranked) with the target's log-probabilities of both tokens.",
+        "disagreement, unranked, or `control_varies`: unranked, and the control's own answers "
+        "to it differ between its requests) with the target's log-probabilities of both "
+        "tokens.",
     )
     why_by_category: dict[str, Any] = Field(
         default_factory=dict,

@@ -200,6 +200,8 @@ def _target_view(c: Any, pid: str) -> str:
     cls = c.divergences.get(pid)
     if cls is None or cls.kind == "unranked":
         return "not ranked"
+    if cls.kind == "control_varies":
+        return "not ranked; the control's own answers to this prompt vary"
     ranks = f"ranks {cls.control_rank} / {cls.experiment_rank}" if cls.control_rank else ""
     word = "near tie" if cls.kind == "near_tie" else "<b>real disagreement</b>"
     return f"{word} (gap {cls.gap:+.3f} nats{'; ' + ranks if ranks else ''})"
@@ -217,7 +219,8 @@ def divergence_html(an: RunAnalysis, limit: int = 5) -> str:
             counts.append(
                 f"<li>{html.escape(c.experiment)} at {html.escape(str(c.load))}: "
                 f"{ag.n_diverged} of {ag.n_compared} differ: {ag.n_near_tie} near tie(s), "
-                f"{ag.n_real} real disagreement(s), {ag.n_unranked} not ranked</li>"
+                f"{ag.n_real} real disagreement(s), {ag.n_control_varies} where the control's "
+                f"own answers vary between its requests, {ag.n_unranked} not ranked</li>"
             )
         for pid, a in diverged[:limit]:
             out.append(

@@ -247,7 +247,9 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
     ag = c.agreement
     cell = f"{ag.n_exact}/{ag.n_compared} identical ({pct(ag.exact_match_rate)})"
     if ag.n_diverged:
-        kinds = [(ag.n_near_tie, "near tie"), (ag.n_real, "real"), (ag.n_unranked, "unranked")]
+        kinds = [(ag.n_near_tie, "near tie"), (ag.n_real, "real"),
+                 (ag.n_control_varies, "where the control varies too"),
+                 (ag.n_unranked, "unranked")]  # fmt: skip
         cell += "; " + ", ".join(f"{n} {word}" for n, word in kinds if n)
     return cell
 

@@ -21,6 +21,7 @@ from speclib.analysis.speculation.agreement import (
     classify_divergences,
     compare_outputs,
     summarize_agreement,
+    varying_prompts,
 )
 from speclib.core.records import RequestRecord, append_record
 from speclib.core.rundir import RunDir
@@ -124,3 +125,42 @@ def test_the_target_ranks_each_divergence_and_only_real_ones_count(tmp_path: Pat
     assert ensure_ranked(rd.root).startswith("1 divergence(s) ranked")
     assert read_ranks(rd.divergences)[("spec", 0, "tie")] == tie
     assert not rd.divergence_error.exists()
+
+
+def test_an_unranked_divergence_where_the_control_varies_is_the_benchs_floor() -> None:
+    """Greedy bf16 decoding is not batch invariant: at c=32 on an H100 the control's own
+    answers to 14 of 24 prompts differed between its requests (evidence/gpu-h100-coder). An
+    unranked divergence on such a prompt is classed ``control_varies`` and does not count
+    against the outputs gate; on a prompt where the control is stable it stays unranked and
+    counts; a ranking, where there is one, wins over the control's variation."""
+
+    def rec(series: str, pid: str, ids: tuple[int, ...]) -> dict:
+        return {"series": series, "prompt_id": pid, "ok": True, "phase": "measure",
+                "token_ids": list(ids), "text": " ".join(map(str, ids)),
+                "finish_reason": "length", "output_tokens": len(ids)}  # fmt: skip
+
+    control = [
+        rec("control", "wobbly", (1, 2, 3)),
+        rec("control", "wobbly", (1, 2, 4)),  # the control's second request parts at 2
+        rec("control", "steady", (5, 6, 7)),
+        rec("control", "steady", (5, 6, 7)),
+        rec("control", "ranked", (8, 9)),
+        rec("control", "ranked", (8, 10)),
+    ]
+    arm = [rec("spec", "wobbly", (1, 9, 9)), rec("spec", "steady", (5, 0, 0)),
+           rec("spec", "ranked", (8, 11))]  # fmt: skip
+    assert varying_prompts(control) == {"wobbly", "ranked"}
+    assert varying_prompts(arm) == frozenset()
+    agreements = compare_outputs(control, arm)
+    ranked = type("Rank", (), {"gap": -4.0, "position": 1, "control_rank": 1,
+                               "experiment_rank": 40})()  # fmt: skip
+    classes = classify_divergences(
+        agreements, {"ranked": ranked}, near_tie_nats=0.25,
+        control_varies=varying_prompts(control),
+    )  # fmt: skip
+    assert {pid: c.kind for pid, c in classes.items()} == {
+        "wobbly": "control_varies", "steady": "unranked", "ranked": "real"}  # fmt: skip
+    summary = summarize_agreement(agreements, classes)
+    assert (summary.n_control_varies, summary.n_unranked, summary.n_real) == (1, 1, 1)
+    assert summary.gate_rate == pytest.approx(1 / 3)
+    assert summarize_agreement(agreements, {}).gate_rate == 0.0  # without the classes

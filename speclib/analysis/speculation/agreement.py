@@ -10,6 +10,11 @@
   vLLM's lossless guarantee leaves open; otherwise the arm disagrees with its target for
   real. Only real disagreements, and divergences nobody ranked, count against the outputs
   gate.
+* **The control's own variation** (:func:`varying_prompts`): greedy decoding is not batch
+  invariant (bf16 kernels whose reductions depend on the batch): at high concurrency the
+  control's own answers to one prompt can differ between its requests. An unranked
+  divergence on such a prompt is the bench's floor, not the arm's doing
+  (``control_varies``), and does not count against the outputs gate.
 * **Output classes** (:func:`classify_output`, :func:`count_bad_outputs`) beside HTTP
   errors: empty outputs and streams cut by an error are failures even when the client saw
   status 200.
@@ -21,7 +26,7 @@ a records DataFrame); pure functions, nothing talks to a server.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +41,7 @@ __all__ = [
     "count_bad_outputs",
     "greedy_agreement",
     "summarize_agreement",
+    "varying_prompts",
 ]
 
 OUTPUT_CLASSES = ("ok", "http_error", "empty_output", "truncated_by_error", "implausible")
@@ -191,15 +197,31 @@ def _text(rec: Any) -> str:
 @dataclass(frozen=True)
 class DivergenceClass:
     """What one divergent answer is: ``near_tie`` (the target ranks both tokens at the first
-    divergence within ``near_tie_nats``), ``real`` (it does not) or ``unranked`` (no ranking:
-    not asked, or it failed). ``gap`` is the control token's log-probability minus the arm
-    token's (nats), the ranks are the target's (1 = its greedy choice)."""
+    divergence within ``near_tie_nats``), ``real`` (it does not), ``control_varies`` (not
+    ranked, and the control's own answers to this prompt differ between its requests) or
+    ``unranked`` (no ranking: not asked, or it failed). ``gap`` is the control token's
+    log-probability minus the arm token's (nats), the ranks are the target's (1 = its
+    greedy choice)."""
 
-    kind: Literal["near_tie", "real", "unranked"]
+    kind: Literal["near_tie", "real", "control_varies", "unranked"]
     position: int | None = None
     gap: float | None = None
     control_rank: int | None = None
     experiment_rank: int | None = None
+
+
+def varying_prompts(records: Iterable[Any]) -> frozenset[str]:
+    """The prompts whose successful measured answers differ between one series' own requests
+    (by token ids where recorded, else by text): for the control at one load, the prompts on
+    which greedy decoding itself was not reproducible."""
+    seen: dict[str, set[Any]] = {}
+    for rec in records:
+        if _get(rec, "phase", "measure") != "measure" or classify_output(rec) != "ok":
+            continue
+        tokens = _get(rec, "token_ids")
+        answer = tuple(tokens) if not _missing(tokens) else _text(rec)
+        seen.setdefault(str(_get(rec, "prompt_id")), set()).add(answer)
+    return frozenset(pid for pid, answers in seen.items() if len(answers) > 1)
 
 
 def classify_divergences(
@@ -207,9 +229,12 @@ def classify_divergences(
     ranks: Mapping[str, Any],
     *,
     near_tie_nats: float,
+    control_varies: Collection[str] = (),
 ) -> dict[str, DivergenceClass]:
     """The class of every divergent prompt of ``agreements`` (``ranks``: prompt id to its
-    :class:`~speclib.core.scores.DivergenceRank`, absent or failed for unranked ones)."""
+    :class:`~speclib.core.scores.DivergenceRank`, absent or failed for unranked ones;
+    ``control_varies``: the prompts :func:`varying_prompts` found for the control, which
+    class an unranked divergence ``control_varies``; a ranking, where there is one, wins)."""
     if not (isinstance(near_tie_nats, (int, float)) and near_tie_nats >= 0):
         raise ValueError(f"`near_tie_nats` must be a number >= 0 (got {near_tie_nats!r})")
     out: dict[str, DivergenceClass] = {}
@@ -219,7 +244,8 @@ def classify_divergences(
         rank = ranks.get(pid)
         gap = getattr(rank, "gap", None)
         if gap is None:
-            out[pid] = DivergenceClass("unranked", a.first_divergence)
+            kind = "control_varies" if pid in control_varies else "unranked"
+            out[pid] = DivergenceClass(kind, a.first_divergence)
             continue
         out[pid] = DivergenceClass(
             "near_tie" if abs(gap) <= near_tie_nats else "real",
@@ -236,8 +262,10 @@ class AgreementSummary:
     """Agreement over prompts. ``unit`` is ``"mixed"`` if some were compared by tokens.
 
     Of the ``n_diverged`` prompts, ``n_near_tie`` parted on a near tie, ``n_real`` disagree
-    for real and ``n_unranked`` were not ranked; ``gate_rate`` is the share that equals the
-    control's or parted on a near tie (what the outputs gate holds against its minimum)."""
+    for real, ``n_control_varies`` were not ranked but the control's own answers to them
+    vary, and ``n_unranked`` were not ranked; ``gate_rate`` is the share that equals the
+    control's, parted on a near tie or where the control varies (what the outputs gate
+    holds against its minimum)."""
 
     n_compared: int
     n_exact: int
@@ -249,6 +277,7 @@ class AgreementSummary:
     n_real: int = 0
     n_unranked: int = 0
     gate_rate: float | None = None
+    n_control_varies: int = 0
 
 
 def summarize_agreement(
@@ -264,6 +293,7 @@ def summarize_agreement(
     units = {a.unit for a in items}
     kinds = [c.kind for c in (classes or {}).values()]
     near, real = kinds.count("near_tie"), kinds.count("real")
+    varies = kinds.count("control_varies")
     return AgreementSummary(
         n_compared=n,
         n_exact=exact,
@@ -273,8 +303,9 @@ def summarize_agreement(
         unit=units.pop() if len(units) == 1 else ("mixed" if units else "tokens"),
         n_near_tie=near,
         n_real=real,
-        n_unranked=n - exact - near - real,
-        gate_rate=(exact + near) / n if n else None,
+        n_unranked=n - exact - near - real - varies,
+        gate_rate=(exact + near + varies) / n if n else None,
+        n_control_varies=varies,
     )
 
 

@@ -44,6 +44,7 @@ from speclib.analysis.speculation.agreement import (
     compare_outputs,
     count_bad_outputs,
     summarize_agreement,
+    varying_prompts,
 )
 from speclib.analysis.speculation.launches import LaunchMetrics
 from speclib.analysis.speculation.why import WhySpeedup
@@ -400,6 +401,7 @@ def _compare(
             agreements,
             {pid: (ranks or {}).get((name, level, pid)) for pid in agreements},
             near_tie_nats=a.near_tie_nats,
+            control_varies=varying_prompts(d_c.to_dict(orient="records")),
         )
         if agreements
         else {}
