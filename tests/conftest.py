@@ -6,6 +6,7 @@ started once and stopped after the last test that measures them."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,11 @@ from tests.real_runs import (
 )
 
 __all__ = ["ARTIFACTS", "REPO", "run_kit", "vllm_server_pids", "write_params"]
+
+# As the CLI does in its own process (speclib/app/cli.py: _skip_iri_format_checker): the
+# test modules that import nbformat would otherwise make jsonschema build rfc3987_syntax's
+# ~35 Lark parsers, ~5 s of CPU in every pytest process, for a format no notebook uses.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 
 
 REAL_SERVER_FILES = "tests/integration/"

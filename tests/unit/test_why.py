@@ -151,7 +151,7 @@ def _draft_params(tmp, **analysis):
         "num_speculative_tokens": 3,
     }
     data["analysis"].update(analysis)
-    data["protocol"] = {"design": "interleaved"}
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0}
     data["workload"]["replicates"] = 2
     path.write_text(yaml.safe_dump(data))
     return path
