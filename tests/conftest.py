@@ -152,12 +152,12 @@ def demo_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     """The demo pair's servers (tests/real_runs.py: DemoServers): every one the collected
     tests will measure starts at once, here; stopped after the last test that uses them
     (pytest_runtest_teardown), or at the end."""
-    servers = DemoServers(tmp_path_factory.mktemp("demo-servers"))
+    used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    names = {n for f in used & set(REAL_RUNS) for n in REAL_RUNS[f].server_names()}
+    # every user reads the control
+    servers = DemoServers(tmp_path_factory.mktemp("demo-servers"), ["control", *sorted(names)])
     _LIVE_SERVERS.append(servers)
     try:
-        used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
-        names = {n for f in used & set(REAL_RUNS) for n in REAL_RUNS[f].server_names()}
-        servers.urls(["control", *sorted(names - {"control"})])  # every user reads the control
         yield servers
     finally:
         servers.close()

@@ -21,6 +21,8 @@ against vLLM's own stamps on the servers it launched, alone (``scripts/test.sh``
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -240,65 +242,103 @@ class DemoServers:
     them (:func:`speclib.run.launching.server_for`, from ``params/cpu-demo-full.yaml``
     with the prefix cache on), held for the tests that measure them as external endpoints.
 
-    :meth:`urls` starts the servers asked for that are not up yet, together, and returns
-    every asked server's base URL; :meth:`close` stops them all. Each server is held by its
-    own thread (:class:`speclib.run.arms.ServerKeeper`: a server is bound to the thread
-    that started it)."""
+    They are started together and held by a small process of their own (this module run as
+    ``python -m tests.real_runs``, a server bound to the thread that started it), in a
+    session of its own whose scheduler autogroup gets niceness 19: the kit ranks the
+    servers it launches below its client in the same way (:mod:`speclib.serve.priority`);
+    held at the test worker's own weight, they made the sampled run's client read streams
+    late beside the other worker's tests (its bench untrustworthy). :meth:`urls` gives the
+    base URLs; :meth:`close` (or the test process's end: the holder's stdin closes) stops
+    them all."""
 
-    def __init__(self, folder: Path) -> None:
-        from speclib.core.rundir import RunDir
-        from speclib.params.loader import load_params
-
+    def __init__(self, folder: Path, names: Iterable[str]) -> None:
+        names = list(dict.fromkeys(names))
+        unknown = set(names) - set(DEMO_SERVERS)
+        assert not unknown, f"no demo server {sorted(unknown)}: {DEMO_SERVERS}"
         path = write_params(
             PARAMS / "cpu-demo-full.yaml",
             folder / "demo-servers.yaml",
             protocol={"cache_policy": "salt", "aa": False},  # the prefix cache on
             server={"start_timeout_s": 600},
         )
-        self.params = load_params(path)
-        self.rd = RunDir.at(folder / "servers")
-        self.rd.root.mkdir(parents=True, exist_ok=True)
-        self.keepers: dict[str, Any] = {}
+        self.model = str(yaml.safe_load(path.read_text())["server"]["served_model_name"])
+        t0 = time.monotonic()
+        self.holder = subprocess.Popen(
+            [sys.executable, "-m", "tests.real_runs", str(path), str(folder), *names],
+            cwd=REPO,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+            },
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.closed = False
+        autogroup = Path(f"/proc/{self.holder.pid}/autogroup")
+        with contextlib.suppress(OSError):
+            autogroup.write_text("19\n")
+        started = json.loads(self.holder.stdout.readline() or "{}")
+        if "servers" not in started:
+            self.close()
+            raise AssertionError(f"the demo servers did not start: {started.get('error')}")
+        self.servers: dict[str, dict[str, Any]] = started["servers"]
+        print(f"demo servers {names} ready in {time.monotonic() - t0:.0f} s")
 
     def urls(self, names: Iterable[str]) -> dict[str, str]:
-        """Base URLs of the servers ``names`` (of :data:`DEMO_SERVERS`), started if needed."""
-        from speclib.run.arms import Arm, ServerKeeper
-
+        """Base URLs of the servers ``names`` (of those started)."""
         assert not self.closed, "the demo servers were stopped after their last test"
-        names = list(dict.fromkeys(names))
-        unknown = set(names) - set(DEMO_SERVERS)
-        assert not unknown, f"no demo server {sorted(unknown)}: {DEMO_SERVERS}"
-        new = [n for n in names if n not in self.keepers]
-        for name in new:
-            lid = f"{name}-shared"
-            arm = Arm(self.params.series_by_name(name), lid, self.rd.launch_files(lid))
-            arm.files.root.mkdir(parents=True, exist_ok=True)
-            self.keepers[name] = ServerKeeper(self.params, self.rd, arm)
-            self.keepers[name].start()
-        t0 = time.monotonic()
-        for name in new:
-            keeper = self.keepers[name]
-            keeper.ready.wait()
-            assert keeper.value is not None, f"demo server {name} did not start: {keeper.error}"
-        if new:
-            print(f"demo servers {new} ready in {time.monotonic() - t0:.0f} s")
-        return {n: self.keepers[n].value[0] for n in names}
+        missing = [n for n in names if n not in self.servers]
+        assert not missing, f"demo servers {missing} were not started (only {list(self.servers)})"
+        return {n: self.servers[n]["base_url"] for n in names}
 
     def close(self) -> None:
         """Stop every server and check that no process of theirs is left (idempotent)."""
-        from speclib.run.arms import release_all
         from tests.helpers import servers_on_port
 
         if self.closed:
             return
         self.closed = True
-        ports = [k.value[2].port for k in self.keepers.values() if k.value and k.value[2]]
-        release_all(list(self.keepers.values()))
+        with contextlib.suppress(OSError):
+            self.holder.stdin.close()
+        self.holder.wait(timeout=180)
+        ports = [s["port"] for s in getattr(self, "servers", {}).values()]
         left = {port: servers_on_port(port) for port in ports}
         assert not any(left.values()), f"demo server processes left: {left}"
 
-    @property
-    def model(self) -> str:
-        """The served model name every demo server answers to."""
-        return self.params.server.served_model_name or ""
+
+def _hold(params_path: str, folder: str, *names: str) -> int:
+    """The holder process: start the demo servers ``names`` together, print their base URLs
+    and ports as one JSON line, hold them until stdin closes, then stop them."""
+    from speclib.core.rundir import RunDir
+    from speclib.params.loader import load_params
+    from speclib.run.arms import Arm, ServerKeeper, release_all
+
+    params = load_params(Path(params_path))
+    rd = RunDir.at(Path(folder) / "servers")
+    keepers = []
+    for name in names:
+        lid = f"{name}-shared"
+        arm = Arm(params.series_by_name(name), lid, rd.launch_files(lid))
+        arm.files.root.mkdir(parents=True, exist_ok=True)
+        keepers.append(ServerKeeper(params, rd, arm))
+    for keeper in keepers:
+        keeper.start()
+    try:
+        for keeper in keepers:
+            keeper.ready.wait()
+        failed = {k.arm.name: str(k.error) for k in keepers if k.value is None}
+        if failed:
+            print(json.dumps({"error": failed}), flush=True)
+            return 1
+        servers = {k.arm.name: {"base_url": k.value[0], "port": k.value[2].port} for k in keepers}
+        print(json.dumps({"servers": servers}), flush=True)
+        sys.stdin.read()  # until the test process closes it, or dies
+        return 0
+    finally:
+        release_all(keepers)
+
+
+if __name__ == "__main__":
+    sys.exit(_hold(*sys.argv[1:]))
