@@ -41,11 +41,38 @@ REAL_SERVER_FILES = "tests/integration/"
 TIMED_RUNS = frozenset(name for name, run in REAL_RUNS.items() if run.timed)
 SHARED_REAL = frozenset({*REAL_RUNS, "demo_servers"})
 
+# The longest stand-in files (seconds of tier one on 2 workers, 2026-12-06), sent right
+# after tests/integration so that none starts last and leaves one worker running alone; a
+# file missing here is only sent later, in collection order.
+LONGEST_FIRST = (
+    "tests/unit/test_load.py",  # 100
+    "tests/unit/test_robustness.py",  # 99
+    "tests/unit/test_ray_executor.py",  # 83
+    "tests/unit/test_terminal.py",  # 79
+    "tests/unit/test_multiturn_run.py",  # 63
+    "tests/unit/test_gpu_placement.py",  # 48
+    "tests/unit/test_run_folder_safety.py",  # 47
+    "tests/unit/test_interleaved.py",  # 47
+    "tests/unit/test_segments.py",  # 45
+    "tests/unit/test_drafting.py",  # 43
+    "tests/unit/test_sweep.py",  # 37
+)
+
+
+def send_order(nodeid: str) -> int:
+    """Where a test's file goes in the order xdist sends files: tests/integration first
+    (the longest unit, one worker's), then LONGEST_FIRST, then the rest."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(REAL_SERVER_FILES):
+        return 0
+    return 1 + LONGEST_FIRST.index(path) if path in LONGEST_FIRST else 1 + len(LONGEST_FIRST)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a test of a timed real run without the ``alone`` marker, and a test outside
     tests/integration that uses a shared real run or server (another xdist worker would
-    start it again)."""
+    start it again); order the files as xdist should send them (:func:`send_order`; the
+    tests of one file keep their order)."""
     bad = [
         item.nodeid
         for item in items
@@ -66,6 +93,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"a shared real run or server is used outside {REAL_SERVER_FILES}: {outside}"
         )
+    items[:] = sorted(items, key=lambda item: send_order(item.nodeid))
 
 
 def real_servers_scope(nodeid: str) -> str:

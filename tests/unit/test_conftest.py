@@ -9,10 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import (
+    LONGEST_FIRST,
     pytest_collection_modifyitems,
     pytest_runtest_makereport,
     real_servers_scope,
 )
+from tests.real_runs import REPO
 
 
 def _report(outcome: str) -> pytest.TestReport:
@@ -93,3 +95,28 @@ def test_real_server_files_are_one_xdist_unit_and_the_others_one_each():
     assert (
         real_servers_scope("tests/unit/test_integration.py::t") == "tests/unit/test_integration.py"
     )
+
+
+def test_files_are_sent_integration_first_then_the_longest_and_keep_their_tests_order():
+    items = [
+        _item("tests/unit/test_aa.py::t1", ()),
+        _item(f"{LONGEST_FIRST[1]}::t1", ()),
+        _item("tests/integration/test_x.py::t1", ()),
+        _item(f"{LONGEST_FIRST[0]}::t2", ()),
+        _item(f"{LONGEST_FIRST[1]}::t0", ()),
+        _item(f"{LONGEST_FIRST[0]}::t1", ()),
+        _item("tests/unit/test_zz.py::t1", ()),
+        _item("tests/integration/test_a.py::t1", ()),
+    ]
+    pytest_collection_modifyitems(None, items)
+    assert [i.nodeid for i in items] == [
+        "tests/integration/test_x.py::t1",
+        "tests/integration/test_a.py::t1",
+        f"{LONGEST_FIRST[0]}::t2",
+        f"{LONGEST_FIRST[0]}::t1",
+        f"{LONGEST_FIRST[1]}::t1",
+        f"{LONGEST_FIRST[1]}::t0",
+        "tests/unit/test_aa.py::t1",
+        "tests/unit/test_zz.py::t1",
+    ]
+    assert all((REPO / f).is_file() for f in LONGEST_FIRST)
