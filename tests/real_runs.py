@@ -244,10 +244,11 @@ class DemoServers:
 
     They are started together and held by a small process of their own (this module run as
     ``python -m tests.real_runs``, a server bound to the thread that started it), in a
-    session of its own whose scheduler autogroup gets niceness 19: the kit ranks the
-    servers it launches below its client in the same way (:mod:`speclib.serve.priority`);
-    held at the test worker's own weight, they made the sampled run's client read streams
-    late beside the other worker's tests (its bench untrustworthy). :meth:`urls` gives the
+    session of its own whose scheduler autogroup gets niceness 19 once they are up: the kit
+    ranks the servers it launches below its client in the same way
+    (:mod:`speclib.serve.priority`); held at the test worker's own weight, they made the
+    sampled run's client read streams late beside the other worker's tests (its bench
+    untrustworthy). :meth:`urls` gives the
     base URLs; :meth:`close` (or the test process's end: the holder's stdin closes) stops
     them all."""
 
@@ -276,14 +277,15 @@ class DemoServers:
             start_new_session=True,
         )
         self.closed = False
-        autogroup = Path(f"/proc/{self.holder.pid}/autogroup")
-        with contextlib.suppress(OSError):
-            autogroup.write_text("19\n")
         started = json.loads(self.holder.stdout.readline() or "{}")
         if "servers" not in started:
             self.close()
             raise AssertionError(f"the demo servers did not start: {started.get('error')}")
         self.servers: dict[str, dict[str, Any]] = started["servers"]
+        # ranked below every client once up (not while they start: at niceness 19 beside
+        # the other workers' tests their start took minutes)
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{self.holder.pid}/autogroup").write_text("19\n")
         print(f"demo servers {names} ready in {time.monotonic() - t0:.0f} s")
 
     def urls(self, names: Iterable[str]) -> dict[str, str]:
