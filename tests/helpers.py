@@ -110,3 +110,19 @@ def kit_cache_with_facts(folder: Path) -> Path:
     for kind in ("vllm-cli", "vllm-schema"):
         shutil.copytree(default_cache_dir() / kind, folder / kind, dirs_exist_ok=True)
     return folder
+
+
+def stand_in_checkpoint(folder, config: dict | None = None):
+    """A folder a speculative config may name: a ``config.json`` (``config``, default
+    empty) and one whole, tiny safetensors file, as the kit checks before any server (the
+    stand-in servers never load it)."""
+    import json
+    import struct
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config or {}))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    return folder

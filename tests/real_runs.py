@@ -142,7 +142,10 @@ REAL_RUNS: dict[str, RealRun] = {
                     "warmup_requests": 1,
                     "replicates": 2,
                 },
-                "protocol": {"crosscheck_vllm_bench": True},  # on in the tests, off in the demo
+                # the cross-check on in the tests, off in the demo; a budget the 2 planned
+                # blocks spend, so run until decided looks once and stops for it (no block
+                # is added)
+                "protocol": {"crosscheck_vllm_bench": True, "budget_min": 0.1},
                 "server": {"start_timeout_s": 600},  # four CPU servers start at once
             },
             timed=True,
@@ -174,16 +177,22 @@ REAL_RUNS: dict[str, RealRun] = {
             servers=True,
         ),
         RealRun(
-            # the tiny synthetic target with every synthetic arm whose acceptance is known
-            # exactly: the draft (cpu-synthetic.yaml) and the EAGLE-3 head; one block
+            # the tiny synthetic MiMo target with the synthetic arms of known acceptance it
+            # serves: the draft and its own MTP layer; one block
             "synthetic_run",
             "cpu-synthetic.yaml",
             {"server": {"start_timeout_s": 900}},  # three servers start together
-            arms_from=("cpu-synthetic-eagle3.yaml",),
         ),
         RealRun(
-            # SmolLM2-135M-Instruct from its package, one block of the control and n-gram
-            # k=4 on one prompt of each kind, 64 tokens
+            # the tiny synthetic Qwen3 target and its EAGLE-3 head (vLLM's MiMo returns no
+            # hidden-state taps, so the head cannot join the MiMo run); one block
+            "eagle3_run",
+            "cpu-synthetic-eagle3.yaml",
+        ),
+        RealRun(
+            # SmolLM2-135M-Instruct from its package, one block of the control and
+            # draft_model k=2 (the draft cut from the target's first 6 layers) on one prompt
+            # of each kind, 64 tokens
             "smollm2_run",
             "smollm2-demo.yaml",
             {
@@ -191,16 +200,16 @@ REAL_RUNS: dict[str, RealRun] = {
                 "series": [
                     {"name": "control"},
                     {
-                        "name": "ngram-k4",
+                        "name": "draft-k2",
                         "speculative_config": {
-                            "method": "ngram",
-                            "num_speculative_tokens": 4,
-                            "prompt_lookup_min": 2,
-                            "prompt_lookup_max": 4,
+                            "method": "draft_model",
+                            "model": "demo:smollm2/draft",
+                            "num_speculative_tokens": 2,
                         },
                     },
                 ],
                 "server": _START,
+                "protocol": {"max_replicates": None},  # one block (the file's cap needs 2 planned)
             },
         ),
     )

@@ -126,12 +126,15 @@ def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
     return df
 
 
-def load_records(run_dir: str | os.PathLike[str], *, phase: str | None = "measure") -> pd.DataFrame:
-    """All request records of a run folder as a DataFrame (``phase=None`` keeps warm-up)."""
+def load_records(
+    run_dir: str | os.PathLike[str], *, phase: str | None = "measure", skip_damaged: bool = False
+) -> pd.DataFrame:
+    """All request records of a run folder as a DataFrame (``phase=None`` keeps warm-up;
+    ``skip_damaged``: a run decided on incomplete records drops its damaged lines)."""
     path = RunDir.at(run_dir).requests
     if not Path(path).exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a speclib run folder?")
-    df = records_frame(list(read_records(path)))
+    df = records_frame(list(read_records(path, skip_damaged=skip_damaged)))
     if phase is not None and not df.empty:
         df = df[df["phase"] == phase].reset_index(drop=True)
     return df

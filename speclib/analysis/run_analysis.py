@@ -13,7 +13,8 @@ the bench-trust panel (:mod:`speclib.analysis.health.trust`, with the workload's
 (:mod:`speclib.analysis.health.run_warnings`); a run with a
 sweep also gets the recommended value of each sweep family at each load level
 (:mod:`speclib.analysis.load.recommend`). The result is a frozen :class:`RunAnalysis` whose
-:meth:`~RunAnalysis.summary` is written to ``summary.json``. Nothing is decided from a
+:meth:`~RunAnalysis.summary` is written to ``summary.json`` through its typed model
+(:func:`speclib.core.run_summary.write_summary`). Nothing is decided from a
 folder whose records are not whole (:mod:`speclib.analysis.health.integrity`) unless the
 caller allows it, and then the result says what is missing; a re-decision under another
 params file's ``analysis`` section says which fields changed
@@ -60,11 +61,17 @@ from speclib.analysis.speculation.launches import (
 from speclib.analysis.verdict.answer import Answer
 from speclib.analysis.verdict.comparisons import Comparison, compare_level
 from speclib.analysis.verdict.run_answer import run_answer
-from speclib.analysis.verdict.run_rules import with_failed_arms
+from speclib.analysis.verdict.run_rules import looks_plan, with_failed_arms
+from speclib.analysis.verdict.segments import unsplit_edges
 from speclib.analysis.verdict.series_table import series_table
+from speclib.analysis.verdict.still_open import open_verdicts
 from speclib.analysis.verdict.tpot_verdict import summary_of
+from speclib.core.estimand import DEFINITIONS, Estimand
 from speclib.core.jsonutil import jsonable
-from speclib.core.rundir import RunDir, write_json_atomic
+from speclib.core.run_summary import write_summary
+from speclib.core.rundir import RunDir
+from speclib.core.scores import read_ranks
+from speclib.core.stopping import Stopping
 from speclib.params.experiment import AA_ARM, ExperimentParams
 from speclib.params.loader import load_params
 from speclib.params.override import Redecision, redecision
@@ -95,6 +102,7 @@ class RunAnalysis:
     idle_load: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     bench_problem: str | None = None
     sequential_look: str | None = None  # run-until-decided: which look, at which level
+    look_confidence: float | None = None  # run-until-decided: this look's family confidence
     drift: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     recommendations: tuple[Recommendation, ...] = ()  # per sweep family and load level
     instrument: InstrumentChoice = field(default_factory=lambda: InstrumentChoice("client", "-"))
@@ -109,6 +117,7 @@ class RunAnalysis:
     redecision: Redecision | None = None  # --params: the analysis fields changed after the run
     answer: Answer = field(default_factory=Answer)  # the final words, pooled and per segment
     compiles: tuple[dict[str, Any], ...] = ()  # health.compile_windows: compiles per launch
+    stopping: Stopping | None = None  # blocks run, why they stopped, what is still open
 
     @property
     def design(self) -> dict[str, Any]:
@@ -170,11 +179,14 @@ class RunAnalysis:
                     "seed": a.seed,
                     "multiple_comparisons": self.family or "no TPOT comparison",
                     "interval": (
-                        "block-level paired t-interval per arm: the arm's per-replicate-block "
-                        "mean paired log-ratio against the control (with an A/A arm: against "
-                        "the mean of the two control servers), on the arm's own "
-                        "block-to-block variance with blocks - 1 degrees of freedom"
+                        "block-level paired t-interval per arm: per replicate block, the log "
+                        "of the arm's mean TPOT over the control's on the block's paired "
+                        "prompts (with an A/A arm: against the mean of the two control "
+                        "servers), on the arm's own block-to-block variance with blocks - 1 "
+                        "degrees of freedom"
                     ),
+                    "tpot_estimand": Estimand.TRAFFIC,
+                    "estimands": {str(e): DEFINITIONS[e] for e in Estimand},
                     "primary_metric": (
                         "TPOT = (last token - first token) / (output_tokens - 1), from "
                         + (
@@ -195,6 +207,7 @@ class RunAnalysis:
                     {**c.to_dict(), **self.answer.fields_of(c.experiment, c.level)}
                     for c in self.comparisons
                 ],
+                "mix": self.answer.mix.to_dict() if self.answer.mix else None,
                 "answer": self.answer.to_dict(),
                 "recommendations": [r.to_dict() for r in self.recommendations],
                 "launches": [
@@ -206,6 +219,7 @@ class RunAnalysis:
                 "noise": list(self.levels),
                 "bench_problem": self.bench_problem,
                 "sequential_look": self.sequential_look,
+                "stopping": self.stopping.to_dict() if self.stopping else None,
                 "calibration": self.calibration,
                 "load": self.load.to_dict(),
                 "idle_load": self.idle_load.to_dict(orient="records"),
@@ -219,7 +233,7 @@ class RunAnalysis:
 
 
 def _plausibility(rd: RunDir, params: ExperimentParams) -> dict[str, Any]:
-    if not (rd.root / "output_scores.jsonl").exists():
+    if not rd.output_scores.exists():
         return {}
     from speclib.analysis.speculation.sampling import compare_run
 
@@ -284,7 +298,7 @@ def analyze_run(
     rd = RunDir.at(run_dir)
     integrity = require_whole(rd.root, allow_incomplete=allow_incomplete)
     params, change = _load_params(rd, params_file)
-    measured = measure_run(rd, params, mix=mix)
+    measured = measure_run(rd, params, mix=mix, skip_damaged=not integrity.whole)
     df, statuses, instrument = measured.records, list(measured.statuses), measured.instrument
     levels, level_conf, family = list(measured.levels), measured.confidence, measured.family
     agreement = launch_agreement(df, rd.root)
@@ -298,6 +312,7 @@ def analyze_run(
     for col in ("peak_gpu_bytes", "weights_gib", "kv_cache_gib"):
         rows[col] = [(mem.get(str(n)) or {}).get(col) for n in rows["series"]] if len(rows) else []
     plaus = _plausibility(rd, params)
+    ranks = read_ranks(rd.divergences)
     idle = idle_load_frame(rd.root, statuses)
     cores = int((rd.read_manifest().get("hardware") or {}).get("cpu_count") or os.cpu_count() or 1)
     idle_problem = idle_load_problem(idle, cores=cores, max_gap=params.analysis.max_contention_gap)
@@ -320,6 +335,8 @@ def analyze_run(
             mode_problems=measured.mode_problems,
             decided=family.get(lvl),
             ttft_problem=lag.get(lvl),
+            mix=measured.traffic,
+            ranks=ranks,
         )
         comps += found
         if decided is not None:
@@ -340,9 +357,14 @@ def analyze_run(
     notes = run_warnings(rd, statuses, lms, df) + crosscheck_warnings(crosschecks)
     notes += drafting_warnings(m.drafting for m in lms if m.drafting is not None)
     notes += stack_warnings(stack, control=params.control_name, aa=aa_arm)
+    notes += unsplit_edges(df, control=params.control_name, edges=params.analysis.segment_edges)
     aa = [c for c in comps if c.experiment == AA_ARM]
-    recs = tuple(sweep_recommendations(params, comps, confidence_level=level_conf))
+    recs = tuple(
+        sweep_recommendations(params, comps, confidence_level=level_conf, mix=measured.traffic)
+    )
     manifest = rd.read_manifest()
+    still = open_verdicts(worded, answer, plan=looks_plan(params, manifest),
+                          confidence=level_conf, margin=params.analysis.margin)  # fmt: skip
     workload = workload_checks(params, df, manifest)
     analysis = RunAnalysis(
         run_dir=rd.root,
@@ -365,6 +387,7 @@ def analyze_run(
         idle_load=idle,
         bench_problem=problem,
         sequential_look=measured.look,
+        look_confidence=level_conf if measured.look else None,
         family=next((d.family for d in family.values() if d.family), ""),
         drift=drift_table(df, control=params.control_name, arms=params.experiments)
         if len(df)
@@ -376,10 +399,24 @@ def analyze_run(
         integrity=integrity,
         redecision=change,
         answer=answer,
+        stopping=_stopping(manifest, df).with_open(still),
     )
     if write:
-        write_json_atomic(Path(summary_file) if summary_file else rd.summary, analysis.summary())
+        write_summary(Path(summary_file) if summary_file else rd.summary, analysis.summary())
     return analysis
+
+
+def _stopping(manifest: dict[str, Any], df: pd.DataFrame) -> Stopping:
+    """The runner's record of why the blocks stopped, or (a folder without one: an older
+    kit's run, a records-only folder, a run still going) the blocks its records hold."""
+    found = Stopping.from_dict(manifest.get("stopping"))
+    if found is not None:
+        return found
+    blocks = int(df["replicate"].nunique()) if len(df) and "replicate" in df else 0
+    bounds = manifest.get("until_decided") or {}
+    least = int(bounds.get("at_least", blocks))
+    return Stopping(None, blocks, least, int(bounds.get("at_most", least)),
+                    bounds.get("budget_min"))  # fmt: skip
 
 
 def _request_tokens(df: pd.DataFrame, params: ExperimentParams) -> int | None:

@@ -8,14 +8,9 @@ comparison of the family decided at this look's confidence
 (:func:`speclib.analysis.verdict.tpot_verdict.decide_family`). The whole analysis
 (:mod:`speclib.analysis.run_analysis`) builds the rest on it.
 
-:func:`look_at_run` is the look of a run until decided (``protocol.max_replicates``), after
-each replicate block: whether every TPOT comparison is settled (a calibration run: whether
-the A/A resolution reached ``protocol.target_resolution``), and why. It reads only what that
-rule needs, never the gates, the report's facts or ``summary.json``. A comparison stays
-open while its TPOT decision is inconclusive and its arm can still be measured; an arm
-none of whose launches ended well, or one that ran in the wrong mode, is closed (more
-blocks would not decide it); an A/A arm that shows an effect stops the run (the bench is
-untrustworthy).
+:func:`speclib.analysis.run_look.look_at_run` reads the same decisions after each block of a
+run until decided; the looks it replays are those the manifest records
+(:func:`speclib.analysis.verdict.run_rules.looks_plan`).
 """
 
 from __future__ import annotations
@@ -28,20 +23,15 @@ import pandas as pd
 from speclib.analysis.frames import load_records
 from speclib.analysis.health.compile_windows import launch_compiles, mark_compiles
 from speclib.analysis.health.instrument import InstrumentChoice, apply_instrument, choose_instrument
-from speclib.analysis.health.integrity import require_whole
 from speclib.analysis.verdict.pairs import level_pairs
 from speclib.analysis.verdict.resolution import calibration
 from speclib.analysis.verdict.run_answer import traffic_mix
-from speclib.analysis.verdict.run_rules import (
-    decision_confidence,
-    decision_looks,
-    failed_outright,
-)
+from speclib.analysis.verdict.run_rules import decision_confidence, decision_looks
 from speclib.analysis.verdict.tpot_verdict import LevelDecision, decide_family
 from speclib.core.rundir import RunDir
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
-__all__ = ["Look", "MeasuredRun", "look_at_run", "measure_run"]
+__all__ = ["MeasuredRun", "measure_run"]
 
 
 @dataclass(frozen=True)
@@ -103,12 +93,17 @@ def _without_wrong_mode(
 
 
 def measure_run(
-    rd: RunDir, params: ExperimentParams, *, mix: str | dict[str, float] | None = None
+    rd: RunDir,
+    params: ExperimentParams,
+    *,
+    mix: str | dict[str, float] | None = None,
+    skip_damaged: bool = False,
 ) -> MeasuredRun:
     """The records of ``rd`` as the verdicts read them, and every TPOT comparison decided
     (Holm over every arm and load level, replayed look by look in a run until decided).
-    ``mix`` overrides ``workload.mix`` (:func:`speclib.analysis.verdict.run_answer.traffic_mix`)."""
-    sent = load_records(rd.root, phase=None)
+    ``mix`` overrides ``workload.mix`` (:func:`speclib.analysis.verdict.run_answer.traffic_mix`);
+    ``skip_damaged``: decided on incomplete records, the damaged lines are left out."""
+    sent = load_records(rd.root, phase=None, skip_damaged=skip_damaged)
     df = sent[sent["phase"] == "measure"].reset_index(drop=True) if len(sent) else sent
     traffic = traffic_mix(params, df, mix)
     statuses = rd.statuses()
@@ -119,7 +114,8 @@ def measure_run(
     df = mark_compiles(df, compiles)
     levels = sorted(int(x) for x in df["level"].unique()) if len(df) else []
     n_blocks = int(df["replicate"].nunique()) if len(df) else 0
-    confidence, look = decision_confidence(params, n_blocks)
+    manifest = rd.read_manifest()
+    confidence, look = decision_confidence(params, n_blocks, manifest)
     aa_arm = AA_ARM if params.protocol.aa else None
     family = decide_family(
         {lvl: level_pairs(df, params, lvl) for lvl in levels},
@@ -127,7 +123,7 @@ def measure_run(
         aa_arm=aa_arm,
         confidence=confidence,
         margin=params.analysis.margin,
-        looks=decision_looks(params, n_blocks),
+        looks=decision_looks(params, n_blocks, manifest),
         mix=traffic,
     )
     return MeasuredRun(
@@ -144,64 +140,3 @@ def measure_run(
         look=look,
         family=family,
     )
-
-
-@dataclass(frozen=True)
-class Look:
-    """One look of a run until decided: whether to stop adding blocks, and why."""
-
-    decided: bool
-    why: str
-
-
-def _word(measured: MeasuredRun, arm: str, found: LevelDecision) -> str:
-    """An experiment's word for the look at one level, in the order the verdict's words
-    override each other: "failed" (none of its launches ended well: more blocks would not
-    decide it), "untrustworthy" (the A/A arm showed an effect), "reject" (a launch of the
-    arm or of the control ran in the wrong mode), else its TPOT decision."""
-    if failed_outright([s for s in measured.statuses if s.get("series") == arm]):
-        return "failed"
-    if found.bench_effect:
-        return "untrustworthy"
-    problems = measured.mode_problems
-    if problems.get(arm) or problems.get(measured.params.control_name):
-        return "reject"
-    dec = found.experiments.get(arm)
-    return dec[1].word if dec else "inconclusive"
-
-
-def _words(measured: MeasuredRun) -> dict[str, str]:
-    """Each experiment's word for the look (the last load level's, as the verdict table
-    lists them); without experiments, the A/A arm's own (the noise floor)."""
-    aa = measured.aa_arm
-    words: dict[str, str] = {}
-    noise: dict[str, str] = {}
-    for lvl in measured.levels:
-        found = measured.family[lvl]
-        for arm in measured.params.experiments:
-            if arm == aa:
-                noise[arm] = found.aa[1].word if found.aa else "inconclusive"
-            else:
-                words[arm] = _word(measured, arm, found)
-    return words or noise
-
-
-def look_at_run(rd: RunDir, params: ExperimentParams) -> Look:
-    """The look after the blocks so far (at this look's spending level): decided, and why."""
-    require_whole(rd.root, allow_incomplete=False)
-    measured = measure_run(rd, params)
-    found = measured.calibration()
-    if found is not None:  # the width alone decides (never where the interval lies)
-        return (
-            Look(True, f"stopped: {found['text']}")
-            if found.get("reached")
-            else Look(False, found["text"])
-        )
-    words = _words(measured)
-    if any(w == "untrustworthy" for w in words.values()):
-        return Look(True, "stopped: the bench is untrustworthy (see the noise floor)")
-    if words and all(w != "inconclusive" for w in words.values()):
-        named = ", ".join(f"{n} {w}" for n, w in words.items())
-        return Look(True, f"stopped: every experiment decided ({named}; {measured.look})")
-    open_ = [n for n, w in words.items() if w == "inconclusive"]
-    return Look(False, f"inconclusive: {', '.join(open_) or 'no experiment'}")

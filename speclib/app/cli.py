@@ -3,7 +3,8 @@
 ``speclib validate FILE`` · ``speclib run PARAMS [--out DIR] [--resume RUN_DIR]`` ·
 ``speclib analyze RUN_DIR [--params FILE]`` · ``speclib doctor [PARAMS]`` ·
 ``speclib build-demo`` · ``speclib compare RUN_A RUN_B ...`` ·
-``speclib crosscheck PARAMS --base-url URL`` · ``speclib schedule RUN_DIR --out FILE``.
+``speclib crosscheck PARAMS --base-url URL`` · ``speclib schedule RUN_DIR --out FILE`` ·
+``speclib replay-acceptance RUN_DIR``.
 Path arguments are resolved against the caller's folder first (the notebooks run
 elsewhere). ``run`` and ``analyze`` show what is happening (:mod:`speclib.app.terminal`)
 and end with the verdict table; ``--quiet`` prints only errors and the report path,
@@ -28,12 +29,14 @@ _PATH_ARGS = ("params", "out", "resume", "run_dir")
 
 def _absolute_paths(args: argparse.Namespace) -> None:
     """Resolve path arguments against the caller's working directory, before anything else."""
+    from speclib.core.fspaths import resolved
+
     for name in _PATH_ARGS:
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
-            setattr(args, name, str(Path(value).expanduser().resolve()))
+            setattr(args, name, str(resolved(value)))
     if getattr(args, "run_dirs", None):
-        args.run_dirs = [str(Path(d).expanduser().resolve()) for d in args.run_dirs]
+        args.run_dirs = [str(resolved(d)) for d in args.run_dirs]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -109,10 +112,15 @@ def _detached(args: argparse.Namespace, params: str | None, out: str) -> int:
     once. The detached kit still stops every server it started when it ends or is killed."""
     import subprocess
 
+    from speclib.app.run_folder import check_run_folder
     from speclib.core.rundir import RunDir
+    from speclib.run.preflight import checked_params
 
-    Path(out).mkdir(parents=True, exist_ok=True)
-    log = RunDir.at(out).run_log
+    rd = RunDir.at(out)
+    check_run_folder(rd, resume=bool(args.resume))  # refused here, not in the child's log
+    checked_params(params, resume=out if args.resume else None)
+    rd.root.mkdir(parents=True, exist_ok=True)
+    log = rd.run_log
     argv = [sys.executable, "-m", "speclib", "run", "--out", out]
     argv += ["--resume", out] if args.resume else []
     argv += [params] if params else []
@@ -131,26 +139,8 @@ def _detached(args: argparse.Namespace, params: str | None, out: str) -> int:
     return 0
 
 
-def _check_mix(run_dir: str, mix: str) -> str | None:
-    """Why ``--mix`` cannot apply to the run's records (its category named), else None."""
-    from speclib.analysis.frames import load_records
-    from speclib.analysis.verdict.mix import check_mix, parse_mix
-
-    try:
-        df = load_records(run_dir)
-        cats = set(df["category"].dropna().astype(str)) if "category" in df else set()
-        check_mix(parse_mix(mix), cats)
-    except (ValueError, FileNotFoundError) as exc:
-        return str(exc)
-    return None
-
-
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from speclib.app.analyze import run_analysis
-
-    if args.mix is not None and (problem := _check_mix(args.run_dir, args.mix)):
-        print(f"error: --mix: {problem}", file=sys.stderr)
-        return 2
 
     def analyze(log: Callable[[str], None]) -> Any:
         return run_analysis(
@@ -164,32 +154,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return _shown(args, args.run_dir, analyze, analysis=True)
 
 
-def _record_lines(summary: Path) -> list[str]:
-    """What the terminal says under the verdicts when the records were not whole or the
-    rule was changed after the run (read from ``summary.json``)."""
-    import json
-
-    try:
-        data = json.loads(summary.read_text("utf-8"))
-    except (OSError, ValueError):
-        return []
-    lines = []
-    found = data.get("integrity") or {}
-    if found.get("missing"):
-        lines.append(
-            f"DECIDED ON INCOMPLETE RECORDS (--allow-incomplete): {len(found['missing'])} "
-            "problem(s):"
-        )
-        lines += [f"  - {p}" for p in found["missing"]]
-    elif found.get("records_only"):
-        lines.append("records only: no launches/ and no design, so no launch evidence")
-    change = data.get("redecision") or {}
-    if change.get("changed"):
-        fields = "; ".join(f"{c['field']} {c['run']!r} → {c['now']!r}" for c in change["changed"])
-        lines.append(f"RE-DECIDED AFTER THE RUN with {change['params_file']}: {fields}")
-    return lines
-
-
 def _shown(
     args: argparse.Namespace,
     run_dir: str,
@@ -199,7 +163,14 @@ def _shown(
 ) -> int:
     """Run ``call(log)`` under the terminal display; end with the verdicts or one line."""
     from speclib.app.terminal import interrupted_line, open_display
-    from speclib.app.verdicts import failed_line, outcome_json, print_verdicts
+    from speclib.app.verdicts import (
+        failed_line,
+        mix_line,
+        outcome_json,
+        print_verdicts,
+        record_lines,
+    )
+    from speclib.core.run_summary import read_summary
 
     try:
         with open_display(run_dir, quiet=args.quiet) as display:
@@ -210,14 +181,17 @@ def _shown(
             raise
         print(interrupted_line(run_dir, analysis=analysis), file=sys.stderr)
         return code
+    summary = read_summary(result.summary)
     if args.json:
-        print(outcome_json(result))
+        print(outcome_json(result, summary))
     elif args.quiet:
         print(f"report: {result.report}")
+        if mix := mix_line(summary):
+            print(mix)
     else:
-        print_verdicts(result.summary)
+        print_verdicts(summary)
         print(f"report:  {result.report}\nsummary: {result.summary}")
-    for line in _record_lines(Path(result.summary)):
+    for line in record_lines(summary):
         print(line, file=sys.stderr if args.json or args.quiet else sys.stdout)
     if result.failed_launches:
         print(failed_line(result.failed_launches), file=sys.stderr)
@@ -235,6 +209,53 @@ def _cmd_build_demo(args: argparse.Namespace) -> int:
     from speclib.demo.models import main as build_main
 
     return int(build_main(args.rest) or 0)
+
+
+def _cmd_replay_acceptance(args: argparse.Namespace) -> int:
+    import json
+
+    from speclib.analysis.speculation.replay_check import replay_lines, replay_rows
+    from speclib.app.run_lock import hold_run
+    from speclib.core.rundir import RunDir
+    from speclib.run.draft_replay import replay_run
+
+    rd = RunDir.at(args.run_dir)
+    if not rd.params_resolved.exists():
+        print(f"error: {rd.root} is no run folder (no params.resolved.json)", file=sys.stderr)
+        return 2
+    try:
+        with hold_run(rd, "replay"):  # it writes into the folder: never beside its owner
+            path = replay_run(rd.root, device=args.device, dtype=args.dtype, log=_stderr_line)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    replay = json.loads(path.read_text("utf-8"))
+    print(f"written: {path} ({replay['seconds']} s on {replay['device']}, {replay['dtype']})")
+    check = replay.get("target_check") or {}
+    if check.get("same_share") is not None:
+        print(
+            f"the target's greedy token in transformers is the served one at "
+            f"{check['same_share']:.2%} of {check['positions']} positions "
+            f"({check['answers']} answers)"
+        )
+    try:
+        metrics = json.loads(rd.summary.read_text("utf-8")).get("launch_metrics") or []
+    except (OSError, ValueError):
+        metrics = []
+    for line in replay_lines(replay_rows(replay, metrics), replay.get("control_answers")):
+        print(line)
+    if args.analyze:
+        from speclib.app.analyze import run_analysis
+
+        run_analysis(rd.root, log=_stderr_line)
+        print(f"report: {rd.report}")
+    else:
+        print(f"the report shows it after: speclib analyze {rd.root}")
+    return 0
+
+
+def _stderr_line(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -343,6 +364,19 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build-demo", help="build (or locate) the embedded tiny model pair")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(func=_cmd_build_demo)
+    y = sub.add_parser(
+        "replay-acceptance",
+        help="count each draft launch's acceptance outside vLLM (transformers) and compare",
+    )
+    y.add_argument("run_dir")
+    y.add_argument("--device", help="torch device (default: cuda when there is one, else cpu)")
+    y.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' dtype"
+    )
+    y.add_argument(
+        "--analyze", action="store_true", help="re-run the analysis after (the report shows it)"
+    )
+    y.set_defaults(func=_cmd_replay_acceptance)
     c = sub.add_parser("compare", help="verdict tables of several runs side by side")
     c.add_argument("run_dirs", nargs="+")
     c.add_argument("--out", help="also write the table as HTML here (a new file)")
@@ -390,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``speclib`` and ``python -m speclib``; returns the exit code."""
     from speclib.app.out_guard import OutputRefused
     from speclib.core.prompts import PromptSetError
+    from speclib.core.run_summary import SummaryError
     from speclib.params.loader import ParamsError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -400,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     _absolute_paths(args)
     try:
         return int(args.func(args))
-    except (ParamsError, PromptSetError, OutputRefused) as exc:
+    except (ParamsError, PromptSetError, OutputRefused, SummaryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -410,9 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         from speclib.analysis.health.integrity import RunNotWhole
         from speclib.app.analyze import AnalysisRefused
         from speclib.app.outcome import RunFailed
+        from speclib.app.run_folder import RunFolderRefused
+        from speclib.app.run_lock import RunFolderBusy
+        from speclib.report.multirun import CompareRefused
         from speclib.serve.process import PortInUseError, ServerStartError
 
-        if isinstance(exc, AnalysisRefused | RunNotWhole):  # invalid input: nothing written
+        refused = AnalysisRefused | RunNotWhole | RunFolderRefused | RunFolderBusy | CompareRefused
+        if isinstance(exc, refused):  # invalid input: nothing written
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if isinstance(exc, RunFailed | ServerStartError | PortInUseError | FileNotFoundError):

@@ -58,7 +58,18 @@ def _best_fixed(schedule: KSchedule) -> str:
 
 def confirmation_params(run_dir: str | os.PathLike[str], *, family: str | None = None) -> dict:
     """The params (as a mapping for YAML) of the confirmation run of ``run_dir``'s schedule."""
+    from speclib.analysis.health.integrity import check_integrity
+
     rd = RunDir.at(run_dir)
+    if not rd.root.is_dir():
+        raise ConfirmError(f"run folder {rd.root} does not exist (check the path)")
+    found = check_integrity(rd.root)
+    if found.problems:
+        listed = "".join(f"\n  - {p}" for p in found.problems[:12])
+        raise ConfirmError(
+            f"{rd.root}: the run's records are not whole, and a schedule is recommended only "
+            f"from a whole run; restore the named files from a copy of the run folder{listed}"
+        )
     schedule = _pick(analyze_run(rd.root, write=False).load.schedules, family)
     data = json.loads(Path(rd.params_resolved).read_text("utf-8"))
     by_name = {s["name"]: s for s in data["series"]}

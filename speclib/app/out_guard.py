@@ -25,7 +25,7 @@ def writable_out(out: str, run_dirs: list[str], *, force: bool) -> Path:
 
     path = Path(out)
     folders = [RunDir.at(d) for d in run_dirs]
-    folders += [RunDir(p) for p in path.parents if (p / "requests.jsonl").exists()]
+    folders += [RunDir(p) for p in path.parents if RunDir(p).requests.exists()]
     owner = next((rd for rd in folders if rd.owns(path)), None)
     if owner is not None:
         raise OutputRefused(
@@ -34,6 +34,8 @@ def writable_out(out: str, run_dirs: list[str], *, force: bool) -> Path:
         )
     if path.is_dir():
         raise OutputRefused(f"--out {path}: a folder; give a file path")
+    if not path.parent.is_dir():
+        raise OutputRefused(f"--out {path}: its folder {path.parent} does not exist")
     if path.exists() and not force:
         raise OutputRefused(f"--out {path}: the file exists; add --force to replace it")
     return path

@@ -183,9 +183,11 @@ class RunWatcher:
     # --- one scan --------------------------------------------------------------------------
     def poll(self) -> RunState:
         """Scan the folder once; update :attr:`state` and emit new events."""
-        if not self._blocks:
-            self._blocks = list(self.rd.read_manifest().get("blocks") or [])
-            self._per_arm = arm_request_total(self.rd.root) if self._blocks else None
+        if not self._blocks or self._current() is None:  # run until decided adds blocks
+            found = list(self.rd.read_manifest().get("blocks") or [])
+            if len(found) > len(self._blocks):
+                self._blocks = found
+                self._per_arm = arm_request_total(self.rd.root)
         self._read_records()
         self._check_statuses()
         self.state = self._state()
@@ -289,7 +291,7 @@ class RunWatcher:
         n = len(self._blocks)
         if fresh(self.rd.report):
             return self._phase(None, "report", RunState("report", n_blocks=n))
-        if fresh(self.rd.notebooks / "20_analysis.ipynb"):
+        if fresh(self.rd.analysis_notebook):
             return self._phase(None, "analysis", RunState("analysis", n_blocks=n))
         return self._phase(None, "finishing", RunState("finishing", n_blocks=n))
 

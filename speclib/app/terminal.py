@@ -245,7 +245,7 @@ def interrupted_line(run_dir: str | Path, *, analysis: bool = False) -> str:
     rd = RunDir.at(run_dir)
     if analysis:
         return f"interrupted: analysis stopped; the records in {rd.root} are unchanged"
-    if not (rd.root / "launches").is_dir():
+    if not rd.launches.is_dir():
         return f"interrupted during setup: no server had started ({rd.root})"
     left = [p for p in rd.pidfiles() if p.exists()]
     stopped = "servers stopped" if not left else f"check for servers left: {left}"

@@ -63,15 +63,21 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def json_lines(lines: Sequence[str]) -> Iterator[dict[str, Any]]:
+def json_lines(
+    lines: Sequence[str | bytes], *, skip_damaged: bool = False
+) -> Iterator[dict[str, Any]]:
     """Parse the lines of a JSONL file written by appending: blank lines are skipped, a torn
-    last line (a crash mid-write) is dropped, a broken line before it raises."""
+    last line (a crash mid-write) is dropped, a broken line before it raises; with
+    ``skip_damaged`` (a run decided on incomplete records, whose damaged lines are already
+    named) every line that is not a JSON object (or not UTF-8) is dropped."""
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
+            data = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if i == len(lines) - 1 or skip_damaged:
                 continue
             raise
+        if isinstance(data, dict) or not skip_damaged:
+            yield data

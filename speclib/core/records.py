@@ -212,9 +212,15 @@ def append_record(fh: TextIO, rec: RequestRecord) -> None:
     os.fsync(fh.fileno())
 
 
-def read_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
-    """Yield records from a JSONL file; a torn last line (crash mid-write) is skipped."""
-    with Path(path).open(encoding="utf-8") as fh:
-        lines = fh.readlines()
-    for data in json_lines(lines):
+def read_records(
+    path: str | os.PathLike[str], *, skip_damaged: bool = False
+) -> Iterator[RequestRecord]:
+    """Yield records from a JSONL file; a torn last line (crash mid-write) is skipped, and
+    with ``skip_damaged`` every damaged line (:func:`~speclib.core.jsonutil.json_lines`)."""
+    if skip_damaged:
+        lines: list[str] | list[bytes] = Path(path).read_bytes().splitlines()
+    else:
+        with Path(path).open(encoding="utf-8") as fh:
+            lines = fh.readlines()
+    for data in json_lines(lines, skip_damaged=skip_damaged):
         yield RequestRecord.from_json(data)

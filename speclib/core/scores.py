@@ -1,4 +1,4 @@
-"""Output-score records: what to score, the target's log-probability of it, and their file.
+"""Output-score records: what to score, the target's log-probability of it, and their files.
 
 A sampled run's outputs are scored by the target served without speculation
 (:mod:`speclib.run.scoring`) and compared between series
@@ -7,7 +7,10 @@ A sampled run's outputs are scored by the target served without speculation
 JSON-lines I/O of ``RUN_DIR/output_scores.jsonl``
 (:attr:`speclib.core.rundir.RunDir.output_scores`): :func:`append_score` writes one line
 and flushes it to disk, :func:`read_scores` reads them back, the last line of an output
-winning.
+winning. A greedy run's divergences (an arm's answer leaving the control's) are ranked by
+the same target: a :class:`DivergenceRank` holds both tokens' log-probabilities at the
+first differing token, in ``RUN_DIR/divergences.jsonl`` (:func:`write_ranks`,
+:func:`read_ranks`).
 """
 
 from __future__ import annotations
@@ -23,12 +26,16 @@ from speclib.core.jsonutil import json_lines
 
 __all__ = [
     "SCORE_VERSION",
+    "DivergenceKey",
+    "DivergenceRank",
     "OutputKey",
     "OutputScore",
     "ScoreItem",
     "append_score",
+    "read_ranks",
     "read_scores",
     "sequence_of",
+    "write_ranks",
 ]
 
 SCORE_VERSION = 1
@@ -150,3 +157,74 @@ def sequence_of(value: Any, cls: type, name: str) -> list[Any]:
     if bad:
         raise ValueError(f"`{name}` must hold only {cls.__name__} objects (got {bad[0]})")
     return items
+
+
+DivergenceKey = tuple[str, int, str]
+"""The identity of one greedy divergence: ``(series, level, prompt_id)``."""
+
+
+@dataclass(frozen=True)
+class DivergenceRank:
+    """Where an arm's greedy answer first left the control's, and how the target (served
+    without speculation) ranks the two tokens there.
+
+    ``position`` is the first differing answer token; ``control_token`` and
+    ``experiment_token`` the ids each side produced there (the model's EOS where one side
+    ended); ``*_logprob`` and ``*_rank`` the target's log-probability (nats) and rank
+    (1 = its greedy choice) of each, given the prompt and the shared answer before
+    ``position``. A ranking that failed has ``error`` set and no log-probabilities.
+    """
+
+    series: str
+    level: int
+    prompt_id: str
+    position: int
+    control_token: int
+    experiment_token: int
+    control_logprob: float | None = None
+    experiment_logprob: float | None = None
+    control_rank: int | None = None
+    experiment_rank: int | None = None
+    error: str | None = None
+    version: int = SCORE_VERSION
+
+    @property
+    def key(self) -> DivergenceKey:
+        return (self.series, self.level, self.prompt_id)
+
+    @property
+    def gap(self) -> float | None:
+        """How much likelier the target finds the control's token (nats; None if unranked)."""
+        if self.control_logprob is None or self.experiment_logprob is None:
+            return None
+        return self.control_logprob - self.experiment_logprob
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DivergenceRank:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write_ranks(path: str | os.PathLike[str], ranks: Iterable[DivergenceRank]) -> None:
+    """Write every ranking as JSON lines (the whole file, replaced atomically)."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    lines = [json.dumps(r.to_dict(), separators=(",", ":"), allow_nan=False) for r in ranks]
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def read_ranks(path: str | os.PathLike[str]) -> dict[DivergenceKey, DivergenceRank]:
+    """The rankings of a divergences file by key (a missing file gives ``{}``)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return {}
+    out: dict[DivergenceKey, DivergenceRank] = {}
+    for data in json_lines(lines):
+        rank = DivergenceRank.from_json(data)
+        out[rank.key] = rank
+    return out

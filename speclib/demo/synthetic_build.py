@@ -3,6 +3,8 @@ is one), the Qwen3 config and the word-level tokenizer with its chat template, a
 declaration each folder carries (``speclib-synthetic.json``; a draft's declares its
 acceptance for k = 1 … 8). The target's EAGLE-3 head is built from the target's folder (it
 reads the target's embeddings, which the torch generator drew on that machine's device).
+The target with an MTP layer (``MiMoForCausalLM``, Qwen2 layers) is a folder of its own,
+built whole: its MTP layer reads its embeddings' flags.
 
 What the pair is (its shapes, maps and acceptance) is :mod:`speclib.demo.synthetic`; this
 module only turns a :class:`SyntheticRecipe` into folders vLLM can serve. torch,
@@ -26,15 +28,24 @@ from speclib.demo.synthetic import (
     EAGLE3_ARCHITECTURE,
     EAGLE3_VERSION,
     FIRST_WORD,
+    MTP_ARCHITECTURE,
+    MTP_LAYERS,
+    MTP_VERSION,
     SYNTHETIC_VERSION,
     QwenShape,
     SyntheticRecipe,
     chain_maps,
     declared_acceptance,
     eagle3_aux_layers,
+    mtp_guess_map,
 )
 
-__all__ = ["build_synthetic_draft", "build_synthetic_eagle3", "build_synthetic_target"]
+__all__ = [
+    "build_synthetic_draft",
+    "build_synthetic_eagle3",
+    "build_synthetic_mtp",
+    "build_synthetic_target",
+]
 
 # The score of a query against its own key (after the 1/sqrt(head_dim) scale): any other
 # position's key scores at most about half of it, so softmax leaves the others < e^-25.
@@ -57,6 +68,18 @@ def _torch_dtype(name: str) -> Any:
     import torch
 
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def _save_weights(tensors: dict, folder: Path, dtype: str) -> None:
+    """``folder/model.safetensors``: ``tensors`` in ``dtype``, on the CPU."""
+    from safetensors.torch import save_file
+
+    cast = _torch_dtype(dtype)
+    save_file(
+        {k: v.to(cast).contiguous().cpu() for k, v in tensors.items()},
+        str(folder / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
 
 
 def _save_tokenizer(recipe: SyntheticRecipe, folder: Path) -> None:
@@ -83,33 +106,44 @@ def _save_tokenizer(recipe: SyntheticRecipe, folder: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def _save_config(recipe: SyntheticRecipe, shape: QwenShape, folder: Path) -> None:
-    from transformers import Qwen3Config
+def _config_args(recipe: SyntheticRecipe, shape: QwenShape) -> dict[str, Any]:
+    """What a synthetic model's transformers config is made of, Qwen3 or Qwen2 (MiMo)."""
+    return {
+        "vocab_size": recipe.shape.vocab_size,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "max_position_embeddings": recipe.max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,  # the head is not the embedding: it maps to the next word
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+        "bos_token_id": None,
+    }
 
-    config = Qwen3Config(
-        vocab_size=recipe.shape.vocab_size,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        head_dim=shape.head_dim,
-        max_position_embeddings=recipe.max_position_embeddings,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,  # the head is not the embedding: it maps to the next word
-        eos_token_id=1,
-        pad_token_id=1,
-        bos_token_id=None,
-    )
-    config.architectures = ["Qwen3ForCausalLM"]
+
+def _write_config(config: Any, folder: Path, dtype: str, **fields: Any) -> None:
+    """``config.json`` (with the dtype under both names: transformers 4 reads one, 5 the
+    other, and ``fields`` over the rest) and a greedy ``generation_config.json``."""
     config.save_pretrained(folder)
     path = folder / "config.json"
     data = json.loads(path.read_text())
-    data["torch_dtype"] = data["dtype"] = recipe.dtype  # transformers 4 reads one, 5 the other
+    data["torch_dtype"] = data["dtype"] = dtype
+    data.update(fields)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     (folder / "generation_config.json").write_text(
         json.dumps({"eos_token_id": 1, "pad_token_id": 1, "do_sample": False}, indent=2) + "\n"
     )
+
+
+def _save_config(recipe: SyntheticRecipe, shape: QwenShape, folder: Path) -> None:
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(**_config_args(recipe, shape), head_dim=shape.head_dim)
+    config.architectures = ["Qwen3ForCausalLM"]
+    _write_config(config, folder, recipe.dtype)
 
 
 def _weights(shape: QwenShape, next_map: np.ndarray, *, seed: int, device: str) -> dict:
@@ -151,24 +185,22 @@ def _write_model(
     recipe: SyntheticRecipe, shape: QwenShape, next_map: np.ndarray, folder: Path, seed: int
 ) -> None:
     import torch
-    from safetensors.torch import save_file
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     folder.mkdir(parents=True, exist_ok=True)
-    dtype = _torch_dtype(recipe.dtype)
     tensors = _weights(shape, next_map, seed=seed, device=device)
-    save_file(
-        {k: v.to(dtype).contiguous().cpu() for k, v in tensors.items()},
-        str(folder / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    _save_weights(tensors, folder, recipe.dtype)
     del tensors
     _save_config(recipe, shape, folder)
     _save_tokenizer(recipe, folder)
 
 
 def _info(recipe: SyntheticRecipe, role: str, started: float) -> dict[str, Any]:
-    shape = {"target": recipe.shape.target, "draft": recipe.shape.draft}.get(role)
+    shape = {
+        "target": recipe.shape.target,
+        "draft": recipe.shape.draft,
+        "mtp": recipe.shape.mtp,
+    }.get(role)
     return {
         "builder": "speclib.demo.synthetic",
         "builder_version": SYNTHETIC_VERSION,
@@ -179,14 +211,20 @@ def _info(recipe: SyntheticRecipe, role: str, started: float) -> dict[str, Any]:
     }
 
 
-def _declare(info: dict[str, Any], recipe: SyntheticRecipe, method: str) -> None:
-    realised = _realised_agreement(recipe)
+def _declare(
+    info: dict[str, Any], recipe: SyntheticRecipe, method: str, realised: float | None = None
+) -> None:
+    realised = _realised_agreement(recipe) if realised is None else realised
     info["agreement_realised"] = realised
     info["declared"] = {str(k): declared_acceptance(realised, k) for k in range(1, 9)}
+    target = (
+        "this folder as the target (its own MTP layer, reused for every guess)"
+        if method == "mtp"
+        else "this folder's target (demo:<preset>/target of the same seed)"
+    )
     info["declared_for"] = (
-        f"greedy decoding (temperature 0) with method {method} and this folder's target "
-        "(demo:<preset>/target of the same seed); position i of k is accepted with "
-        "probability agreement ** i"
+        f"greedy decoding (temperature 0) with method {method} and {target}; position i of "
+        "k is accepted with probability agreement ** i"
     )
 
 
@@ -323,7 +361,6 @@ def build_synthetic_eagle3(
     draft's map) into ``folder``, from the built target in ``target_dir``."""
     import torch
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
     started = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -339,12 +376,7 @@ def build_synthetic_eagle3(
         target_hidden=recipe.shape.target.hidden,
         seed=recipe.seed * 2 + 3,
     )
-    dtype = _torch_dtype(recipe.dtype)
-    save_file(
-        {k: v.to(dtype).contiguous().cpu() for k, v in tensors.items()},
-        str(folder / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    _save_weights(tensors, folder, recipe.dtype)
     del tensors
     _save_eagle3_config(recipe, folder)
     _save_tokenizer(recipe, folder)
@@ -354,5 +386,178 @@ def build_synthetic_eagle3(
     (folder / DECLARATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
     log(
         f"synthetic {recipe.preset} EAGLE-3 head (agreement {info['agreement_realised']:.4f}) "
+        f"built in {info['build_s']} s"
+    )
+
+
+# --- the target with an MTP layer ---------------------------------------------------------------
+# Where the MTP layer must not agree, its one reading neuron adds this many times the input's
+# norm along the anchor word's embedding: the head's row for the anchor's successor then
+# scores about this many times the right row.
+MTP_WRONG_MARGIN = 4.0
+MTP_FLAG_GAIN = 16.0  # the reading neuron's gate and up weights on the flag (silu(-16) ~ 0)
+
+
+def _mtp_embeddings(
+    vocab: int, h: int, agrees: np.ndarray, *, gen: Any, device: str
+) -> tuple[Any, Any]:
+    """``(embed, head_part)``: unit embeddings whose last coordinate is the flag
+    (+1/sqrt(h) on agreeing words and non-words, -1/sqrt(h) elsewhere: after an RMSNorm, ±1),
+    and the same vectors with the flag zeroed (what the head's rows are made of, so the
+    target's own next token never sees the flag)."""
+    import torch
+
+    delta = h**-0.5
+    embed = torch.randn(vocab, h, generator=gen, device=device)
+    embed[:, -1] = 0.0
+    embed *= (1.0 - delta**2) ** 0.5 / embed.norm(dim=1, keepdim=True)
+    flag = torch.full((vocab,), delta, device=device)
+    flag[torch.from_numpy(np.flatnonzero(~agrees)).to(device)] = -delta
+    embed[:, -1] = flag
+    head_part = embed.clone()
+    head_part[:, -1] = 0.0
+    return embed, head_part
+
+
+def _mtp_weights(
+    shape: QwenShape,
+    target_next: np.ndarray,
+    guess: np.ndarray,
+    anchor: int,
+    *,
+    seed: int,
+    device: str,
+) -> dict:
+    """The MiMo target's tensors, named as in MiMo's checkpoints (vLLM's ``MiMoMTP`` maps
+    ``model.mtp_layers.0.*`` onto its layer): the chain in Qwen2 layers (zero ``o_proj`` and
+    ``down_proj``; zero q/k/v biases) and one MTP layer that answers from the input token's
+    embedding. ``hidden_layernorm`` is zero (the target's hidden state adds nothing),
+    ``input_proj`` copies the normalised embedding (its hidden-state half random, reading
+    zeros), the attention adds zero (``o_proj``), and the MLP's neuron 0 reads the flag:
+    ``silu(16) * 16`` where the layer must miss, ~0 where it agrees, written along the
+    anchor's embedding so the shared head answers ``target_next[anchor]``."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    vocab, h = len(target_next), shape.hidden
+    if shape.heads * shape.head_dim != h:
+        raise ValueError(f"vLLM's Qwen2 attention needs heads x head_dim = hidden: {shape}")
+
+    def randn(*size: int, std: float = 0.02) -> torch.Tensor:
+        return torch.randn(*size, generator=gen, device=device) * std
+
+    words = np.flatnonzero(target_next >= 0)
+    agrees = np.ones(vocab, dtype=bool)
+    agrees[words] = guess[words] == target_next[words]
+    embed, head_part = _mtp_embeddings(vocab, h, agrees, gen=gen, device=device)
+    head = torch.zeros(vocab, h, device=device)
+    word_ids = torch.from_numpy(words).to(device)
+    head.index_add_(0, torch.from_numpy(target_next).to(device)[word_ids], head_part[word_ids])
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    out = {"model.embed_tokens.weight": embed, "lm_head.weight": head}
+    out["model.norm.weight"] = torch.ones(h, device=device)
+
+    def qwen2_layer(p: str) -> None:
+        out[p + "self_attn.q_proj.weight"] = randn(q, h)
+        out[p + "self_attn.k_proj.weight"] = randn(kv, h)
+        out[p + "self_attn.v_proj.weight"] = randn(kv, h)
+        out[p + "self_attn.q_proj.bias"] = torch.zeros(q, device=device)
+        out[p + "self_attn.k_proj.bias"] = torch.zeros(kv, device=device)
+        out[p + "self_attn.v_proj.bias"] = torch.zeros(kv, device=device)
+        out[p + "self_attn.o_proj.weight"] = torch.zeros(h, q, device=device)
+        out[p + "mlp.gate_proj.weight"] = randn(shape.intermediate, h)
+        out[p + "mlp.up_proj.weight"] = randn(shape.intermediate, h)
+        out[p + "mlp.down_proj.weight"] = torch.zeros(h, shape.intermediate, device=device)
+        out[p + "input_layernorm.weight"] = torch.ones(h, device=device)
+        out[p + "post_attention_layernorm.weight"] = torch.ones(h, device=device)
+
+    for i in range(shape.layers):
+        qwen2_layer(f"model.layers.{i}.")
+    for i in range(MTP_LAYERS):
+        p = f"model.mtp_layers.{i}."
+        qwen2_layer(p)
+        out[p + "token_layernorm.weight"] = torch.ones(h, device=device)
+        out[p + "hidden_layernorm.weight"] = torch.zeros(h, device=device)
+        proj = torch.zeros(h, 2 * h, device=device)
+        proj[:, :h] = randn(h, h)  # reads the zeroed hidden state: costs, adds nothing
+        proj[:, h:] = torch.eye(h, device=device)
+        out[p + "input_proj.weight"] = proj
+        out[p + "final_layernorm.weight"] = torch.ones(h, device=device)
+        out[p + "mlp.gate_proj.weight"][0] = 0.0
+        out[p + "mlp.gate_proj.weight"][0, -1] = -MTP_FLAG_GAIN
+        out[p + "mlp.up_proj.weight"][0] = 0.0
+        out[p + "mlp.up_proj.weight"][0, -1] = -MTP_FLAG_GAIN
+        wrong = head_part[anchor] / head_part[anchor].norm()
+        out[p + "mlp.down_proj.weight"][:, 0] = wrong * MTP_WRONG_MARGIN * h**0.5 / MTP_FLAG_GAIN**2
+    return out
+
+
+# MiMo's own config class (its checkpoints ship it as remote code): a Qwen2 config with the
+# count of MTP layers; transformers knows no "mimo", so vLLM reads it with --trust-remote-code.
+MIMO_CONFIG_CODE = """\
+\"\"\"MiMo's configuration: a Qwen2 config with MTP layers (written by speclib).\"\"\"
+
+from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
+
+
+class MiMoConfig(Qwen2Config):
+    model_type = "mimo"
+
+    def __init__(self, *args, num_nextn_predict_layers=0, **kwargs):
+        self.num_nextn_predict_layers = num_nextn_predict_layers
+        super().__init__(*args, **kwargs)
+"""
+
+
+def _save_mtp_config(recipe: SyntheticRecipe, folder: Path) -> None:
+    """MiMo's config: ``model_type: mimo`` with its config class as remote code
+    (``configuration_mimo.py``, ``auto_map``), ``MiMoForCausalLM`` and
+    ``num_nextn_predict_layers``, as Xiaomi's checkpoints ship it; vLLM serves it with
+    ``--trust-remote-code`` and picks its own class and the MTP path by the architecture.
+    Not ``model_type: qwen2``: transformers then forces its Qwen2 tokenizer, which reads
+    the synthetic word-level vocabulary as nothing (every prompt empty)."""
+    from transformers import Qwen2Config
+
+    shape = recipe.shape.mtp
+    config = Qwen2Config(**_config_args(recipe, shape), max_window_layers=shape.layers)
+    config.architectures = [MTP_ARCHITECTURE]
+    _write_config(
+        config,
+        folder,
+        recipe.dtype,
+        model_type="mimo",
+        auto_map={"AutoConfig": "configuration_mimo.MiMoConfig"},
+        num_nextn_predict_layers=MTP_LAYERS,
+    )
+    (folder / "configuration_mimo.py").write_text(MIMO_CONFIG_CODE)
+
+
+def build_synthetic_mtp(recipe: SyntheticRecipe, folder: Path, *, log: Callable) -> None:
+    """Write the target with an MTP layer of agreement ``recipe.agreement`` (the draft's agree
+    set, :func:`speclib.demo.synthetic.mtp_guess_map`) into ``folder``, with the acceptance it
+    declares for ``method: mtp`` at k = 1 … 8."""
+    import torch
+
+    started = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    folder.mkdir(parents=True, exist_ok=True)
+    target_next, _ = chain_maps(recipe)
+    guess, anchor = mtp_guess_map(recipe)
+    tensors = _mtp_weights(
+        recipe.shape.mtp, target_next, guess, anchor, seed=recipe.seed * 2 + 5, device=device
+    )
+    _save_weights(tensors, folder, recipe.dtype)
+    del tensors
+    _save_mtp_config(recipe, folder)
+    _save_tokenizer(recipe, folder)
+    info = _info(recipe, "mtp", started)
+    info["mtp_version"] = MTP_VERSION
+    info["mtp_layers"] = MTP_LAYERS
+    info["mtp_anchor"] = anchor
+    words = target_next >= 0
+    _declare(info, recipe, "mtp", float(np.mean(guess[words] == target_next[words])))
+    (folder / DECLARATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    log(
+        f"synthetic {recipe.preset} MTP target (agreement {info['agreement_realised']:.4f}) "
         f"built in {info['build_s']} s"
     )

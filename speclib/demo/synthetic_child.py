@@ -21,6 +21,7 @@ from speclib.demo.synthetic import SyntheticRecipe
 from speclib.demo.synthetic_build import (
     build_synthetic_draft,
     build_synthetic_eagle3,
+    build_synthetic_mtp,
     build_synthetic_target,
 )
 
@@ -35,9 +36,10 @@ def build_in_child(
     log: Callable,
     target_dir: Path | None = None,
 ) -> None:
-    """Write ``role`` (``target``, ``draft``, or ``eagle3`` from the built target in
-    ``target_dir``) of ``recipe``'s pair into ``folder`` from a child process, passing its
-    lines to ``log``; a RuntimeError with its last lines if it fails."""
+    """Write ``role`` (``target``, ``draft``, ``mtp``: the target with an MTP layer, or
+    ``eagle3`` from the built target in ``target_dir``) of ``recipe``'s pair into
+    ``folder`` from a child process, passing its lines to ``log``; a RuntimeError with its
+    last lines if it fails."""
     argv = [sys.executable, "-m", __name__, role, json.dumps(asdict(recipe)), str(folder)]
     if target_dir is not None:
         argv.append(str(target_dir))
@@ -65,6 +67,8 @@ def _main(argv: list[str]) -> int:
         build_synthetic_eagle3(recipe, Path(folder), target_dir=Path(rest[0]), log=log)
     elif role == "target":
         build_synthetic_target(recipe, Path(folder), log=log)
+    elif role == "mtp":
+        build_synthetic_mtp(recipe, Path(folder), log=log)
     else:
         build_synthetic_draft(recipe, Path(folder), log=log)
     return 0

@@ -18,8 +18,17 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from speclib.core.fspaths import resolved
+from speclib.params.limits import NAME_CHARS, bounded
 from speclib.params.protocol import AnalysisParams, ProtocolParams
-from speclib.params.server import SeriesParams, ServerParams, StrictModel, is_loopback
+from speclib.params.server import (
+    AA_ARM,
+    DRAFT_ALONE_SUFFIX,
+    SeriesParams,
+    ServerParams,
+    StrictModel,
+    is_loopback,
+)
 from speclib.params.sweep import expand_sweeps
 from speclib.params.workload import WorkloadParams
 
@@ -29,14 +38,14 @@ __all__ = [
     "ExperimentParams",
 ]
 
-AA_ARM = "aa"  # the name of the A/A arm that protocol.aa adds
-DRAFT_ALONE_SUFFIX = ".draft-alone"  # arm serving a series' draft alone (measure_draft_cost)
-
 
 class ExperimentParams(StrictModel):
     """A whole experiment file."""
 
-    name: str = Field(
+    name: str = bounded(
+        ...,
+        NAME_CHARS,
+        text=True,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="The experiment's name (the default run folder is runs/<name>-<time>).",
     )
@@ -78,22 +87,18 @@ class ExperimentParams(StrictModel):
                 "analysis.measure_draft_cost serves the draft alone, which needs servers the "
                 "kit starts (no server.base_url or series base_url)"
             )
-        if self.protocol.aa and AA_ARM in names:
-            raise ValueError(
-                f"series name {AA_ARM!r} is reserved for the A/A arm that protocol.aa adds"
-            )
         if len(names) < 2 and not self.protocol.aa:
             raise ValueError(
                 "at least two series are needed (a control and an experiment), or one control "
                 "with protocol.aa: true to measure this bench's noise floor"
             )
         reps = self.workload.replicates
-        if self.protocol.max_replicates is not None and self.protocol.max_replicates < reps:
+        cap = self.protocol.max_replicates
+        if isinstance(cap, int) and cap < reps:
             raise ValueError(
-                f"protocol.max_replicates ({self.protocol.max_replicates}) must be >= "
-                f"workload.replicates ({reps})"
+                f"protocol.max_replicates ({cap}) must be >= workload.replicates ({reps})"
             )
-        if self.protocol.max_replicates is not None and reps < 2:
+        if isinstance(cap, int) and cap > reps and reps < 2:
             raise ValueError(
                 f"workload.replicates ({reps}) must be >= 2 with protocol.max_replicates: it is "
                 "the first look of run-until-decided, and one block has no degrees of freedom "
@@ -238,8 +243,23 @@ class ExperimentParams(StrictModel):
         ]
 
     @property
+    def block_bounds(self) -> tuple[int, int]:
+        """Run until decided: the blocks at least (``workload.replicates``, always run) and
+        at most (``protocol.max_replicates``; ``"auto"``: two more than planned). The planned
+        blocks only when the cap is null or equal to them, when one block is planned (no look
+        can decide on one) and when nothing is to be decided (the A/A arm alone, without
+        ``protocol.target_resolution``: the A/A verdict never stops a run)."""
+        least, cap = self.workload.replicates, self.protocol.max_replicates
+        nothing = not [n for n in self.experiments if n != AA_ARM]
+        if cap is None or (nothing and self.protocol.target_resolution is None):
+            return least, least
+        if cap == "auto":
+            return (least, least) if least < 2 else (least, least + 2)
+        return least, max(int(cap), least)
+
+    @property
     def base_dir(self) -> Path:
-        return Path(self.source).resolve().parent if self.source else Path.cwd()
+        return resolved(self.source).parent if self.source else Path.cwd()
 
     def series_by_name(self, name: str) -> SeriesParams:
         for s in self.arms:
@@ -250,4 +270,4 @@ class ExperimentParams(StrictModel):
     def resolve_path(self, value: str) -> Path:
         """Resolve a path written in this params file (relative to the file's folder)."""
         path = Path(value).expanduser()
-        return path if path.is_absolute() else (self.base_dir / path).resolve()
+        return resolved(path if path.is_absolute() else self.base_dir / path)

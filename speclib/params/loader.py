@@ -21,12 +21,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
+from speclib.core.fspaths import resolved
+from speclib.core.rundir import place_problem
 from speclib.params.experiment import ExperimentParams
 from speclib.params.server import (
     SECRET_NAME,
@@ -90,6 +94,41 @@ def _redacted(value: Any) -> Any:
     return value
 
 
+def _field_info(loc: tuple[Any, ...]) -> FieldInfo | None:
+    """The params field at ``loc`` (list indices skipped), or None."""
+    model: Any = ExperimentParams
+    info = None
+    for item in loc:
+        if isinstance(item, int):
+            continue
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(fields, dict) or item not in fields:
+            return None
+        info = fields[item]
+        model = next(
+            (t for t in (info.annotation, *_args(info.annotation)) if hasattr(t, "model_fields")),
+            None,
+        )
+    return info
+
+
+def _args(annotation: Any) -> list[Any]:
+    """Every type inside ``annotation`` (``list[X] | None`` → list[X], X, None)."""
+    out = []
+    for arg in typing.get_args(annotation):
+        out += [arg, *_args(arg)]
+    return out
+
+
+def _bound_reason(loc: tuple[Any, ...]) -> str | None:
+    """``1000: <why>``: the bound and its reason as a field's description states them
+    (:mod:`speclib.params.limits`); None for a field without one."""
+    info = _field_info(loc)
+    text = (info.description or "") if info is not None else ""
+    _, found, why = text.partition(" At most ")
+    return why.rstrip(".") if found else None
+
+
 def _describe(exc: ValidationError, data: Any, source: str) -> str:
     lines = [f"{source}: invalid parameters ({exc.error_count()} problem(s))"]
     for err in exc.errors():
@@ -97,6 +136,11 @@ def _describe(exc: ValidationError, data: Any, source: str) -> str:
         field = _format_loc(loc, data) or "(top level)"
         value = err.get("input") if err["type"] != "missing" else None
         msg = err["msg"].removeprefix("Value error, ")
+        bound = (
+            _bound_reason(loc) if err["type"] in ("less_than_equal", "string_too_long") else None
+        )
+        if bound:
+            msg = f"too {'long' if err['type'] == 'string_too_long' else 'large'}: at most {bound}"
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not allowed here; check the spelling)"
         if err["type"] == "missing":
@@ -165,6 +209,8 @@ def _output_dir_problems(params: ExperimentParams) -> list[str]:
         return []
     path = params.resolve_path(params.output_dir)
     shown = f"(value: {str(path)!r})"
+    if why := place_problem(path):
+        return [f"  - output_dir: {why} {shown}"]
     if path.exists() and not path.is_dir():
         return [f"  - output_dir: an existing file, not a folder; name a new folder {shown}"]
     existing = next((p for p in (path, *path.parents) if p.exists()), None)
@@ -274,7 +320,7 @@ def load_params(
         raise ParamsError(f"{source}: top level must be a mapping, got {type(data).__name__}")
     if "source" in data:
         raise ParamsError(f"{source}: 'source' is set by the kit, remove it from the file")
-    data = {**data, "source": str(Path(path).resolve())}
+    data = {**data, "source": str(resolved(path))}
     try:
         data = expand_file_series(data)
     except SweepError as exc:

@@ -6,7 +6,9 @@ experiment: :func:`redecision` refuses a file whose servers, series, workload or
 differ from the run's own params (naming each field that differs), and otherwise says which
 ``analysis`` fields changed from the run's own, so every output can say the rule was changed
 after the run. The prompt set is compared by content, not by path, so a copy of the params
-file and prompts in another folder is the same experiment.
+file and prompts in another folder is the same experiment, and so is a copy of the run's own
+``params.yaml`` whose relative prompt path is the run's (read against the run's original
+params file when it is not there against the copy).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ __all__ = ["Redecision", "redecision"]
 
 _SAME_EXPERIMENT = ("server", "series", "workload", "protocol")
 """Sections that describe what was run: a re-decision may not change them."""
+_RUN_LENGTH = ("max_replicates", "budget_min")
+"""``protocol`` fields that only bound how many blocks run until decided may add: a
+re-decision may differ there (the records hold the blocks that ran, and the looks are
+replayed from the run's own plan, whatever the file says; a params.yaml of an older kit
+lacks them, so it reads today's defaults)."""
 _MAX_NAMED = 8
 
 
@@ -68,18 +75,25 @@ def _diff(old: Any, new: Any, path: str) -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(path, old, new)]
 
 
-def _prompt_digest(params: ExperimentParams) -> str:
-    """The prompt set's content hash (its path when it cannot be read)."""
+def _prompt_digest(params: ExperimentParams, run: ExperimentParams | None = None) -> str:
+    """The prompt set's content hash (its path when it cannot be read). ``run``: the run's
+    own params, when ``params`` is a file given for it: a prompt path that is not there
+    relative to that file is read as the run's own ``params.yaml`` wrote it, relative to
+    the run's original params file (a copy of ``RUN_DIR/params.yaml`` is its prompts')."""
     path = params.resolve_path(params.workload.prompts)
+    if run is not None and not path.exists():
+        path = run.resolve_path(params.workload.prompts)
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else str(path)
     except OSError:
         return str(path)
 
 
-def _experiment(params: ExperimentParams) -> dict[str, Any]:
+def _experiment(params: ExperimentParams, run: ExperimentParams | None = None) -> dict[str, Any]:
     data = params.model_dump(include=set(_SAME_EXPERIMENT))
-    data["workload"]["prompts"] = _prompt_digest(params)
+    data["workload"]["prompts"] = _prompt_digest(params, run)
+    for key in _RUN_LENGTH:
+        data["protocol"].pop(key, None)
     return data
 
 
@@ -88,7 +102,7 @@ def redecision(run: ExperimentParams, other: ExperimentParams, *, source: str) -
 
     Raises :class:`ValueError` naming the fields when ``other`` is another experiment
     (its servers, series, workload or protocol differ from the run's)."""
-    differs = _diff(_experiment(run), _experiment(other), "")
+    differs = _diff(_experiment(run), _experiment(other, run), "")
     if differs:
         named = [f.lstrip(".") for f, _, _ in differs]
         shown = ", ".join(named[:_MAX_NAMED]) + (

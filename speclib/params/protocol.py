@@ -18,7 +18,9 @@ import itertools
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from speclib.params.limits import BLOCKS, CONCURRENCY, RESAMPLES, bounded, describe_limit
 from speclib.params.server import StrictModel
 
 __all__ = [
@@ -79,11 +81,34 @@ class ProtocolParams(StrictModel):
         "server(s), analysed like an experiment. Its ratio is this bench's noise floor; if "
         "it shows an effect, every verdict becomes 'untrustworthy bench'.",
     )
-    max_replicates: int | None = Field(
-        None,
-        ge=1,
-        description="Run until decided: add replicate blocks (up to this many) while a "
-        "verdict is inconclusive, with O'Brien-Fleming-type alpha spending across looks.",
+    max_replicates: int | Literal["auto"] | None = Field(
+        "auto",
+        description="Run until decided, the block cap: after the planned blocks "
+        "(workload.replicates) the runner adds a block while a verdict the first screen shows "
+        "(an arm's word at a load, or a segment its answer names) is inconclusive, the time "
+        "budget (protocol.budget_min) affords one more block and fewer than this many ran. "
+        "Each look spends its share of alpha by O'Brien-Fleming-type spending with this cap "
+        "as the maximum information, so the error rate holds whenever the run stops; a cap the "
+        "budget cannot reach spends little alpha at the looks it does reach, so set it to "
+        "the blocks your budget affords (the run says how many once its first block is "
+        "timed). auto: workload.replicates + 2; null, or workload.replicates: the planned "
+        "blocks only, decided once at analysis.confidence. One planned block "
+        "(workload.replicates: 1) runs alone. " + describe_limit(BLOCKS),
+    )
+    budget_min: float = Field(
+        30.0,
+        gt=0,
+        le=10_000,
+        description="Run until decided, the time budget in minutes from the start of "
+        "`speclib run` to the end of its last block (the analysis and report follow, about a "
+        "minute): a block is added only when it would likely end within it (a block is "
+        "assumed to take as long as the longest block after the first, which on a GPU "
+        "compiles). The planned blocks always run. 30: a safety net that the cap, not the "
+        "budget, usually meets first, since a run that stops before its cap leaves alpha "
+        "unspent: the CPU demo's 5 blocks take 8-10 min on 2 cores, the 4-server CPU demos' "
+        "and SmolLM2's planned blocks 15-18 min plus 4-5 min per block added, the GPU demo's "
+        "cold first block and three warm ones about 17 min on one H100. Set it to the time "
+        "you have (the GPU demo: 15).",
     )
     target_resolution: float | None = Field(
         None,
@@ -91,13 +116,24 @@ class ProtocolParams(StrictModel):
         lt=1,
         description="Calibration run (protocol.aa: true, the control as the only series): "
         "the A/A resolution to reach, as a fraction (0.10 = ±10 %: the half-width of the A/A "
-        "ratio interval at analysis.confidence). With protocol.max_replicates the runner adds "
-        "blocks until the resolution is reached or max_replicates blocks ran (the looks "
-        "judge the width only, so they spend no alpha); the summary says the resolution "
-        "reached and, if short, how many blocks it would need.",
+        "ratio interval at analysis.confidence). The runner adds blocks until the resolution "
+        "is reached, the cap (protocol.max_replicates) or the budget (protocol.budget_min) "
+        "(the looks judge the width only, so they spend no alpha); the summary says the "
+        "resolution reached and, if short, how many blocks it would need.",
     )
-    slot_requests: int | None = Field(
+
+    @field_validator("max_replicates")
+    @classmethod
+    def _cap_positive(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"max_replicates must be 'auto', null or at least 1 (got {value})")
+        if isinstance(value, int) and value > BLOCKS.value:  # the bound, said as a bound's
+            raise PydanticCustomError("less_than_equal", "at most {le}", {"le": BLOCKS.value})
+        return value
+
+    slot_requests: int | None = bounded(
         None,
+        CONCURRENCY,
         ge=1,
         description="Interleaved design: requests per arm per alternating slot (default: "
         "6 at concurrency 1 with a switch pause, 1 without; else 2 x concurrency and at "
@@ -235,13 +271,14 @@ class AnalysisParams(StrictModel):
         "over every experiment and load level); the gates, the A/A arm and goodput use it as is.",
     )
     margin: float = Field(0.05, gt=0, lt=1, description="Equivalence margin δ on TPOT ratio.")
-    n_resamples: int = Field(
+    n_resamples: int = bounded(
         4000,
+        RESAMPLES,
         ge=100,
         description="Bootstrap resamples: of the prompt-level TPOT interval (kept in "
         "summary.json as information) and of the sampled runs' log-prob interval.",
     )
-    seed: int = Field(12345, description="Seed of the bootstrap rng.")
+    seed: int = Field(12345, ge=0, description="Seed of the bootstrap rng.")
     max_error_rate_increase: float = Field(
         0.02, ge=0, le=1, description="Gate: allowed rise in failed-request share vs control."
     )
@@ -256,6 +293,18 @@ class AnalysisParams(StrictModel):
         "arms; it cannot change most outputs. So most prompts must match exactly (the CPU "
         "demo, fp32: 24 of 24), and every divergent prompt is shown with its first "
         "differing token.",
+    )
+    near_tie_nats: float = Field(
+        0.25,
+        ge=0,
+        description="Gate (greedy runs): where an arm's answer first differs from the "
+        "control's, the target served without speculation ranks both tokens "
+        "(divergences.jsonl); if their log-probabilities are within this many nats the "
+        "answers parted on a floating-point near tie and the divergence is not held against "
+        "the arm (min_greedy_agreement counts it as agreeing); beyond it, a real "
+        "disagreement. The default is just above the most that bf16 numerics moved the gap "
+        "between the two likeliest tokens of Qwen2.5-Coder-1.5B against float32 (0.21 nats "
+        "over 763 positions, p99 0.17: tests/benchmarks/bench_bf16_noise.py).",
     )
     memory_limit_gib: float | None = Field(None, gt=0, description="Gate: peak server RSS.")
     measure_draft_cost: bool = Field(
@@ -317,9 +366,9 @@ class AnalysisParams(StrictModel):
     @classmethod
     def _edges_rise(cls, value: dict[str, list[float]] | None) -> dict[str, list[float]] | None:
         for cut, edges in (value or {}).items():
-            if not edges or any(b <= a for a, b in itertools.pairwise(edges)):
+            if not edges or any(b <= a for a, b in itertools.pairwise(edges)) or edges[0] <= 0:
                 raise ValueError(f"analysis.segment_edges.{cut} must be a non-empty rising "
-                                 f"list of token counts (got {edges!r})")  # fmt: skip
+                                 f"list of positive token counts (got {edges!r})")  # fmt: skip
         return value
 
     @field_validator("score_outputs", mode="before")

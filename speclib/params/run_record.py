@@ -16,8 +16,11 @@ import os
 import shutil
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.params.experiment import ExperimentParams
+from speclib.params.loader import ParamsError
 
 __all__ = ["recorded_params", "write_record"]
 
@@ -42,17 +45,39 @@ def recorded_params(path: str | os.PathLike[str]) -> ExperimentParams:
     an older kit can be re-analysed (with today's defaults for what changed). ``source``
     stays the file the run was started with (a path only: the file need not exist), so a
     relative model path resolves against that file's folder as it did at the start.
+    A record that cannot be read or is no longer valid is a
+    :class:`~speclib.params.loader.ParamsError` naming the file (exit 2).
     """
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ParamsError(f"{path}: not a file; restore it from a copy of the run folder")
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: no params recorded in this run folder: start it with `speclib run` "
             "or the 00_setup notebook with its params_file"
         )
-    data = json.loads(path.read_text("utf-8"))
-    kept = {k: v for k, v in data.items() if k in ExperimentParams.model_fields}
-    for name, info in ExperimentParams.model_fields.items():
-        model, section = info.annotation, kept.get(name)
-        if isinstance(section, dict) and hasattr(model, "model_fields"):
-            kept[name] = {k: v for k, v in section.items() if k in model.model_fields}
-    return ExperimentParams.model_validate(kept)
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        kept = {k: v for k, v in data.items() if k in ExperimentParams.model_fields}
+        for name, info in ExperimentParams.model_fields.items():
+            model, section = info.annotation, kept.get(name)
+            if isinstance(section, dict) and hasattr(model, "model_fields"):
+                kept[name] = {k: v for k, v in section.items() if k in model.model_fields}
+    except (OSError, ValueError) as exc:  # damaged: not JSON, not an object
+        first = str(exc).splitlines()[0][:300]
+        raise ParamsError(
+            f"{path}: cannot be read as the run's params ({first}); restore it from a copy "
+            "of the run folder"
+        ) from None
+    try:
+        return ExperimentParams.model_validate(kept)
+    except ValidationError as exc:  # readable, but params this kit no longer accepts
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ParamsError(
+            f"{path}: the params the run recorded are not valid for this kit: {where}: "
+            f"{err['msg'].removeprefix('Value error, ')}{more}"
+        ) from None

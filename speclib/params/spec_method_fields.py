@@ -47,11 +47,12 @@ def ignored_field_problems(
 
     ``fields`` and ``methods``: the installed ``SpeculativeConfig``'s field names and
     ``method`` values (only fields it has are judged). Without a ``method`` nothing is
-    judged (vLLM infers it from the model)."""
+    judged (vLLM infers it from the model), nor with a method vLLM does not have (the
+    method itself is refused)."""
     method = spec.get("method")
-    if not isinstance(method, str):
-        return []
     names, methods = set(fields), tuple(methods)
+    if not isinstance(method, str) or method not in methods:
+        return []  # no method, or one vLLM does not have: that is the problem to name
     problems = []
     for key, value in spec.items():
         if key == "method" or key not in names:

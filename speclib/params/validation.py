@@ -28,6 +28,7 @@ from typing import Any
 
 from speclib.core.datasets import workload_prompts
 from speclib.core.prompts import Prompt, PromptSetError
+from speclib.core.rundir import RunDir
 from speclib.core.turns import expand_turns, sent_prompt_count
 from speclib.params.experiment import ExperimentParams
 from speclib.params.loader import ParamsError, load_params
@@ -75,6 +76,8 @@ def validate_params(
     """
     source = str(path)
     params = load_params(path)
+    if problem := _output_dir_taken(params):
+        raise ParamsError(f"{source}: invalid params\n  - {problem}")
     notes = _spec_notes(params)
     checkpoints = require_checkpoints_fit(params, source, resolve_demo=resolve_demo)
     notes += checkpoints.notes
@@ -99,6 +102,24 @@ def validate_params(
         if note:
             notes.append(note)
     return Validation(params=params, prompts=prompts, notes=tuple(notes))
+
+
+def _output_dir_taken(params: ExperimentParams) -> str | None:
+    """``output_dir`` holds a run, or other files: ``speclib run`` would refuse it."""
+    if not params.output_dir:
+        return None
+    rd = RunDir(params.resolve_path(params.output_dir))
+    if rd.holds_run():
+        return (
+            f"output_dir: {rd.root} holds a run already: `speclib run` refuses it (`speclib "
+            f"run --resume {rd.root}` continues that run); name a new folder for a new run"
+        )
+    if not rd.is_empty():
+        return (
+            f"output_dir: {rd.root} holds other files: `speclib run` starts a run only in a "
+            "new or empty folder; name a new one"
+        )
+    return None
 
 
 def mix_problem(params: ExperimentParams, prompts: Sequence[Prompt]) -> str | None:
@@ -218,7 +239,7 @@ def _model_limit(target: str) -> int | None:
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def _load_tokenizer(target: str) -> tuple[Any, str | None]:
+def _load_tokenizer(target: str, *, trust_remote_code: bool = False) -> tuple[Any, str | None]:
     folder = Path(target)
     if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         return None, f"no tokenizer files in {target}"
@@ -227,7 +248,9 @@ def _load_tokenizer(target: str) -> tuple[Any, str | None]:
     except ImportError:
         return None, "transformers is not installed"
     try:
-        return AutoTokenizer.from_pretrained(target, local_files_only=True), None
+        return AutoTokenizer.from_pretrained(
+            target, local_files_only=True, trust_remote_code=trust_remote_code
+        ), None
     except Exception as exc:  # not cached, no tokenizer files, remote code...
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return None, f"cannot load the tokenizer of {target} from local files ({first[:160]})"
@@ -247,7 +270,9 @@ def _fit_problem(
             "prompt lengths not checked: no server.max_model_len and no "
             "max_position_embeddings in the target's config.json",
         )
-    tokenizer, why = _load_tokenizer(target)
+    # as the servers load it: the target's own code only where they may run it (MiMo's config)
+    trust = "--trust-remote-code" in params.server.extra_args
+    tokenizer, why = _load_tokenizer(target, trust_remote_code=trust)
     if tokenizer is None:
         return None, f"prompt lengths not checked against max_model_len: {why}"
     if not getattr(tokenizer, "chat_template", None):

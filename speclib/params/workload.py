@@ -15,6 +15,17 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
+from speclib.params.limits import (
+    BLOCKS,
+    CONCURRENCY,
+    PROMPTS,
+    RATE,
+    REPEATS,
+    TIMEOUT_S,
+    WARMUP,
+    bounded,
+    describe_limit,
+)
 from speclib.params.protocol import LoadLevel
 from speclib.params.server import StrictModel
 
@@ -47,8 +58,9 @@ class WorkloadParams(StrictModel):
         None,
         description="Each prompt category's share of the user's real traffic, e.g. {fresh: "
         "0.8, echo: 0.2} (shares in [0, 1] summing to 1, every category one of the prompt "
-        "set's). The pooled TPOT ratio, its interval and the verdict are for this mix (the "
-        "per-category block contrasts reweighted); default: the prompts as sent.",
+        "set's). The traffic's TPOT ratio, its interval and the verdict are for this mix "
+        "(each side's mean TPOT is the categories' mean TPOTs at these shares); every output "
+        "says the mix, a category it leaves out named; default: the prompts as sent.",
     )
     format: PromptFormat = Field(
         "speclib",
@@ -88,8 +100,9 @@ class WorkloadParams(StrictModel):
         description="workload.multi_turn: output tokens of each earlier-turn answer the "
         "control generates for the history (unset: workload.max_tokens).",
     )
-    num_prompts: int | None = Field(
+    num_prompts: int | None = bounded(
         None,
+        PROMPTS,
         gt=0,
         description="How many prompts to send (workload.sample says which; unset: all). "
         "More than the set has keeps them all, and the manifest records how many short.",
@@ -102,7 +115,9 @@ class WorkloadParams(StrictModel):
         "interleaved round-robin.",
     )
     sample_seed: int = Field(0, description="Seed of workload.sample random and stratified.")
-    repeats: int = Field(1, ge=1, description="Times each prompt is sent per series launch.")
+    repeats: int = bounded(
+        1, REPEATS, ge=1, description="Times each prompt is sent per series launch."
+    )
     max_tokens: int = Field(
         64, description="Output tokens per request; at least 2 (TPOT needs a second token)."
     )
@@ -126,19 +141,26 @@ class WorkloadParams(StrictModel):
     top_k: int | None = Field(None, description="Unset by default (see known CPU bugs).")
     seed: int | None = Field(None, description="Per-request sampling seed.")
     concurrency: int | list[int] = Field(
-        1, description="Requests in flight at once; a list runs one load level per value."
+        1,
+        description="Requests in flight at once; a list runs one load level per value. "
+        + describe_limit(CONCURRENCY),
     )
     request_rates: list[float] | None = Field(
-        None, description="Poisson arrival rates (requests/s), one open-loop load level each."
+        None,
+        description="Poisson arrival rates (requests/s), one open-loop load level each. "
+        + describe_limit(RATE, " requests/s"),
     )
     arrival_seed: int = Field(0, description="Seed of the Poisson arrival times.")
-    replicates: int = Field(
+    replicates: int = bounded(
         1,
+        BLOCKS,
         ge=1,
         description="Replicate blocks: each starts a fresh server for every arm; an arm's "
         "TPOT interval has blocks - 1 degrees of freedom (one block decides nothing).",
     )
-    warmup_requests: int = Field(2, ge=0, description="Unmeasured requests before a series.")
+    warmup_requests: int = bounded(
+        2, WARMUP, ge=0, description="Unmeasured requests before a series."
+    )
     level_warmup: bool = Field(
         True,
         description="Before each load level, every server gets unmeasured requests at that "
@@ -147,15 +169,16 @@ class WorkloadParams(StrictModel):
         "batch of its size a server runs (kernels compiled per batch shape, CUDA graphs). "
         "The first level at concurrency 1 is covered by the series' warm-up.",
     )
-    min_waves: int = Field(
+    min_waves: int = bounded(
         4,
+        REPEATS,
         ge=1,
         description="Each closed-loop level is measured for at least this many waves: "
         "at least min_waves x concurrency requests per arm, the prompt list repeated as "
         "often as needed (more repeats at that level only). See docs/method.md for why 4.",
     )
-    request_timeout_s: float = Field(
-        300.0, gt=0, description="Seconds before a request counts as failed (timeout)."
+    request_timeout_s: float = bounded(
+        300.0, TIMEOUT_S, gt=0, description="Seconds before a request counts as failed (timeout)."
     )
     max_error_rate: float = Field(
         0.5, gt=0, le=1, description="Stop a series early when this share of requests fail."
@@ -233,6 +256,10 @@ class WorkloadParams(StrictModel):
         values = value if isinstance(value, list) else [value]
         if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
             raise ValueError("concurrency must be a positive integer or a list of distinct ones")
+        if max(values) > CONCURRENCY.value:
+            raise ValueError(
+                f"concurrency {max(values)} is above {CONCURRENCY.shown()} ({CONCURRENCY.why})"
+            )
         return value
 
     @field_validator("request_rates")
@@ -240,6 +267,10 @@ class WorkloadParams(StrictModel):
     def _positive_rates(cls, value: list[float] | None) -> list[float] | None:
         if value is not None and (not value or any(r <= 0 for r in value)):
             raise ValueError("request_rates must be a non-empty list of positive numbers")
+        if value and max(value) > RATE.value:
+            raise ValueError(
+                f"request rate {max(value):g} req/s is above {RATE.shown()} ({RATE.why})"
+            )
         return value
 
     def repeats_at(self, level: LoadLevel, n_prompts: int) -> int:

@@ -230,9 +230,14 @@ def _disagreements(an: RunAnalysis) -> str:
             if diverged
             else ""
         )
+        kinds = (
+            f" ({a.n_near_tie} near tie(s), {a.n_real} real, {a.n_unranked} not ranked)"
+            if a.n_diverged
+            else ""
+        )
         lines.append(
             f"<li><b>{html.escape(c.experiment)}</b>: {a.n_exact} of {a.n_compared} prompts "
-            f"answered exactly as the control; {a.n_diverged} differ{where}</li>"
+            f"answered exactly as the control; {a.n_diverged} differ{kinds}{where}</li>"
         )
     return (
         f"<p>Agreement with the control's greedy answers:</p><ul>{''.join(lines)}</ul>"

@@ -16,6 +16,7 @@ from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.answer import MIXED
 from speclib.analysis.verdict.categories import CATEGORY_NOTE, TURN_NOTE
 from speclib.analysis.verdict.comparisons import Comparison
+from speclib.core.estimand import Estimand
 from speclib.core.wording import ratio_words, speed_words
 from speclib.report.html_format import wrap
 
@@ -27,6 +28,7 @@ __all__ = [
     "conf_words",
     "instrument_words",
     "md_inline",
+    "mix_words",
 ]
 
 
@@ -41,25 +43,44 @@ def instrument_words(an: RunAnalysis) -> str:
 
 
 def _effect(ci: Any) -> str:
-    """The TPOT change in words, with its interval on the same scale."""
+    """The TPOT change in words, with its interval on the same scale; the traffic's ratio
+    (the verdict's) reads as the traffic's mean time per output token."""
     conf = conf_words(ci.confidence_level)
+    traffic = getattr(ci, "estimand", None) == Estimand.TRAFFIC
+    what = "the traffic's mean time per output token" if traffic else "time per output token"
     if ci.ci_high < 1:
         return (
-            f"cut time per output token by {(1 - ci.estimate) * 100:.0f} % "
+            f"cut {what} by {(1 - ci.estimate) * 100:.0f} % "
             f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %; "
             f"{speed_words(ci.estimate)})"
         )
     if ci.ci_low > 1:
+        more = f"{(ci.estimate - 1) * 100:.0f} %"
         return (
-            f"took {(ci.estimate - 1) * 100:.0f} % more time per output token "
-            f"({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
+            (f"raised {what} by {more}" if traffic else f"took {more} more {what}")
+            + f" ({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
             f"more; {speed_words(ci.estimate)})"
         )
     return (
-        f"changed time per output token by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
+        f"changed {what} by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
         f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
         "no change)"
     )
+
+
+def _other_ratios(c: Comparison) -> str:
+    """The same comparison as the other estimands, named (:mod:`speclib.core.estimand`):
+    the typical request's always, the token-weighted ratio where answer lengths differ."""
+    ratios = getattr(c, "ratios", None) or {}
+    parts = []
+    typical = ratios.get(Estimand.TYPICAL)
+    if typical is not None and typical.estimate > 0:
+        parts.append(f"the typical request ×{typical.estimate:.2f} (geometric mean of the "
+                     "per-request ratios, not what the traffic gets)")  # fmt: skip
+    per_token = ratios.get(Estimand.PER_TOKEN)
+    if per_token is not None and per_token.estimate > 0 and getattr(c, "lengths_differ", False):
+        parts.append(f"per token ×{per_token.estimate:.2f} (total decode time over tokens)")
+    return f" Beside it: {'; '.join(parts)}." if parts else ""
 
 
 def _level_words(level: Any) -> str:
@@ -128,7 +149,8 @@ def _sentence(c: Comparison, an: RunAnalysis) -> str:
         extra += f" (gate(s) not assessed, the data cannot tell: {', '.join(unknown)})"
     return (
         f"**{c.experiment}** ({c.method}, k={c.k}){at_load(c, an)} {effect} over "
-        f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_by_category(c)}"
+        f"{ci.n_pairs} paired prompts: **{word}** — {tail}{extra}.{_other_ratios(c)}"
+        f"{_by_category(c)}"
     )
 
 
@@ -225,9 +247,12 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
         f"Measured over streaming chat completions, TPOT from {instrument_words(an)} "
         f"({wl.max_tokens} max tokens, "
         f"temperature {wl.temperature:g}, load {', '.join(lv.label for lv in wl.levels)}); "
-        "TPOT excludes the first token; intervals are block-level paired t-intervals over "
-        "replicate blocks, each on its own arm's block-to-block variance (Holm-adjusted over "
-        "every experiment arm and load level); the method is at the end of this page."
+        "TPOT excludes the first token; every TPOT ratio is the traffic's (the arm's mean TPOT "
+        "over the control's on the same prompts, each request once) unless named the typical "
+        "request's (a geometric mean of per-request ratios) or per token; intervals are "
+        "block-level paired t-intervals over replicate blocks, each on its own arm's "
+        "block-to-block variance (Holm-adjusted over every experiment arm and load level); "
+        "the method is at the end of this page."
     )
     said = getattr(getattr(an, "answer", None), "headline", ())
     if said:
@@ -238,11 +263,20 @@ def conclusion_parts(an: RunAnalysis) -> tuple[str, list[str], str, str | None]:
             f"No verdict at {_all_loads(an)}: this bench is not trustworthy for this run (see "
             "the bench-trust panel); re-run on a quieter machine or with more replicate blocks."
         )
+    if mix := mix_words(an):
+        headline = f"{mix[:1].upper()}{mix[1:]}: {headline}"
     sentences = [_sentence(c, an) for c in an.experiments]
     deploy = getattr(getattr(an, "answer", None), "deploy", None)
     sentences += [f"What to deploy {t}." if t.startswith("at ") else f"What to deploy: {t}."
                   for _, t in (deploy.advice if deploy else ())]  # fmt: skip
     return headline, sentences, note, _warning_pointer(an)
+
+
+def mix_words(an: RunAnalysis) -> str | None:
+    """The user's traffic mix the answer is for ("for your mix: echo 80 %, fresh 20 % (the
+    run's prompts: 50 / 50)"); None for the prompts as sent."""
+    mix = getattr(getattr(an, "answer", None), "mix", None)
+    return mix.words() if mix is not None else None
 
 
 def _best_for_the_whole(an: RunAnalysis) -> Comparison | None:

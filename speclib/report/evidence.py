@@ -23,6 +23,7 @@ import pandas as pd
 from speclib.analysis.health.drift import drift_sentence
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.speculation.acceptance import sum_counters
+from speclib.core.estimand import Estimand
 from speclib.core.rundir import RunDir
 from speclib.core.scores import read_scores
 from speclib.report.figure_base import FigureWithCaption, series_palette
@@ -93,9 +94,16 @@ def paired_ratio_figures(an: RunAnalysis) -> list[FigureWithCaption]:
                     confidence_level=ci.confidence_level,
                     control=an.control,
                     palette=pal,
+                    typical=_typical(c),
                 )
             )
     return out
+
+
+def _typical(c: Any) -> float | None:
+    """The comparison's typical-request ratio (a geometric mean), when it has one."""
+    ci = (getattr(c, "ratios", None) or {}).get(Estimand.TYPICAL)
+    return ci.estimate if ci is not None and ci.estimate > 0 else None
 
 
 def load_figures(an: RunAnalysis) -> list[FigureWithCaption]:

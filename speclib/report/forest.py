@@ -104,7 +104,9 @@ def plot_forest(
     fig, axes = new_figure(width=7.0, height=1.0 + 0.36 * max(n, 1))
     ax = axes[0][0]
     ax.set_title(
-        "TPOT ratio vs control (below 1 = faster), each arm's interval", loc="left", fontsize=10
+        "The traffic's TPOT ratio vs control (mean TPOT; below 1 = faster), each arm's interval",
+        loc="left",
+        fontsize=10,
     )
     if n == 0:
         ax.text(0.5, 0.5, "no arm has a TPOT interval", ha="center", transform=ax.transAxes)
@@ -136,7 +138,7 @@ def plot_forest(
     right_axis.set_yticks(ys, words)
     right_axis.tick_params(axis="y", length=0, labelsize=8.5)
     right_axis.grid(False)
-    ax.set_xlabel("TPOT ratio, experiment / control (log scale)")
+    ax.set_xlabel("the traffic's TPOT ratio: mean TPOT, experiment / control (log scale)")
     ticks = _spaced([t for t in _TICKS if lo <= t <= hi], lo, hi)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(FixedFormatter([f"×{t:g}" for t in ticks]))
@@ -144,7 +146,8 @@ def plot_forest(
     levels = sorted({round(100 * float(v), 2) for v in df["level"]})
     level_text = " and ".join(f"{v:g} %" for v in levels)
     caption = (
-        f"Which arms are faster, and by how much? Dot: the TPOT ratio to the control; bar: "
+        f"Which arms are faster, and by how much? Dot: the traffic's TPOT ratio to the control "
+        f"(the arm's mean TPOT over the control's on the same prompts); bar: "
         f"its interval at {level_text} confidence (the level each was built at, Holm-"
         f"adjusted for the family where wider than 95 %); grey band: ±{100 * margin:g} % "
         "(equivalent). A bar wholly left of 1 is faster, wholly inside the band equivalent. "

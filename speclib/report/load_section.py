@@ -70,7 +70,7 @@ def _level_table(an: RunAnalysis) -> str:
     slo = an.load.slo
     pctl = f"p{slo['percentile']:g}" if slo else "p90"
     tpot, good = _tpot_cells(an), _goodput_cells(an)
-    head = ["Load", "Arm", "In flight (mean)", "TPOT ratio to control [CI], verdict",
+    head = ["Load", "Arm", "In flight (mean)", "The traffic's TPOT ratio to control [CI], verdict",
             "Output tokens/s", f"TTFT p50 / {pctl} (ms)", f"TPOT p50 / {pctl} (ms)"]  # fmt: skip
     if slo:
         head += ["Meets the SLO", "Goodput (req/s)", "Goodput ratio [CI]"]
@@ -158,7 +158,8 @@ def load_html(an: RunAnalysis) -> str:
         return ""
     bes = "".join(f"<li>{html.escape(b.text)}</li>" for b in load.break_evens)
     be_html = (
-        "<p><b>Break-even load</b> (TPOT ratio reaching 1, interpolated linearly between "
+        "<p><b>Break-even load</b> (the traffic's TPOT ratio reaching 1, interpolated linearly "
+        "between "
         f"levels; its interval inverts the per-level intervals):</p><ul>{bes}</ul>"
         if bes
         else ""

@@ -195,26 +195,50 @@ def series_html(an: RunAnalysis) -> str:
     )
 
 
+def _target_view(c: Any, pid: str) -> str:
+    """The target's ranking of a divergence in words: near tie, real, or not ranked."""
+    cls = c.divergences.get(pid)
+    if cls is None or cls.kind == "unranked":
+        return "not ranked"
+    ranks = f"ranks {cls.control_rank} / {cls.experiment_rank}" if cls.control_rank else ""
+    word = "near tie" if cls.kind == "near_tie" else "<b>real disagreement</b>"
+    return f"{word} (gap {cls.gap:+.3f} nats{'; ' + ranks if ranks else ''})"
+
+
 def divergence_html(an: RunAnalysis, limit: int = 5) -> str:
     """Greedy outputs that differ from the control: up to ``limit`` prompts per
-    comparison, each with its first divergence."""
-    out = []
+    comparison, each with its first divergence and the target's view of it (a near tie,
+    or a real disagreement), and per comparison the count of each kind."""
+    out, counts = [], []
     for c in an.comparisons:
-        diverged = [(pid, a) for pid, a in c.agreements.items() if not a.exact_match][:limit]
-        for pid, a in diverged:
+        diverged = [(pid, a) for pid, a in c.agreements.items() if not a.exact_match]
+        ag = c.agreement
+        if diverged and ag is not None:
+            counts.append(
+                f"<li>{html.escape(c.experiment)} at {html.escape(str(c.load))}: "
+                f"{ag.n_diverged} of {ag.n_compared} differ: {ag.n_near_tie} near tie(s), "
+                f"{ag.n_real} real disagreement(s), {ag.n_unranked} not ranked</li>"
+            )
+        for pid, a in diverged[:limit]:
             out.append(
                 f"<tr><td>{html.escape(c.experiment)}</td><td>{html.escape(pid)}</td>"
                 f"<td>{a.first_divergence} ({a.unit})</td>"
                 f"<td>…{html.escape(a.context_before)}<b>[{html.escape(a.control_after)}]</b></td>"
-                f"<td><b>[{html.escape(a.experiment_after)}]</b></td></tr>"
+                f"<td><b>[{html.escape(a.experiment_after)}]</b></td>"
+                f"<td>{_target_view(c, pid)}</td></tr>"
             )
     if not out:
         return ""
     head = (
         "<tr><th>Experiment</th><th>Prompt</th><th>First divergence</th>"
-        "<th>Control output</th><th>Experiment output</th></tr>"
+        "<th>Control output</th><th>Experiment output</th><th>The target's view</th></tr>"
     )
     return (
         "<h3>Greedy outputs that differ from the control</h3>"
+        "<p>Where an answer first differs, the target served without speculation ranks both "
+        "tokens: within <code>analysis.near_tie_nats</code> of each other the answers parted "
+        "on a floating-point near tie (not held against the arm); beyond it the arm disagrees "
+        "with its target.</p>"
+        f"<ul>{''.join(counts)}</ul>"
         f"<table class='speclib-table'>{head}{''.join(out)}</table>"
     )

@@ -188,14 +188,18 @@ def method_html(an: RunAnalysis) -> str:
         ),
         "gates": _gate_rules(p.analysis),
         "statistics": (
-            "TPOT: per arm, a paired t-interval over replicate blocks of its per-block mean "
-            "log ratio (with an A/A arm: against the mean of the two control servers), on "
-            "that arm's own block-to-block variance, blocks - 1 df (one launch per arm: "
-            "never adopt or worse); Holm step-down over every experiment arm and load level "
-            "(the A/A arm apart); TTFT/E2E gates: the same block model on that metric's "
-            "per-block mean log ratio (per-arm paired t, blocks - 1 df, at the declared "
-            "confidence); the prompt-level bootstrap of TPOT "
-            f"({p.analysis.n_resamples} resamples, seed {p.analysis.seed}) is information only"
+            "TPOT: the traffic's ratio (the arm's mean TPOT over the control's on the same "
+            "prompts, each request once; for the user's mix when given): per arm, a paired "
+            "t-interval over replicate blocks of the log of each block's ratio (with an A/A "
+            "arm: against the mean of the two control servers), on that arm's own "
+            "block-to-block variance, blocks - 1 df (one launch per arm: never adopt or "
+            "worse); Holm step-down over every experiment arm and load level (the A/A arm "
+            "apart); beside it, descriptive: the token-weighted ratio and the typical "
+            "request's (the geometric mean of per-request ratios); TTFT/E2E gates: the same "
+            "block model on that metric's per-block mean log ratio, the typical request's "
+            "(per-arm paired t, blocks - 1 df, at the declared confidence); the prompt-level "
+            f"bootstrap of TPOT ({p.analysis.n_resamples} resamples, seed {p.analysis.seed}; "
+            "the typical request's) is information only"
         ),
     }
     if getattr(wl, "multi_turn", False):

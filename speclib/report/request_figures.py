@@ -130,12 +130,15 @@ def plot_paired_ratio(
     metric: str = "tpot_s",
     palette: Mapping[str, str] | None = None,
     confidence_level: float | None = None,
+    typical: float | None = None,
 ) -> FigureWithCaption:
     """Per-prompt ratio experiment / control of ``metric``, coloured by prompt category, and
     the overall ratio with its CI drawn apart, as one more column right of the prompts.
 
-    ``ci`` (and ``estimate``, the geometric-mean ratio) come from
-    :func:`speclib.analysis.stats.paired.paired_ratio_ci`; they are drawn, not recomputed;
+    ``ci`` and ``estimate`` are the traffic's ratio (the verdict's: the arm's mean over the
+    control's, :mod:`speclib.core.estimand`) with its interval, ``typical`` the typical
+    request's (the geometric mean of the ratios drawn), drawn as a line of its own; they
+    are drawn, not recomputed;
     ``confidence_level`` (e.g. 0.975 after a Holm adjustment) is named in the legend and
     caption. The interval is that of the mean ratio, not a range for single prompts, so it
     is drawn on the mean's own column. Points below the line at 1 are prompts where the
@@ -167,9 +170,12 @@ def plot_paired_ratio(
             capsize=5,
             lw=2,
             zorder=4,
-            label=f"geometric-mean ratio {estimate:.3f}"
-            + (f"\n{level}CI of the mean [{lo:.3f}, {hi:.3f}]" if err else ""),
+            label=f"the traffic's ratio {estimate:.3f}"
+            + (f"\n{level}CI [{lo:.3f}, {hi:.3f}]" if err else ""),
         )
+    if typical is not None:
+        ax.axhline(typical, color="0.5", lw=1, ls="-.",
+                   label=f"typical request\n(geometric mean) {typical:.3f}")  # fmt: skip
     elif bounded:
         ax.vlines([x_mean], lo, hi, color=pal[experiment], lw=2, label=f"{level}CI of the mean")
     # every category of the records, sorted, so a category keeps its colour across figures
@@ -211,7 +217,18 @@ def plot_paired_ratio(
         f"{cat} {g['ratio'].median():.2f} (n={len(g)})"
         for cat, g in ratios.groupby("category", sort=False)
     )
-    est = f"geometric-mean ratio {estimate:.3f}" if estimate is not None else ""
+    est = (
+        f"the traffic's ratio {estimate:.3f} (mean {label} of {experiment} over {control}'s, "
+        "every prompt once)"
+        if estimate is not None
+        else ""
+    )
+    geo = (
+        f" The dash-dotted line is the typical request's ratio {typical:.3f}, the geometric "
+        "mean of the points: where they spread, it is not what the traffic gets."
+        if typical is not None
+        else ""
+    )
     caption = (
         f"Does the speed-up hold per prompt and per category? Each point is one prompt's median "
         f"{label} of {experiment} divided by that of {control} (n={len(ratios)} prompts), "
@@ -219,11 +236,12 @@ def plot_paired_ratio(
         + (f"Median ratio per category: {per_cat}. " if per_cat else "")
         + (
             f"Right column: {est or 'the mean ratio'} with the {level}confidence interval "
-            f"[{lo:.3f}, {hi:.3f}] of that mean, not a range for single prompts, which spread "
+            f"[{lo:.3f}, {hi:.3f}] of that ratio, not a range for single prompts, which spread "
             "wider."
             if bounded
             else f"Right column: {est + ', ' if est else ''}without an interval: one launch "
             "per arm gives none (see the verdict)."
         )
+        + geo
     )
     return FigureWithCaption(fig, caption)

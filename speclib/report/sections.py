@@ -18,6 +18,8 @@ from typing import Any
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.analysis.verdict.comparisons import Comparison
+from speclib.core.estimand import DEFINITIONS, LABELS, Estimand
+from speclib.core.stopping import stopping_lines
 from speclib.core.wording import STATUS_MARKS, speed_words, time_change_words
 from speclib.report.conclusion import (
     conclusion,
@@ -26,6 +28,7 @@ from speclib.report.conclusion import (
     conf_words,
     instrument_words,
     md_inline,
+    mix_words,
 )
 from speclib.report.html_format import gib, pct, word_badge, wrap
 from speclib.report.multirun import machine_label
@@ -44,6 +47,7 @@ __all__ = [
     "design_line",
     "gates_html",
     "noise_floor_html",
+    "stopping_html",
     "trust_html",
     "verdict_html",
     "verdict_table_html",
@@ -68,8 +72,24 @@ def _ratio_cell(c: Comparison) -> str:
         f"{ci.ci_low:.3f}–{ci.ci_high:.3f}</span>"
         f"<br><span class='speclib-small' title='{html.escape(ci.method, quote=True)}'>"
         f"{ci.n_pairs} pairs in {ci.n_launches} block(s){_df_words(ci)}{wilcoxon}</span>"
-        f"{_exclusion_note(c)}"
+        f"{_other_ratios_html(c)}{_exclusion_note(c)}"
     )
+
+
+def _other_ratios_html(c: Comparison) -> str:
+    """The comparison's other ratios under the verdict's, each named by its estimand
+    (:data:`speclib.core.estimand.LABELS`): the token-weighted one where answer lengths
+    differ, the typical request's always."""
+    ratios = getattr(c, "ratios", None) or {}
+    shown = [Estimand.TYPICAL]
+    if getattr(c, "lengths_differ", False):
+        shown.insert(0, Estimand.PER_TOKEN)
+    parts = [
+        f"{html.escape(LABELS[e])} ×{ci.estimate:.3f}"
+        for e in shown
+        if (ci := ratios.get(e)) is not None and ci.estimate > 0
+    ]
+    return f"<br><span class='speclib-small'>{'<br>'.join(parts)}</span>" if parts else ""
 
 
 def _df_words(ci: Any) -> str:
@@ -155,9 +175,16 @@ def _measured_cell(c: Comparison) -> str:
     ctl, exp = a["control"], a["experiment"]
     rate_c, rate_e = ctl["tokens_per_s"], exp["tokens_per_s"]
     rates = "–" if rate_c is None or rate_e is None else f"{rate_c:.0f} → {rate_e:.0f}"
+    mean_c, mean_e = c.mean_tpot_s if hasattr(c, "mean_tpot_s") else (None, None)
+    mean = (
+        ""
+        if mean_c is None or mean_e is None
+        else f"<span class='speclib-nowrap'>mean TPOT {_ms(1e3 * mean_c)} → "
+        f"<b>{_ms(1e3 * mean_e)}</b> ms</span><br>"
+    )
     return (
-        f"<span class='speclib-nowrap'>TPOT {_ms(ctl['tpot']['p50_ms'])} → "
-        f"<b>{_ms(exp['tpot']['p50_ms'])}</b> ms</span><br>"
+        mean + f"<span class='speclib-nowrap'>TPOT p50 {_ms(ctl['tpot']['p50_ms'])} → "
+        f"{_ms(exp['tpot']['p50_ms'])} ms</span><br>"
         f"<span class='speclib-small speclib-nowrap'>p90 {_ms(ctl['tpot']['p90_ms'])} → "
         f"{_ms(exp['tpot']['p90_ms'])} ms</span><br>"
         f"<span class='speclib-nowrap'>TTFT {_ms(ctl['ttft']['p50_ms'])} → "
@@ -214,7 +241,11 @@ def _agreement_cell(c: Comparison, greedy: bool) -> str:
     if c.agreement is None:
         return "–"
     ag = c.agreement
-    return f"{ag.n_exact}/{ag.n_compared} identical ({pct(ag.exact_match_rate)})"
+    cell = f"{ag.n_exact}/{ag.n_compared} identical ({pct(ag.exact_match_rate)})"
+    if ag.n_diverged:
+        kinds = [(ag.n_near_tie, "near tie"), (ag.n_real, "real"), (ag.n_unranked, "unranked")]
+        cell += "; " + ", ".join(f"{n} {word}" for n, word in kinds if n)
+    return cell
 
 
 def _context_line(an: RunAnalysis) -> str:
@@ -318,26 +349,56 @@ def verdict_table_html(an: RunAnalysis) -> str:
     rows += [_recommended_row(r) for r in getattr(an, "recommendations", ())]
     levels = _levels(an)
     level = f"{conf_words(levels[0])} CI" if len(levels) == 1 else "CI at the level in each cell"
+    mix = mix_words(an)
+    for_mix = f"; {html.escape(mix)}" if mix else ""
     head = (
         "<tr><th>Experiment</th><th>Measured<br><span class='speclib-small'>control → exp., "
-        "medians</span></th><th>TPOT ratio vs control<br><span class='speclib-small'>"
-        f"{level}; below 1 = faster; {instrument_words(an)}</span></th><th>Verdict</th>"
+        "the traffic's mean, then medians</span></th><th>The traffic's TPOT ratio<br>"
+        "<span class='speclib-small'>the arm's mean TPOT / the control's, same prompts"
+        f"{for_mix}; {level}; below 1 = faster; {instrument_words(an)}</span></th><th>Verdict</th>"
         "<th>Why, and the gates</th><th>Acceptance</th><th>Greedy output agreement</th>"
         "<th>Failed requests (control / exp.)</th><th>Peak server memory, KV cache</th></tr>"
     )
     return wrap(f"<table class='speclib-table' id='speclib-verdict'>{head}{''.join(rows)}</table>")
 
 
+def stopping_html(an: RunAnalysis) -> str:
+    """The blocks run, why the run stopped adding blocks, and what the verdicts still open
+    would take, the first three of them (``#speclib-stopping``, one small paragraph under
+    the answer; :func:`speclib.core.stopping.stopping_lines`); "" without a record."""
+    found = getattr(an, "stopping", None)
+    if found is None:
+        return ""
+    lines = stopping_lines(found, limit=3)
+    text = "; ".join(lines)
+    text = text[0].upper() + text[1:] + "."
+    return f"<p class='speclib-context' id='speclib-stopping'>{html.escape(text)}</p>"
+
+
 def answer_html(an: RunAnalysis) -> str:
-    """The title, where and when, and the answer in one sentence with the load it holds
-    for (``#speclib-answer``): the first thing on the page."""
+    """The title, where and when, the answer in one sentence with the load it holds for
+    (``#speclib-answer``), and the blocks it rests on (:func:`stopping_html`): the first
+    thing on the page."""
     description = f" {html.escape(an.params.description)}" if an.params.description else ""
     headline = conclusion_parts(an)[0]
     return wrap(
         f"<h1>Speculative decoding: {html.escape(an.params.name)}</h1>"
         f"<p class='speclib-answer' id='speclib-answer'>{md_inline(headline)}</p>"
+        f"{stopping_html(an)}"
         f"<p class='speclib-context'>{_context_line(an)}.{description}</p>"
+        f"<p class='speclib-small' id='speclib-estimands'>{_estimand_legend()}</p>"
     )
+
+
+def _estimand_legend() -> str:
+    """Which figure is which, once on the first screen (:mod:`speclib.core.estimand`)."""
+    parts = []
+    for e in Estimand:  # each definition opens with its own name: "the traffic's ratio: ..."
+        name, _, rest = DEFINITIONS[e].partition(": ")
+        parts.append(f"<b>{html.escape(name)}</b>: {html.escape(rest)}")
+    return "Which ratio is which: " + "; ".join(parts) + (
+        ". Every verdict about the traffic as a whole (adopt, routing, break-even, the "
+        "recommended value) uses the traffic's.")  # fmt: skip
 
 
 def trust_html(an: RunAnalysis) -> str:

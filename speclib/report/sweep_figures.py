@@ -97,7 +97,7 @@ def _ratio_panel(ax, sub: pd.DataFrame, pal: Mapping[str, str], margin: float) -
         finite += [v for v in (*est, *lo[ok], *hi[ok]) if np.isfinite(v)]
     span = max(finite) - min(finite)
     ax.set_ylim(max(0.0, min(finite) - 0.05 * span), max(finite) + 0.05 * span)
-    ax.set_ylabel("TPOT ratio arm / control (unitless)")
+    ax.set_ylabel("the traffic's TPOT ratio arm / control")
     ax.legend(fontsize="small")
 
 
@@ -153,10 +153,12 @@ def plot_sweep(
             xs = sorted(set(sub["x"]))
             ax.set_xticks(xs, [f"{v:g}" for v in xs])
     caption = (
-        f"Left: measured TPOT ratio of each swept arm to the control of its own block, with "
+        f"Left: measured traffic's TPOT ratio (mean TPOT) of each swept arm to the control of "
+        f"its own block, with "
         f"the verdict table's interval, one line per sweep family; below the dotted line "
         f"(1 − δ = {1 - margin:g}) an arm can pay, a ring marks the recommended value. Right: "
-        "the measured decomposition of the same arms (speed-up = tokens per step ÷ step "
+        "the measured decomposition of the same arms, on the typical request's scale (geometric "
+        "means: speed-up = tokens per step ÷ step "
         "cost; solid: tokens per verify step, dashed: a step's time over a plain step's)."
     )
     return FigureWithCaption(fig, caption)

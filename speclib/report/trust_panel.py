@@ -46,7 +46,8 @@ def _grouping(an: RunAnalysis) -> str:
 
 def design_line(an: RunAnalysis) -> str:
     """How the arms were measured: design, blocks (and how they were formed when the arms
-    ran in groups), and why the run stopped (plain words)."""
+    ran in groups); for an older kit's run, why it stopped in its own words (a newer run's
+    stopping is on the first screen: :func:`speclib.report.sections.stopping_html`)."""
     d = an.design
     blocks = _blocks_run(an)
     text = (
@@ -54,9 +55,9 @@ def design_line(an: RunAnalysis) -> str:
         f"{blocks} replicate block(s), a fresh server per arm in each."
     )
     text += _grouping(an)
-    stop = (an.manifest.get("stopping") or {}).get("reason")
-    if stop:
-        text += f" {stop}"
+    older = an.manifest.get("stopping") or {}
+    if "code" not in older and older.get("reason"):  # an older kit's record, in its words
+        text += f" {older['reason']}"
     return text
 
 

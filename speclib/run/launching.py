@@ -335,7 +335,7 @@ def server_for(
     files = rd.launch_files(lid)
     srv.reap_pidfile(files.pidfile)
     shared = uses_shared_cache(params, series)
-    cache_root = shared_cache_root() if shared else files.root / "vllm-cache"
+    cache_root = shared_cache_root() if shared else files.vllm_cache
     tmpdir = Path(tempfile.mkdtemp(prefix="speclib-"))  # short: vLLM puts IPC sockets here
     try:
         spec = build_launch_spec(

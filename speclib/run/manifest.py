@@ -4,10 +4,14 @@ The manifest holds the kit, vLLM, torch and Python versions, the CPU model and G
 ``nvidia-smi`` exists), each model's identity (a content hash for local folders, the
 resolved snapshot for hub models when it is in the local cache), the tokenizer and chat
 template hash, the prompt set's provenance (hash, format, records read and skipped, the
-sample drawn), sampling, the series order and start/end times. Setup writes it
-(:mod:`speclib.run.preflight`); every later change goes through here: the blocks that
-run-until-decided adds and why it stopped, the Ray executor's block states, and each
-launch's server command line (secrets redacted) at the end of the blocks.
+sample drawn), sampling, the series order and start/end times, and the blocks the run
+may use (``until_decided``: at least, at most and the time budget, fixed before any block
+runs; the analysis replays its looks from it). Setup writes it
+(:mod:`speclib.run.preflight`); a resume's setup keeps it and appends its own environment
+(:func:`resumed_manifest`); every later change goes through here: the blocks that
+run-until-decided adds and why it stopped (``stopping``: a code and its numbers), the Ray
+executor's block states, and each launch's server command line (secrets redacted) at the
+end of the blocks.
 """
 
 from __future__ import annotations
@@ -40,8 +44,24 @@ __all__ = [
     "package_versions",
     "read_plan",
     "record_launches",
+    "record_stopping",
+    "resumed_manifest",
+    "setups_before",
+    "until_decided_record",
     "update_manifest",
 ]
+
+_ENVIRONMENT = (
+    "created_at",
+    "hardware",
+    "versions",
+    "vllm",
+    "models",
+    "placement",
+    "memory_plan",
+    "security_advisories",
+)
+"""What a setup records of where and with what it ran: a resume's go to ``resumes``."""
 
 _PACKAGES = (
     "speclib",
@@ -193,10 +213,21 @@ def build_manifest(
         "series": [s.model_dump() for s in params.arms],
         "order": order,
         "analysis": params.analysis.model_dump(),
+        "until_decided": until_decided_record(params),
     }
     if params.workload.multi_turn:
         manifest["multi_turn"] = history_provenance(params, prompts.prompts)
     return manifest
+
+
+def until_decided_record(params: ExperimentParams) -> dict[str, Any]:
+    """The blocks the run may use, fixed before any block runs: ``at_least`` (the planned
+    blocks), ``at_most`` (the cap; equal to ``at_least``: the planned blocks only) and the
+    time budget ``budget_min`` (:attr:`speclib.params.experiment.ExperimentParams.block_bounds`).
+    The analysis spends α over the looks between the two
+    (:func:`speclib.analysis.verdict.run_rules.looks_plan`)."""
+    least, most = params.block_bounds
+    return {"at_least": least, "at_most": most, "budget_min": params.protocol.budget_min}
 
 
 @dataclass(frozen=True)
@@ -219,6 +250,22 @@ def read_plan(rd: RunDir) -> RunPlan:
     )
 
 
+def setups_before(manifest: dict[str, Any]) -> int:
+    """How many setups wrote ``manifest`` (0: none, a new run; else the run's own and one
+    per resume), so the next setup's notebook is :meth:`RunDir.setup_notebook` of it."""
+    return 1 + len(manifest.get("resumes") or []) if manifest else 0
+
+
+def resumed_manifest(
+    kept: dict[str, Any], fresh: dict[str, Any], *, notebook: str
+) -> dict[str, Any]:
+    """The manifest after a resume's setup: the run's own, kept whole (where and when it
+    started, its design and blocks), with the resume's environment (``fresh``'s time,
+    hardware, versions, models, placement) and setup notebook appended to ``resumes``."""
+    entry = {k: fresh.get(k) for k in _ENVIRONMENT} | {"setup_notebook": notebook}
+    return {**kept, "resumes": [*(kept.get("resumes") or []), entry]}
+
+
 def update_manifest(rd: RunDir, **sections: Any) -> None:
     """Write ``sections`` into the run's ``manifest.json`` (nothing when it has none yet)."""
     manifest = rd.read_manifest()
@@ -231,6 +278,11 @@ def add_block(rd: RunDir, block: dict[str, Any]) -> None:
     blocks = rd.read_manifest()["blocks"]
     if block["block"] not in {b["block"] for b in blocks}:
         update_manifest(rd, blocks=[*blocks, block])
+
+
+def record_stopping(rd: RunDir, stopping: dict[str, Any]) -> None:
+    """Why the run stopped adding blocks (:class:`speclib.core.stopping.Stopping`, as data)."""
+    update_manifest(rd, stopping=stopping)
 
 
 def record_launches(rd: RunDir) -> None:

@@ -38,7 +38,7 @@ from speclib.params.validation import mix_problem
 from speclib.run.cli_check import require_commands
 from speclib.run.design import Block, DesignChoice, choose_design, plan_blocks
 from speclib.run.launching import arm_weights_gib
-from speclib.run.manifest import build_manifest, hardware
+from speclib.run.manifest import build_manifest, hardware, resumed_manifest, setups_before
 from speclib.run.placement import (
     MemoryPlan,
     Placement,
@@ -267,7 +267,9 @@ def prepare_run(run_dir: str | Path, *, params_file: str | Path | None = None) -
     hw = hardware()
     choice, blocks = plan_design(params, hw)
     kept = rd.read_manifest()  # a resumed run keeps the design it started with
-    if kept.get("design") and kept.get("blocks"):
+    if not (kept.get("design") and kept.get("blocks")):
+        kept = {}  # none, or one its setup never finished: this setup is the run's own
+    if kept:
         choice = DesignChoice(**kept["design"])
         blocks = [Block(b["block"], b["replicate"], tuple(b["arms"])) for b in kept["blocks"]]
     commands = require_commands(params, f"params {params.name!r}")
@@ -290,6 +292,9 @@ def prepare_run(run_dir: str | Path, *, params_file: str | Path | None = None) -
     manifest["placement"] = {name: p.to_dict() for name, p in placed.items()}
     manifest["memory_plan"] = plan.to_dict()
     manifest["sensitive_prompt_warnings"] = sensitive
+    if kept:  # a resume: the run's own record is kept, this setup's appended
+        notebook = rd.setup_notebook(setups_before(kept)).name
+        manifest = resumed_manifest(kept, manifest, notebook=notebook)
     write_json_atomic(rd.manifest, manifest)
     return SetupReport(
         version,

@@ -30,6 +30,7 @@ from typing import Any
 
 from speclib.core.datasets import workload_prompts
 from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_counters_delta
+from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.turns import sent_prompt_count
 from speclib.measure.worker import close_shared_worker, shared_worker
@@ -47,7 +48,8 @@ from speclib.run.launch_record import (
     verify_mode,
 )
 from speclib.run.launching import api_key
-from speclib.run.synthetic_truth import acceptance_truth
+from speclib.run.mtp_weights import launch_mtp_weights
+from speclib.run.synthetic_truth import TRUTH_METHODS, acceptance_truth, metrics_window
 from speclib.serve import process as srv
 from speclib.serve.cpu import CpuSampler
 from speclib.serve.memory import MemorySampler
@@ -149,21 +151,39 @@ def _conclude(
     extra = dict(result.extra)
     if arm.crosscheck is not None:
         extra["crosscheck"] = arm.crosscheck
-    truth = _truth(params, arm)
+    truth = _truth(params, rd, arm)
     if truth is not None:
         extra["acceptance_truth"] = truth
+    weights = _mtp_weights(params, arm)
+    if weights is not None:
+        extra["mtp_step_weights"] = weights
     cause = srv.root_cause(srv.tail(arm.files.server_log, lines=400)) if result.error else None
     result = replace(result, block_arms=list(arms_in_block), extra=extra, error_cause=cause)
     write_json_atomic(arm.files.status, result.to_dict())
     return result
 
 
-def _truth(params, arm: Arm) -> dict[str, Any] | None:
-    """The acceptance a synthetic draft must give on this arm's outputs (never fails the
-    block: a problem is written instead)."""
+def _truth(params, rd: RunDir, arm: Arm) -> dict[str, Any] | None:
+    """The acceptance a synthetic draft must give on the outputs of this arm's ``/metrics``
+    window (never fails the block: a problem is written instead)."""
     try:
-        return acceptance_truth(params, arm.series, arm.records)
+        if (arm.series.speculative_config or {}).get("method") not in TRUTH_METHODS:
+            return None
+        window = metrics_window(
+            list(read_records(rd.requests)),
+            arm.lid,
+            warmup_requests=params.workload.warmup_requests,
+        )
+        return acceptance_truth(params, arm.series, window)
     except Exception as exc:  # a bad declaration must not lose the block's records
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _mtp_weights(params, arm: Arm) -> dict[str, Any] | None:
+    """What an MTP arm's guesses read (never fails the block: a problem is written instead)."""
+    try:
+        return launch_mtp_weights(params, arm.series)
+    except Exception as exc:  # an unreadable checkpoint must not lose the block's records
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 

@@ -33,20 +33,33 @@ import time
 import urllib.error
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from speclib.analysis.speculation.nucleus import expected_logprob, outside_nucleus
 from speclib.core.records import read_records
-from speclib.core.rundir import RunDir, write_json_atomic
-from speclib.core.scores import OutputScore, ScoreItem, append_score, read_scores, sequence_of
+from speclib.core.rundir import SCORING_LAUNCH, RunDir, write_json_atomic
+from speclib.core.scores import (
+    DivergenceRank,
+    OutputScore,
+    ScoreItem,
+    append_score,
+    read_ranks,
+    read_scores,
+    sequence_of,
+    write_ranks,
+)
 from speclib.core.turns import measured_prompts
-from speclib.run.launching import api_key, server_for
+from speclib.run.launching import api_key, resolve_model, server_for
 from speclib.serve.httpapi import HTTPError, request_bytes, served_model
 
 __all__ = [
+    "ensure_ranked",
     "ensure_scored",
+    "find_divergences",
     "items_from_records",
+    "rank_divergences",
     "score_outputs",
     "score_run",
     "scoring_enabled",
@@ -363,7 +376,8 @@ def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int 
     control = params.series_by_name(params.control_name)
     key = api_key(params)
     info: dict[str, Any] = {"items": len(todo), "started_at": time.time()}
-    with out.open("a", encoding="utf-8") as fh, server_for(params, control, rd, "scoring") as up:
+    scorer = server_for(params, control, rd, SCORING_LAUNCH)
+    with out.open("a", encoding="utf-8") as fh, scorer as up:
         base_url, handle, spec = up
         info["base_url"] = base_url if handle is None else None
         if handle is not None and handle.ready_at is not None:
@@ -378,7 +392,7 @@ def score_run(params: Any, run_dir: str | os.PathLike[str], *, concurrency: int 
         ended_at=time.time(), scored=sum(s.ok for s in got), failed=sum(not s.ok for s in got),
         errors=sorted({s.error for s in got if s.error})[:20],
     )  # fmt: skip
-    write_json_atomic(rd.launch("scoring") / "scoring.json", info)
+    write_json_atomic(rd.scoring_record, info)
     return out
 
 
@@ -405,3 +419,185 @@ def ensure_scored(run_dir: str | os.PathLike[str]) -> str:
         return f"sampling check failed: {why[:500]}"
     rd.scoring_error.unlink(missing_ok=True)
     return f"sampling check: outputs scored in {path}"
+
+
+# ---------------------------------------------------------------- greedy divergences
+
+
+@dataclass(frozen=True)
+class _Divergence:
+    """One arm's answer that left the control's: where, and the two tokens there."""
+
+    series: str
+    level: int
+    prompt_id: str
+    messages: tuple[Mapping[str, Any], ...]
+    prefix: tuple[int, ...]
+    control_token: int
+    experiment_token: int
+
+
+def _eos_id(params: Any) -> int | None:
+    """The served target's EOS id from its folder's generation or model config (None when
+    the model is no local folder, or says none)."""
+    folder = Path(resolve_model(params.server.model, params))
+    for name in ("generation_config.json", "config.json"):
+        try:
+            eos = json.loads((folder / name).read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError):
+            continue
+        eos = eos[0] if isinstance(eos, list) and eos else eos
+        if isinstance(eos, int):
+            return eos
+    return None
+
+
+def _ended(rec: Any, eos: int | None) -> tuple[int, ...]:
+    ids = tuple(rec["token_ids"] or ())
+    if rec.get("finish_reason") == "stop" and eos is not None and (not ids or ids[-1] != eos):
+        ids = (*ids, eos)  # the answer ended with the model's EOS, which the stream left out
+    return ids
+
+
+def find_divergences(params: Any, run_dir: str | os.PathLike[str]) -> list[_Divergence]:
+    """Every (arm, load level, prompt) whose greedy answer differs from the control's, as
+    the analysis compares them (:func:`speclib.analysis.speculation.agreement.compare_outputs`),
+    with the shared answer before the first differing token and both tokens there. Pairs
+    that differ only past one side's cut at ``max_tokens`` are left out (nothing to rank)."""
+    from speclib.analysis.speculation.agreement import compare_outputs
+
+    rd = RunDir.at(run_dir)
+    if params.workload.temperature != 0 or not rd.requests.exists():
+        return []
+    messages = {p.id: p.as_messages() for p in measured_prompts(params, rd.root)}
+    rows = [dict(vars(r)) for r in read_records(rd.requests) if r.phase == "measure"]
+    eos = _eos_id(params) if any(r.get("finish_reason") == "stop" for r in rows) else None
+    for r in rows:
+        r["token_ids"] = _ended(r, eos) if r.get("token_ids") else r.get("token_ids")
+    out = []
+    control = params.control_name
+    for level in sorted({int(r.get("level") or 0) for r in rows}):
+        at = [r for r in rows if int(r.get("level") or 0) == level]
+        ctrl = [r for r in at if r["series"] == control]
+        firsts: dict[str, dict[str, Any]] = {}
+        for r in ctrl:
+            if r.get("ok") and r.get("token_ids"):
+                firsts.setdefault(r["prompt_id"], r)
+        for name in params.experiments:
+            exp = [r for r in at if r["series"] == name]
+            mine: dict[str, dict[str, Any]] = {}
+            for r in exp:
+                if r.get("ok") and r.get("token_ids"):
+                    mine.setdefault(r["prompt_id"], r)
+            for pid, agreement in compare_outputs(ctrl, exp).items():
+                if agreement.exact_match or agreement.unit != "tokens" or pid not in messages:
+                    continue
+                if pid not in firsts or pid not in mine:
+                    continue
+                c, e = firsts[pid]["token_ids"], mine[pid]["token_ids"]
+                d = agreement.first_divergence
+                if d is None or d >= len(c) or d >= len(e):
+                    continue
+                out.append(_Divergence(name, level, pid, tuple(messages[pid]), tuple(c[:d]),
+                                       int(c[d]), int(e[d])))  # fmt: skip
+    return out
+
+
+def _rank_one(api: _Api, model: str, item: _Divergence, prompt_ids: list[int]) -> DivergenceRank:
+    """The target's log-probability and rank of both tokens after the shared prefix."""
+    got: dict[int, tuple[float, int | None]] = {}
+    for token in (item.control_token, item.experiment_token):
+        prompt = [*prompt_ids, *item.prefix, token]
+        body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": 1}  # fmt: skip
+        entry = _output_entries(api.post("/v1/completions", body), prompt, len(prompt) - 1)[0]
+        lp = _logprob_at(entry, token, len(prompt) - 1)
+        hit = entry.get(str(token), entry.get(token))
+        rank = hit.get("rank") if isinstance(hit, Mapping) else None
+        got[token] = (lp, rank if isinstance(rank, int) else None)
+    (c_lp, c_rank), (e_lp, e_rank) = got[item.control_token], got[item.experiment_token]
+    return _rank_of(item, control_logprob=c_lp, experiment_logprob=e_lp,
+                    control_rank=c_rank, experiment_rank=e_rank)  # fmt: skip
+
+
+def _rank_of(item: _Divergence, **ranked: Any) -> DivergenceRank:
+    """The record of ``item``'s ranking: ``ranked`` holds the log-probabilities and ranks,
+    or ``error``."""
+    return DivergenceRank(
+        series=item.series, level=item.level, prompt_id=item.prompt_id,
+        position=len(item.prefix), control_token=item.control_token,
+        experiment_token=item.experiment_token, **ranked,
+    )  # fmt: skip
+
+
+def rank_divergences(
+    base_url: str,
+    items: Sequence[_Divergence],
+    *,
+    model: str,
+    api_key: str | None = None,
+    timeout_s: float = 120.0,
+) -> list[DivergenceRank]:
+    """Rank both tokens of every divergence by the target at ``base_url`` (served without
+    speculation; ``prompt_logprobs`` of the prompt, the shared answer and each token). A
+    failure is a rank with ``error`` set, never an exception."""
+    api = _Api(base_url, api_key, float(timeout_s))
+    prompts: dict[str, list[int] | str] = {}
+    out = []
+    for item in items:
+        key = _messages_key(item.messages)
+        if key not in prompts:
+            try:
+                prompts[key] = _prompt_ids(api, model, item.messages)
+            except _ScoreError as exc:
+                prompts[key] = str(exc)
+        ids = prompts[key]
+        try:
+            if isinstance(ids, str):
+                raise _ScoreError(f"prompt not tokenized: {ids}")
+            out.append(_rank_one(api, model, item, ids))
+        except Exception as exc:  # an odd response must not lose the others
+            why = str(exc) if isinstance(exc, _ScoreError) else f"{type(exc).__name__}: {exc}"
+            out.append(_rank_of(item, error=_excerpt(why)))
+    return out
+
+
+def ensure_ranked(run_dir: str | os.PathLike[str]) -> str:
+    """The greedy outputs check as a pipeline step (the analysis notebook runs it): where an
+    arm's greedy answer differs from the control's, launch the target without speculation
+    (the control's launch, as launch ``ranking``) and rank both tokens at the first
+    difference into ``RUN_DIR/divergences.jsonl``, which the outputs gate reads (a near tie
+    is not held against the arm). Divergences ranked already are kept, so a re-analysis
+    starts no server. Never raises: a failure goes to ``divergences.error.txt`` and the
+    divergences then count as they are. Returns what happened in words."""
+    from speclib.params.run_record import recorded_params
+
+    rd = RunDir.at(run_dir)
+    params = recorded_params(rd.params_resolved)
+    if params.workload.temperature != 0:
+        return "divergence ranking not needed (a sampled run)"
+    try:
+        items = find_divergences(params, rd.root)
+        known = read_ranks(rd.divergences)
+        todo = [d for d in items if (d.series, d.level, d.prompt_id) not in known
+                or known[(d.series, d.level, d.prompt_id)].error]  # fmt: skip
+        if not items:
+            rd.divergence_error.unlink(missing_ok=True)
+            return "every greedy answer equals the control's: nothing to rank"
+        if not todo:
+            return f"{len(items)} divergence(s) ranked already"
+        key = api_key(params)
+        control = params.series_by_name(params.control_name)
+        with server_for(params, control, rd, "ranking") as (base_url, _, spec):
+            model = spec.served_model if spec is not None else served_model(base_url, api_key=key)
+            got = rank_divergences(base_url, todo, model=model, api_key=key,
+                                   timeout_s=params.workload.request_timeout_s)  # fmt: skip
+        known.update({r.key: r for r in got})
+        write_ranks(rd.divergences, known.values())
+    except Exception as exc:  # the analysis then counts every divergence against the arm
+        why = f"{type(exc).__name__}: {exc}"
+        rd.divergence_error.write_text(why, encoding="utf-8")
+        return f"divergence ranking failed: {why[:500]}"
+    rd.divergence_error.unlink(missing_ok=True)
+    failed = sum(r.error is not None for r in got)
+    return f"{len(got)} divergence(s) ranked by the target ({failed} failed)"

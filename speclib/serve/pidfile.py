@@ -6,7 +6,10 @@ redacted command line. The supervisor (:mod:`speclib.serve.supervisor`) kills th
 when the kit dies, but should the supervisor itself be SIGKILLed the server survives; the
 next run then calls :func:`reap_pidfile` (for every launch of a run folder:
 :func:`reap_run`), which kills it only if it is provably ours (same command line, or the
-surviving members of a process group whose leader is gone). Linux only: it reads
+surviving members of a process group whose leader is gone) and its supervisor is gone (a
+live supervisor means a live run). Only the process that owns the run folder calls it
+(:mod:`speclib.app.run_lock`: a run, or ``--resume`` of one whose owner is gone); a pidfile
+that is not the kit's JSON is left alone. Linux only: it reads
 ``/proc``; psutil (a dependency) walks the descendants.
 """
 
@@ -63,10 +66,12 @@ def reap_pidfile(pidfile: Path) -> list[int]:
     """
     try:
         info = json.loads(pidfile.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        pid = int(info.get("pid", 0))
+        pgid = int(info.get("pgid", pid))
+    except (OSError, ValueError, TypeError, AttributeError):  # not a pidfile the kit wrote
         return []
-    pid = int(info.get("pid", 0))
-    pgid = int(info.get("pgid", pid))
+    if _supervised(info.get("supervisor_pid")):
+        return []  # its supervisor is alive, so is the run that started it: not ours to stop
     killed: list[int] = []
     if pid > 0 and _cmdline_matches(pid, info.get("argv") or []):
         kids = _descendants(pid)
@@ -86,6 +91,18 @@ def reap_pidfile(pidfile: Path) -> list[int]:
     with contextlib.suppress(OSError):
         pidfile.unlink()
     return killed
+
+
+def _supervised(supervisor_pid: Any) -> bool:
+    """Whether the server's supervisor (:mod:`speclib.serve.supervisor`) still runs: it
+    stops the server itself when its kit goes, so a live one means a live run."""
+    if not isinstance(supervisor_pid, int) or supervisor_pid <= 0:
+        return False
+    try:
+        raw = Path(f"/proc/{supervisor_pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"speclib.serve.supervisor" in raw and _state(supervisor_pid) != "Z"
 
 
 def _pid_alive(pid: int) -> bool:

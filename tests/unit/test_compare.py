@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from speclib.report.multirun import COMPARE_COLUMNS, compare_runs, machine_label
+from speclib.core.run_summary import SummaryError
+from speclib.report.multirun import COMPARE_COLUMNS, CompareRefused, compare_runs, machine_label
 
 pytestmark = pytest.mark.unit
 
@@ -107,14 +108,18 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
         compare_runs([])
     with pytest.raises(ValueError, match="run_dirs"):
         compare_runs(str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(CompareRefused, match="does not exist"):
         compare_runs([tmp_path / "missing"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"no summary\.json"):
+    with pytest.raises(SummaryError, match=r"no summary\.json"):
         compare_runs([tmp_path / "empty"])
     broken = _run(tmp_path, "broken", [], manifest=None)
     (broken / "summary.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(SummaryError, match="not valid JSON"):
+        compare_runs([broken])
+    (broken / "summary.json").write_text("{}")
+    (broken / "manifest.json").write_text("{not json")
+    with pytest.raises(CompareRefused, match=r"manifest .* is not valid JSON"):
         compare_runs([broken])
 
 
@@ -140,4 +145,4 @@ def test_cli_prints_and_writes_html(two_runs: list[Path], tmp_path: Path) -> Non
         text=True,
         timeout=120,
     )
-    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert missing.returncode == 2 and "does not exist" in missing.stderr  # invalid input

@@ -73,7 +73,7 @@ def test_a_shared_real_run_or_server_outside_the_real_server_files_is_refused():
         _item("tests/integration/b.py::t", ("sampled_run", "demo_servers")),
     ]
     pytest_collection_modifyitems(None, inside)  # several files of the one xdist unit: fine
-    for fixture in ("synthetic_run", "demo_servers"):
+    for fixture in ("synthetic_run", "eagle3_run", "demo_servers"):
         outside = _item("tests/unit/c.py::t", (fixture, "tmp_path"))
         with pytest.raises(pytest.UsageError, match=rf"outside tests/integration/: .*{fixture}"):
             pytest_collection_modifyitems(None, [*inside, outside])

@@ -19,9 +19,9 @@ _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 _CODE = re.compile(r"`([^`\s]+)`")
 
 
-def _generator():
-    path = REPO / "scripts" / "make_params_doc.py"
-    spec = importlib.util.spec_from_file_location("make_params_doc", path)
+def _generator(name: str = "make_params_doc"):
+    path = REPO / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -68,6 +68,46 @@ def test_params_doc_has_every_field_of_every_section() -> None:
         for name in model.model_fields:
             assert f"| `{name}` |" in text, f"{path or 'top level'}.{name} missing"
     assert "## `analysis.slo`" in text and "## `series[]`" in text
+
+
+def test_run_folder_doc_is_generated_from_the_contract() -> None:
+    expected = _generator("make_run_folder_doc").render()
+    committed = (REPO / "docs" / "run-folder.md").read_text(encoding="utf-8")
+    assert committed == expected, (
+        "docs/run-folder.md differs from speclib/core/rundir.py, records.py and "
+        "run_summary.py: run .venv/bin/python scripts/make_run_folder_doc.py and commit it"
+    )
+
+
+def test_run_folder_doc_lists_every_file_and_every_summary_field() -> None:
+    from speclib.core.run_summary import RunSummary
+    from speclib.core.rundir import LaunchDir, RunDir
+
+    gen = _generator("make_run_folder_doc")
+    text = gen.render()
+    listed = dict(gen.files())
+    members = [
+        m for cls in (RunDir, LaunchDir) for m in vars(cls).values()
+        if isinstance(m, property) and m.fget.__annotations__.get("return") == "Path"
+    ]  # fmt: skip
+    assert len(listed) >= len(members) > 25
+    for path in ("requests.jsonl", "run.log", "output_scores.jsonl", "output_scores.error.txt",
+                 "requests.superseded.jsonl", "launches/<launch_id>/status.json",
+                 "launches/<launch_id>/metrics_l<i>_{before,after}.prom",
+                 "notebooks/10_series-<block>.ipynb", "summary.json"):  # fmt: skip
+        assert path in listed and f"| `{path}` |" in text, path
+    assert "blocks.jsonl" not in text  # nothing writes it
+    for path, model in gen.sections(RunSummary):
+        for name in model.model_fields:
+            assert f"| `{name}` |" in text, f"summary.json {path}.{name} missing"
+
+    class Undocumented:
+        @property
+        def stray(self) -> Path:
+            return Path("/RUN_DIR/stray.json")
+
+    with pytest.raises(SystemExit, match="no docstring"):
+        gen._members(Undocumented, Undocumented())
 
 
 def test_readme_is_a_short_guide() -> None:

@@ -307,7 +307,8 @@ def _mix_params(tmp: Path) -> Path:
         "FAKE_VLLM_TOKENS": str(N_TOKENS),
     }
     data["workload"]["replicates"] = 2
-    data["protocol"] = {"design": "auto", "switch_pause_s": 0}  # sequential when memory is short
+    # sequential when memory is short; the planned blocks only
+    data["protocol"] = {"design": "auto", "switch_pause_s": 0, "max_replicates": None}
     path.write_text(yaml.safe_dump(data))
     return path
 

@@ -33,7 +33,7 @@ def _refused_run(tmp: Path) -> Path:
     data = yaml.safe_load(path.read_text())
     data["server"]["launcher"] = [sys.executable, str(launcher)]
     data["workload"]["replicates"] = 2
-    data["protocol"] = {"switch_pause_s": 0}
+    data["protocol"] = {"switch_pause_s": 0, "max_replicates": None}
     path.write_text(yaml.safe_dump(data))
     proc = _run(["run", str(path), "--out", str(tmp / "run")])
     assert proc.returncode == 1, proc.stderr[-3000:]  # a run with failed launches says so

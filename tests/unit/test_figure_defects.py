@@ -305,7 +305,7 @@ def test_paired_ratio_colours_points_by_category_and_draws_the_ci_on_the_mean() 
     assert bar.lines[0].get_xdata()[0] > n_prompts - 1  # its own column, right of the prompts
     segment = bar.lines[2][0].get_segments()[0]
     assert sorted(segment[:, 1]) == pytest.approx([0.5, 0.62])
-    assert "95 % confidence interval [0.500, 0.620] of that mean" in result.caption
+    assert "95 % confidence interval [0.500, 0.620] of that ratio" in result.caption
     assert "not a range for single prompts" in result.caption
     assert re.search(r"known 0\.\d\d \(n=3\)", result.caption)
 

@@ -22,7 +22,19 @@ import pytest
 
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, decide
-from speclib.analysis.verdict.gates import GateResult, apply_gates, error_increase_bounds
+from speclib.analysis.verdict.gates import (
+    BenchGate,
+    E2eGate,
+    ErrorGate,
+    GateEvidence,
+    GateResult,
+    MemoryGate,
+    ModeGate,
+    OutputGate,
+    TtftGate,
+    apply_gates,
+    error_increase_bounds,
+)
 from speclib.analysis.verdict.pairs import gate_cis
 
 ADOPT = Decision("adopt", "TPOT ratio 0.80: faster", margin=0.05, confidence_level=0.95)
@@ -30,11 +42,21 @@ WORSE = Decision("worse", "TPOT ratio 1.20: slower", margin=0.05, confidence_lev
 CLEAN = {
     "control_error_rate": 0.0,
     "experiment_error_rate": 0.0,
-    "max_error_rate_increase": 0.02,
     "control_requests": 2000,
     "experiment_requests": 2000,
 }
-TTFT_RULE = {"ttft_margin": 0.5, "ttft_min_delta_s": 0.05}  # the params' defaults
+TTFT_RULE = TtftGate(margin=0.5, min_delta_s=0.05)  # the params' defaults
+TTFT_AT_DELTA = TtftGate(margin=0.05)
+
+
+def _gates(ttft: TtftGate = TTFT_AT_DELTA) -> tuple:
+    """The gates of a rule with δ = 5 %, an allowed error rise of 2 %, at 95 %."""
+    return (BenchGate(), ModeGate(), ErrorGate(max_increase=0.02, confidence_level=0.95),
+            OutputGate(), MemoryGate(), ttft, E2eGate(margin=0.05))  # fmt: skip
+
+
+def _gated(decision: Decision, *, ttft_gate: TtftGate = TTFT_AT_DELTA, **evidence):
+    return apply_gates(decision, GateEvidence(**{**CLEAN, **evidence}), _gates(ttft_gate))
 
 
 def _pairs(ttft=(), e2e=(), *, ttft_c=0.2, n=20, noise=0.05, seed=0) -> pd.DataFrame:
@@ -72,8 +94,8 @@ def _status(verdict, name: str) -> str:
 
 def _ttft_verdict(pairs: pd.DataFrame, decision: Decision = ADOPT, **extra):
     median = float(pairs["ttft_s_c"].median())
-    opts = {**TTFT_RULE, "ttft_control_median_s": median, **extra}
-    return apply_gates(decision, **CLEAN, ttft=_cis(pairs)["ttft_s"], **opts)
+    opts = {"ttft_control_median_s": median, **extra}
+    return _gated(decision, ttft_gate=TTFT_RULE, ttft=_cis(pairs)["ttft_s"], **opts)
 
 
 # ------------------------------------------------------------------------ TTFT and E2E
@@ -132,7 +154,7 @@ def test_a_small_absolute_ttft_rise_passes_through_the_minimum_increase():
 
 def test_e2e_clearly_worse_fails_within_margin_passes_and_one_block_is_not_assessed():
     def e2e_status(pairs):
-        verdict = apply_gates(ADOPT, **CLEAN, e2e=_cis(pairs)["e2e_s"])
+        verdict = _gated(ADOPT, e2e=_cis(pairs)["e2e_s"])
         return _status(verdict, "e2e"), verdict.word
 
     assert e2e_status(_pairs(e2e=[1.3, 1.32, 1.28, 1.31, 1.29, 1.3])) == ("fail", "reject")
@@ -162,11 +184,10 @@ def test_gate_intervals_use_the_same_reference_as_tpot_with_an_aa_arm():
     ],
 )
 def test_error_gate_fails_passes_or_is_not_assessed_by_the_counts(n_c, k_c, n_e, k_e, status):
-    verdict = apply_gates(
+    verdict = _gated(
         ADOPT,
         control_error_rate=k_c / n_c if n_c else 0.0,
         experiment_error_rate=k_e / n_e if n_e else 0.0,
-        max_error_rate_increase=0.02,
         control_requests=n_c,
         experiment_requests=n_e,
     )
@@ -175,7 +196,7 @@ def test_error_gate_fails_passes_or_is_not_assessed_by_the_counts(n_c, k_c, n_e,
 
 
 def test_error_gate_without_counts_is_not_assessed_never_passed():
-    verdict = apply_gates(ADOPT, **{**CLEAN, "control_requests": None, "experiment_requests": None})
+    verdict = _gated(ADOPT, control_requests=None, experiment_requests=None)
     gate = verdict.gates[0]
     assert (gate.name, gate.status, gate.passed) == ("errors", "not assessed", False)
     assert "request counts not given" in gate.detail
@@ -194,7 +215,44 @@ def test_error_increase_bounds_bracket_the_observed_rise_and_narrow_with_counts(
 @pytest.mark.parametrize("bad", [-1, 2.5, True])
 def test_request_counts_are_validated(bad):
     with pytest.raises(ValueError, match="`experiment_requests`"):
-        apply_gates(ADOPT, **{**CLEAN, "experiment_requests": bad})
+        GateEvidence(**{**CLEAN, "experiment_requests": bad})
+
+
+# ------------------------------------------------------------------- gates as objects
+
+
+def test_the_params_rule_gives_each_gate_its_rule_in_the_verdicts_order():
+    from speclib.analysis.verdict.gates import rule_gates
+    from speclib.params.protocol import AnalysisParams
+
+    a = AnalysisParams(margin=0.1, confidence=0.9, memory_limit_gib=8, ttft_margin=0.3,
+                       ttft_max_increase_ms=20, min_greedy_agreement=0.8,
+                       max_error_rate_increase=0.01)  # fmt: skip
+    gates = rule_gates(a)
+    names = ["bench", "mode", "errors", "outputs", "memory", "ttft", "e2e"]
+    assert [g.name for g in gates] == names
+    assert gates[2] == ErrorGate(max_increase=0.01, confidence_level=0.9)
+    assert gates[3] == OutputGate(min_agreement_rate=0.8) and gates[4] == MemoryGate(limit_gib=8)
+    assert gates[5] == TtftGate(margin=0.3, min_delta_s=0.02) and gates[6] == E2eGate(margin=0.1)
+
+
+def test_a_gate_reads_only_its_evidence_and_is_absent_where_it_does_not_apply():
+    bare = GateEvidence(**CLEAN)
+    absent = (BenchGate(), ModeGate(), MemoryGate(limit_gib=8.0), TtftGate(margin=0.5),
+              E2eGate(margin=0.05))  # fmt: skip
+    assert [g.assess(bare) for g in absent] == [None] * 5
+    assert MemoryGate().assess(GateEvidence(**CLEAN, peak_memory_gib=9.0)) is None  # no limit
+    assert MemoryGate(limit_gib=8.0).assess(GateEvidence(**CLEAN, peak_memory_gib=9.0)).failed
+    # the greedy minimum applies only where the outputs were compared
+    assert OutputGate(min_agreement_rate=0.99).assess(bare).passed
+    low = GateEvidence(**CLEAN, agreement_rate=0.5)
+    assert OutputGate(min_agreement_rate=0.99).assess(low).failed
+    assert OutputGate().assess(low).passed
+    bench = GateEvidence(**CLEAN, bench_problem="the A/A arm shows an effect")
+    assert BenchGate().assess(bench) == GateResult("bench", "fail", "the A/A arm shows an effect")
+    verdict = apply_gates(ADOPT, bench, _gates())
+    assert verdict.word == "untrustworthy" and verdict.gates[0].name == "bench"
+    assert [g.name for g in apply_gates(ADOPT, bare, _gates()).gates] == ["errors", "outputs"]
 
 
 # ---------------------------------------------------------------------- the verdict
@@ -204,10 +262,10 @@ def test_not_assessed_keeps_every_tpot_word_and_only_a_failure_rejects():
     uninformative = _cis(_pairs(ttft=[2.0]))["ttft_s"]
     for word in ("adopt", "equivalent", "worse", "inconclusive"):
         decision = Decision(word, "TPOT", margin=0.05, confidence_level=0.95)
-        verdict = apply_gates(decision, **CLEAN, ttft=uninformative, **TTFT_RULE)
+        verdict = _gated(decision, ttft_gate=TTFT_RULE, ttft=uninformative)
         assert verdict.word == word
     failing = _cis(_pairs(ttft=[2.0, 2.1, 1.9, 2.0]))["ttft_s"]
-    assert apply_gates(WORSE, **CLEAN, ttft=failing, **TTFT_RULE).word == "reject"
+    assert _gated(WORSE, ttft_gate=TTFT_RULE, ttft=failing).word == "reject"
 
 
 def test_gate_status_is_one_of_three_and_serializes_with_passed_false_when_not_assessed():
@@ -222,21 +280,21 @@ def test_gate_status_is_one_of_three_and_serializes_with_passed_false_when_not_a
 
 def _mixed_verdict():
     pairs = _pairs(ttft=[2.0])  # one block: ttft not assessed
-    return apply_gates(
+    return _gated(
         ADOPT,
-        **CLEAN,
+        ttft_gate=TTFT_RULE,
         ttft=_cis(pairs)["ttft_s"],
         e2e=_cis(_pairs(e2e=[1.0] * 6, noise=0.01))["e2e_s"],
-        **TTFT_RULE,
     )
 
 
 def test_terminal_verdict_table_shows_not_assessed_gates_never_as_passed(tmp_path: Path):
     from speclib.app.verdicts import gate_marks, print_verdicts
+    from speclib.core.run_summary import GateEntry, read_summary
 
     verdict = _mixed_verdict()
     gates = [g.to_dict() for g in verdict.gates]
-    marks = gate_marks(gates)
+    marks = gate_marks([GateEntry.model_validate(g) for g in gates])
     assert "–ttft" in marks and "✔ttft" not in marks
     assert "✔e2e" in marks and "✔errors" in marks
     row = {
@@ -251,7 +309,7 @@ def test_terminal_verdict_table_shows_not_assessed_gates_never_as_passed(tmp_pat
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"comparisons": [row]}))
     out = io.StringIO()
-    print_verdicts(summary, stream=out)
+    print_verdicts(read_summary(summary), stream=out)
     text = " ".join(out.getvalue().split())
     assert "NOT ASSESSED" in text and "ttft pass" not in text
 

@@ -282,7 +282,7 @@ def test_with_a_fixed_kv_cache_a_later_block_starts_its_servers_together(
 ) -> None:
     path = _params(tmp_path, n_prompts=4)
     data = yaml.safe_load(path.read_text())
-    data["protocol"] = {"switch_pause_s": 0, "compile_cache": "shared"}
+    data["protocol"] = {"switch_pause_s": 0, "compile_cache": "shared", "max_replicates": None}
     data["server"].update(gpus=[0], kv_cache_memory_gib=2)
     data["workload"]["replicates"] = 2
     path.write_text(yaml.safe_dump(data))
@@ -412,11 +412,11 @@ def test_the_gpu_demo_fits_an_h100_and_an_h200_with_an_automatic_kv_cache(monkey
 
     monkeypatch.setattr(placement, "is_cpu_build", lambda: False)  # a GPU build of vLLM
     params = load_params(REPO / "params" / "gpu-demo.yaml")
-    for gpus, want in ((H100, 3.75), (H200, 18.25)):
+    for gpus, want in ((H100, 10.5), (H200, 29.75)):  # three servers: 0.90 / 3 each
         totals = {g.index: g.total_mib / 1024 for g in gpus}
         placed = placements(params, n_gpus=1, totals_gib=totals, weights_gib=DEMO_WEIGHTS)
         assert {p.kv_cache_gib for p in placed.values()} == {want}
-        assert all(p.kv_auto and p.utilization == 0.22 for p in placed.values())
+        assert all(p.kv_auto and p.utilization == 0.3 for p in placed.values())
         plan = memory_plan([list(placed)], placed, gpus, weights_gib=DEMO_WEIGHTS)
         assert not plan.problems, plan.problems
         assert plan.rows[0]["kv_cache_gib"] == want and plan.rows[0]["kv_auto"]
@@ -428,7 +428,7 @@ def test_the_gpu_demo_fits_an_h100_and_an_h200_with_an_automatic_kv_cache(monkey
     # a neighbour of unknown weights (a hub id): vLLM profiles, nothing is fixed
     unknown = placements(params, n_gpus=1, totals_gib=totals, weights_gib={"control": 8.2})
     assert {p.kv_cache_gib for p in unknown.values()} == {None}
-    # on a GPU too small for four servers the plan says to run fewer arms together
+    # on a GPU too small for its three servers the plan says to run fewer arms together
     small = [GpuInfo(0, "small", 40960.0, 0.0)]
     placed = placements(params, n_gpus=1, totals_gib={0: 40.0}, weights_gib=DEMO_WEIGHTS)
     plan = memory_plan([list(placed)], placed, small, weights_gib=DEMO_WEIGHTS)

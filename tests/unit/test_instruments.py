@@ -456,16 +456,13 @@ def test_the_agreement_carries_the_clients_worst_probe_tick_per_window(tmp_path)
 
 def test_an_unassessable_ttft_leaves_the_gate_not_assessed():
     from speclib.analysis.verdict.decision import Decision
-    from speclib.analysis.verdict.gates import apply_gates
+    from speclib.analysis.verdict.gates import GateEvidence, TtftGate, apply_gates
 
     dec = Decision("adopt", "faster", 0.05, 0.95)
-    verdict = apply_gates(
-        dec,
-        control_error_rate=0.0,
-        experiment_error_rate=0.0,
-        max_error_rate_increase=0.02,
-        ttft_problem="busy client at c=32",
+    evidence = GateEvidence(
+        control_error_rate=0.0, experiment_error_rate=0.0, ttft_problem="busy client at c=32"
     )
+    verdict = apply_gates(dec, evidence, [TtftGate(margin=0.5)])
     gate = next(g for g in verdict.gates if g.name == "ttft")
     assert gate.status == "not assessed" and gate.detail == "busy client at c=32"
     assert verdict.word == "adopt"

@@ -39,7 +39,8 @@ def interleaved_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("interleaved")
     path = _params(tmp, n_prompts=6)
     data = yaml.safe_load(path.read_text())
-    data["protocol"] = {"aa": True, "design": "interleaved", "switch_pause_s": 0}
+    data["protocol"] = {"aa": True, "design": "interleaved", "switch_pause_s": 0,
+                        "max_replicates": None}  # fmt: skip
     data["workload"].update(replicates=2, concurrency=[1, 2], min_waves=1)  # the slots' shapes
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.alone
 def _run(tmp: Path, *, late: bool) -> tuple[Path, subprocess.CompletedProcess]:
     path = _params(tmp, n_prompts=6)
     data = yaml.safe_load(path.read_text())
-    data["protocol"] = {"aa": True, "design": "interleaved", "switch_pause_s": 0}
+    data["protocol"] = {"aa": True, "design": "interleaved", "switch_pause_s": 0,
+                        "max_replicates": None}  # fmt: skip
     data["workload"].update(replicates=2)
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"

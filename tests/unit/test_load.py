@@ -292,7 +292,8 @@ def load_run(tmp_path_factory) -> Path:
                              "FAKE_VLLM_SPEC_LOAD_STEP_S": str(SPEC_LOAD_S)}  # fmt: skip
     # one pass over the 24 prompts per level (min_waves 1): the truths below are per pass
     data["workload"].update(concurrency=[1, 2, 4, 8], replicates=3, min_waves=1)
-    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "slot_requests": 24}
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "slot_requests": 24,
+                        "max_replicates": None}  # fmt: skip
     data["analysis"]["slo"] = {"tpot_ms": SLO_TPOT_MS, "percentile": 90}
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"

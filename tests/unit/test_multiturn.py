@@ -20,6 +20,7 @@ from speclib.app.verdicts import MAX_LINE, turn_lines
 from speclib.core.datasets import read_dataset
 from speclib.core.prompts import Prompt
 from speclib.core.records import RequestRecord, read_records, record_to_json
+from speclib.core.run_summary import RunSummary
 from speclib.core.rundir import RunDir
 from speclib.core.turns import (
     TurnAnswer,
@@ -370,7 +371,8 @@ def test_each_turn_gets_its_ratio_and_block_interval() -> None:
     assert t2.has_interval and t2.ci_high < 1 and t2.df == 2 and t2.n_pairs == 18
     assert t2.ci_high < t1.ci_low  # turn 2 pays more here, and the intervals say so
     sel = pairs[pairs["turn"] == 2]
-    by_block = np.log(sel["tpot_s_e"] / sel["tpot_s_c"]).groupby(sel["block"]).mean()
+    means = sel.groupby("block")[["tpot_s_e", "tpot_s_c"]].mean()
+    by_block = np.log(means["tpot_s_e"] / means["tpot_s_c"])  # the turn's traffic ratio
     assert t2.estimate == pytest.approx(float(np.exp(by_block.mean())))  # the verdict's model
 
 
@@ -454,7 +456,7 @@ def test_summary_report_and_terminal_carry_the_per_turn_ratios(tmp_path) -> None
     from speclib.report.method import method_html
 
     assert "greedy (temperature 0, up to 17 tokens), generated once" in method_html(an)
-    lines = turn_lines(summary)
+    lines = turn_lines(RunSummary.model_validate(summary))
     assert len(lines) == 1 and lines[0].startswith("per turn spec at c=1: t1 ×")
     assert re.search(r" · t2 ×0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]$", lines[0])
     assert len(lines[0]) <= MAX_LINE
@@ -464,21 +466,26 @@ def test_a_single_turn_summary_has_no_turns(tmp_path) -> None:
     from speclib.analysis.verdict.comparisons import Comparison
 
     assert Comparison.__dataclass_fields__["by_turn"].default_factory() == {}
-    assert turn_lines({"comparisons": [{"experiment": "x", "tpot_ratio_by_turn": {}}]}) == []
+    one = {"comparisons": [{"experiment": "x", "tpot_ratio_by_turn": {}}]}
+    assert turn_lines(RunSummary.model_validate(one)) == []
+
+
+def _turn_lines(*comparisons: dict) -> list[str]:
+    return turn_lines(RunSummary.model_validate({"comparisons": list(comparisons)}))
 
 
 def test_the_terminal_line_drops_intervals_then_itself_past_160_characters() -> None:
     r = {"ratio": 0.81234, "ci_low": 0.7, "ci_high": 0.9}
     short = {"experiment": "ngram-k4", "load": "c=1", "tpot_ratio_by_turn": {"1": r, "2": r}}
-    assert turn_lines({"comparisons": [short]}) == [
+    assert _turn_lines(short) == [
         "per turn ngram-k4 at c=1: t1 ×0.812 [0.700, 0.900] · t2 ×0.812 [0.700, 0.900]"
     ]
     eight = {**short, "tpot_ratio_by_turn": {str(t): r for t in range(1, 9)}}
-    (line,) = turn_lines({"comparisons": [eight]})
+    (line,) = _turn_lines(eight)
     assert "[" not in line and line.count("×0.812") == 8 and len(line) <= MAX_LINE
     many = {**short, "tpot_ratio_by_turn": {str(t): r for t in range(1, 30)}}
     aa = {**short, "role": "aa"}
-    assert turn_lines({"comparisons": [many, aa]}) == []
+    assert _turn_lines(many, aa) == []
 
 
 def _demo_dir(name: str) -> Path:

@@ -127,17 +127,17 @@ def test_a_plain_server_env_still_validates(tmp_path: Path) -> None:
 
 def test_k_above_what_max_model_len_allows_is_refused(tmp_path: Path) -> None:
     data = _base(tmp_path)
-    data["server"]["max_model_len"] = 1024
-    data["series"][1]["speculative_config"]["num_speculative_tokens"] = 1000
+    data["server"]["max_model_len"] = 128  # k itself is at most 256 (params/limits.py)
+    data["series"][1]["speculative_config"]["num_speculative_tokens"] = 100
     data["workload"]["max_tokens"] = 48
     refused(
         _write(tmp_path, data),
         "series[1] (name='exp').speculative_config.num_speculative_tokens",
-        "server.max_model_len = 1024",
+        "server.max_model_len = 128",
         "workload.max_tokens = 48",
-        "at most 974",
+        "at most 78",
     )
-    data["series"][1]["speculative_config"]["num_speculative_tokens"] = 974
+    data["series"][1]["speculative_config"]["num_speculative_tokens"] = 78
     assert "num_speculative_tokens" not in validate(_write(tmp_path, data)).stderr
 
 

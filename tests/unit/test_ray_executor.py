@@ -85,6 +85,7 @@ def _ray_params(tmp: Path, address: str, n_prompts: int, step_s: float) -> Path:
         "executor": "ray",
         "ray_address": address,
         "ray_cpus_per_server": 0.5,  # a block of 2 servers reserves 1 of the 2 CPUs
+        "max_replicates": None,
     }
     data["workload"]["replicates"] = 2
     path.write_text(yaml.safe_dump(data))

@@ -49,6 +49,7 @@ def _comparison(name: str, ci: RatioCI | None, word: str, reason: str) -> Simple
         acceptance={"metrics_acceptance_rate": 0.5, "metrics_mean_acceptance_length": 2.5},
         agreement=None, error_rate_control=0.0, error_rate_experiment=0.0,
         peak_rss_bytes=3 * 2**30, absolute=absolute_summary(PAIRS),
+        mean_tpot_s=(float(PAIRS["tpot_s_c"].mean()), float(PAIRS["tpot_s_e"].mean())),
     )  # fmt: skip
 
 
@@ -101,7 +102,8 @@ def test_verdict_table_is_one_row_per_comparison_with_escaped_text() -> None:
     assert "Upper bound below 1 − δ = 0.950" in page
     assert "97.5 % CI" in page and "3.00 GiB" in page and ">ADOPT<" in page
     # the absolute numbers behind the ratio: TPOT p50 and p90, TTFT, per-stream tokens/s
-    assert "TPOT 11.0 → <b>4.8</b> ms" in table and "p90 11.8 → 5.0 ms" in table
+    assert "mean TPOT 11.0 → <b>4.8</b> ms" in table  # the two sides of the traffic's ratio
+    assert "TPOT p50 11.0 → 4.8 ms" in table and "p90 11.8 → 5.0 ms" in table
     assert "TTFT 20.0 → 25.0 ms" in table and "96 → 192 tok/s" in table
 
 

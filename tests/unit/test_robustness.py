@@ -68,8 +68,10 @@ def _params(tmp: Path, n_prompts: int = 10, **over) -> Path:
         },
         "analysis": {"n_resamples": 500},
         # the stand-in has no worker that busy-polls after a stream (what the pause waits
-        # out on vLLM): no pause; tests/unit/test_interleaved.py checks the pause itself
-        "protocol": {"switch_pause_s": 0},
+        # out on vLLM): no pause; tests/unit/test_interleaved.py checks the pause itself.
+        # The stand-in runs check one block at a time; run until decided (the default) is
+        # tested on synthetic folders (test_until_decided.py) and the real demo run
+        "protocol": {"switch_pause_s": 0, "max_replicates": None},
     }
     for section, values in over.items():
         data[section].update(values)
@@ -206,10 +208,23 @@ def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the hardest stop: no cleanup at all in the kit
     proc.wait(timeout=30)
     first = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
+    setup = (run / "notebooks" / "00_setup.ipynb").read_bytes()
     params.rename(tmp_path / "moved.yaml")  # the run's record is enough to resume
     done = _run(["run", "--resume", str(run)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "block control-r0: done before, kept (resume)" in done.stderr
+    assert "the folder's last owner is gone: a run (pid" in done.stderr  # its lock, left
+    # where and when the run ran is kept; the resume's own environment is appended
+    again_manifest = json.loads((run / "manifest.json").read_text())
+    for key in ("created_at", "hardware", "versions", "design", "blocks"):
+        assert again_manifest[key] == manifest[key], key
+    (resumed,) = again_manifest["resumes"]
+    assert resumed["setup_notebook"] == "00_setup-resume-1.ipynb"
+    assert resumed["hardware"]["cpu_count"] == os.cpu_count() and resumed["created_at"]
+    assert (run / "notebooks" / "00_setup.ipynb").read_bytes() == setup
+    assert (run / "notebooks" / "00_setup-resume-1.ipynb").is_file()
+    assert not (run / "run.lock").exists()  # released at the end
     again = json.loads((run / "launches" / "control-r0" / "status.json").read_text())
     assert again["started_at"] == first["started_at"]
     lines = [x for x in _lines(run) if x["phase"] == "measure"]

@@ -282,3 +282,204 @@ def test_an_auxiliary_servers_launch_folder_is_not_a_missing_launch(run: Path) -
     measured = sorted(p for p in (run / "launches").iterdir() if (p / "status.json").exists())
     (measured[0] / "status.json").unlink()
     assert any(measured[0].name in p for p in check_integrity(run).problems)
+
+
+# --- 4. never another run's process, never a broken or foreign folder as whole (#54) -------
+
+
+def _victim() -> subprocess.Popen[bytes]:
+    """A process in a session of its own (as a detached run's server is)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+
+
+def _pidfile_naming(run: Path, proc: subprocess.Popen[bytes]) -> None:
+    """The launch's pidfile as a kit-started server writes it: its pid and command line."""
+    import time
+
+    deadline = time.monotonic() + 10
+    argv: list[str] = []
+    while not argv[1:] and time.monotonic() < deadline:
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+    info = {"pid": proc.pid, "pgid": proc.pid, "argv": argv}
+    (run / "launches" / "control-r0" / "server.pid").write_text(json.dumps(info))
+
+
+def _holding(run: Path, purpose: str) -> subprocess.Popen[str]:
+    """Another kit process that owns ``run`` (a live run, or an analysis of it)."""
+    code = (
+        "import sys, time\n"
+        "from speclib.app.run_lock import hold_run\n"
+        "from speclib.core.rundir import RunDir\n"
+        f"with hold_run(RunDir.at(sys.argv[1]), {purpose!r}):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _one_screen_error(proc: subprocess.CompletedProcess[str], *says: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) <= 25
+    for words in says:
+        assert words in proc.stderr, proc.stderr
+
+
+def test_run_out_at_another_run_refuses_and_kills_nothing(run: Path) -> None:
+    victim = _victim()
+    try:
+        _pidfile_naming(run, victim)
+        before = digest(run)
+        params = params_file(run.parent, "p.yaml", server={"model": str(run.parent)})
+        proc = speclib("run", str(params), "--out", str(run))
+        _one_screen_error(proc, f"run folder {run} holds a run", "nothing was touched", "--resume")
+        assert victim.poll() is None  # alive: refusing a folder stops no process
+        assert digest(run) == before
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_live_run_is_never_resumed_reaped_or_analysed(run: Path) -> None:
+    victim = _victim()
+    owner = _holding(run, "run")
+    try:
+        _pidfile_naming(run, victim)
+        before = digest(run)
+        for args in (["run", "--resume", str(run)], ["run", "--detach", "--resume", str(run)]):
+            proc = speclib(*args)
+            _one_screen_error(proc, "is in use by a run", f"pid {owner.pid}", f"kill {owner.pid}")
+        _one_screen_error(speclib("analyze", str(run)), "is in use by a run")
+        assert victim.poll() is None
+        assert digest(run) == before
+    finally:
+        owner.kill()
+        owner.wait()
+        victim.kill()
+        victim.wait()
+
+
+def test_a_second_analysis_of_a_folder_is_refused_naming_the_first(run: Path) -> None:
+    first = _holding(run, "analyze")
+    try:
+        refused(run, "--mix", "c=1", says=["is in use by an analysis", f"pid {first.pid}"])
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_resume_of_a_missing_folder_says_so_and_starts_nothing(run: Path) -> None:
+    typo = run.parent / "typo"
+    params = params_file(run.parent, "p.yaml")
+    for args in (["run", "--resume", str(typo)], ["run", "--resume", str(typo), str(params)]):
+        _one_screen_error(speclib(*args), f"--resume {typo}: the folder does not exist")
+    assert not typo.exists()
+
+
+def test_a_missing_run_folder_is_invalid_input(run: Path) -> None:
+    missing = run.parent / "missing"
+    _one_screen_error(speclib("analyze", str(missing)), f"{missing} does not exist")
+    _one_screen_error(speclib("compare", str(missing)), f"run folder {missing} does not exist")
+
+
+def test_a_deleted_manifest_is_not_decided_as_whole(run: Path) -> None:
+    (run / "manifest.json").unlink()
+    refused(run, says=["manifest.json: missing (the run's design"])
+
+
+def test_analyses_that_is_a_file_is_refused(run: Path) -> None:
+    (run / "analyses").write_text("mine")
+    before = digest(run)
+    _one_screen_error(speclib("analyze", str(run)), "analyses is a file")
+    assert digest(run) == before
+
+
+def test_allow_incomplete_on_empty_records_keeps_the_current_report(run: Path) -> None:
+    (run / "requests.jsonl").write_text("")
+    refused(run, "--allow-incomplete", says=["nothing to decide, even with --allow-incomplete"])
+
+
+def test_records_of_another_experiment_are_refused_not_decided(run: Path) -> None:
+    """A folder holding only one run's records, analysed with the params of another
+    experiment (other series names): refused, and no params record left in the folder."""
+    only = run.parent / "only"
+    only.mkdir()
+    shutil.copy(run / "requests.jsonl", only / "requests.jsonl")
+    data = yaml.safe_load(params_file(run.parent, "x.yaml").read_text())
+    data["series"][1]["name"] = "other"
+    data["protocol"]["aa"] = False
+    other = run.parent / "other.yaml"
+    other.write_text(yaml.safe_dump(data))
+    proc = speclib("analyze", str(only), "--params", str(other))
+    _one_screen_error(
+        proc, "the records are not of the experiment", "'spec'", "give the params file"
+    )
+    assert sorted(p.name for p in only.iterdir()) == ["requests.jsonl"]
+
+
+def test_mix_on_a_damaged_line_names_the_line(run: Path) -> None:
+    path = run / "requests.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[50] = lines[50][:30] + "\n"
+    path.write_text("".join(lines))
+    err = refused(run, "--mix", "c=1", says=["requests.jsonl:51: not a JSON record"])
+    assert "control character" not in err and "line 1" not in err
+
+
+def test_compare_refuses_a_damaged_summary_and_a_missing_out_folder(run: Path) -> None:
+    (run / "summary.json").write_text('{"comparisons": [')
+    _one_screen_error(speclib("compare", str(run)), f"summary {run / 'summary.json'} is not valid")
+    out = run.parent / "missing" / "x.html"
+    proc = speclib("compare", str(run), "--out", str(out))
+    _one_screen_error(proc, f"--out {out}: its folder {out.parent} does not exist")
+    assert ".tmp" not in proc.stderr
+
+
+def test_the_runs_own_params_copy_is_the_same_experiment(tmp_path: Path) -> None:
+    """``analyze RUN --params RUN/params.yaml``, unedited: its prompt path is relative to
+    the run's original file, not to the copy; it is the same experiment, no field changed."""
+    from speclib.core.rundir import RunDir
+    from speclib.params.loader import load_params
+    from speclib.params.override import redecision
+    from speclib.params.run_record import recorded_params, write_record
+
+    study = tmp_path / "study"
+    study.mkdir()
+    shutil.copy(FIXTURES / "run-standin-prompts.jsonl", study / "prompts.jsonl")
+    data = yaml.safe_load((FIXTURES / "run-standin" / "params.yaml").read_text())
+    data["workload"]["prompts"] = "prompts.jsonl"
+    data["server"]["model"] = str(study)
+    (study / "params.yaml").write_text(yaml.safe_dump(data))
+    rd = RunDir.at(tmp_path / "run")
+    write_record(load_params(study / "params.yaml", check_vllm=False), rd)
+    change = redecision(
+        recorded_params(rd.params_resolved),
+        load_params(rd.params_copy, check_files=False),
+        source=str(rd.params_copy),
+    )
+    assert change.changed == ()
+
+
+def test_decided_incomplete_and_mix_weighted_say_so_in_json_and_compare(run: Path) -> None:
+    """Item 16: ``analyze --json`` and ``compare`` read from summary.json that a run was
+    decided on incomplete records, for a traffic mix; ``--mix`` with --allow-incomplete
+    decides past a damaged line."""
+    path = run / "requests.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[50] = lines[50][:30] + "\n"
+    path.write_text("".join(lines))
+    proc = speclib("analyze", str(run), "--allow-incomplete", "--mix", "c=1", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    basis = out["decided_on"]
+    assert any("requests.jsonl:51" in p for p in basis["incomplete_records"])
+    assert basis["mix"] == {"c": 1.0} and basis["redecided_with"] is None
+    table = speclib("compare", str(run))
+    assert table.returncode == 0, table.stderr
+    assert "incomplete records (2)" in table.stdout and "mix c=1" in table.stdout

@@ -90,3 +90,23 @@ def test_a_resumed_run_continues_with_its_record_and_refuses_another_file(tmp_pa
         checked_params(path, resume=rd.root)
     with pytest.raises(ParamsError, match="no params recorded there"):
         checked_params(None, resume=tmp_path / "empty")
+
+
+def test_a_damaged_record_is_a_params_error_naming_it(tmp_path) -> None:
+    """``run --resume`` and ``analyze`` of a folder whose record is damaged: one line naming
+    the file and what to do (it was a JSONDecodeError traceback)."""
+    from speclib.params.loader import ParamsError
+
+    rd = RunDir.at(tmp_path / "run")
+    rd.root.mkdir()
+    for text in ('{"name": ', "[1, 2]"):
+        rd.params_resolved.write_text(text)
+        with pytest.raises(ParamsError, match=r"params\.resolved\.json: cannot be read.*restore"):
+            recorded_params(rd.params_resolved)
+    rd.params_resolved.write_text('{"name": "x"}')  # readable, not params: the field named
+    with pytest.raises(ParamsError, match=r"not valid for this kit: server: Field required"):
+        recorded_params(rd.params_resolved)
+    rd.params_resolved.unlink()
+    rd.params_resolved.mkdir()
+    with pytest.raises(ParamsError, match="not a file"):
+        recorded_params(rd.params_resolved)

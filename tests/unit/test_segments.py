@@ -123,10 +123,11 @@ def test_the_segment_verdicts_recover_a_known_split_and_the_answer_says_mixed(
     hets = {h["cut"]: h for h in arm["heterogeneity"]}
     assert hets["category"]["differs"] is True
     from speclib.app.verdicts import print_verdicts
+    from speclib.core.run_summary import read_summary
 
     monkeypatch.setenv("COLUMNS", "160")  # the table's width as in a log
     out = io.StringIO()
-    print_verdicts(run / "summary.json", stream=out)
+    print_verdicts(read_summary(run / "summary.json"), stream=out)
     text = out.getvalue()
     assert " mixed " in text and "mixed: echo ×0.5" in text and sentence[:60] in text
     deploy = summary["answer"]["deploy"]
@@ -199,9 +200,17 @@ def test_the_mix_moves_the_pooled_verdict_as_it_says(tmp_path) -> None:
     as_sent = analyze_run(run, write=False).experiments[0].cis["tpot_s"]
     fresh = analyze_run(run, write=False, mix="fresh=0.8,echo=0.2")
     ci = fresh.experiments[0].cis["tpot_s"]
-    truth = math.exp(0.8 * math.log(1.4) + 0.2 * math.log(0.5))
+    # the traffic's ratio for the mix: each category's mean TPOT at its share (the control's
+    # TPOT is the same on both), not the geometric exp(0.8 log 1.4 + 0.2 log 0.5) = 1.14
+    truth = 0.8 * 1.4 + 0.2 * 0.5
     assert ci.ci_low < truth < ci.ci_high and ci.estimate > as_sent.estimate
-    assert "mix-weighted" in ci.method and fresh.answer.mix == {"fresh": 0.8, "echo": 0.2}
+    assert not ci.ci_low < math.exp(0.8 * math.log(1.4) + 0.2 * math.log(0.5)) < ci.ci_high
+    assert ci.estimand == "traffic" and "mix-weighted" in ci.method
+    assert fresh.answer.mix.shares == {"fresh": 0.8, "echo": 0.2}
+    assert (
+        fresh.answer.mix.words()
+        == "for your mix: fresh 80 %, echo 20 % (the run's prompts: 50 / 50)"
+    )
     assert fresh.experiments[0].verdict.tpot_decision.word == "worse"
     echo = analyze_run(run, write=False, mix={"echo": 1.0, "fresh": 0.0})
     assert echo.experiments[0].cis["tpot_s"].ci_high < 1
@@ -348,7 +357,7 @@ def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_pat
     data["server"]["env"] = {"FAKE_VLLM_STEP_S": str(STEP_S),
                              "FAKE_VLLM_SPEC_BY_PROMPT": json.dumps(by_prompt)}  # fmt: skip
     data["workload"].update(replicates=3)
-    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0}
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "max_replicates": None}
     path.write_text(yaml.safe_dump(data))
     out = tmp_path / "run"
     proc = subprocess.run(

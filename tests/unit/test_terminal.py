@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from speclib.app.progress import RunWatcher
+from speclib.core.run_summary import ComparisonEntry, RunSummary, read_summary, write_summary
 from tests.helpers import fake_servers_left
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,8 +194,11 @@ def test_json_prints_one_object_on_stdout(plain_run, tmp_path):
     assert aa["experiment"] == "aa"
     for v in (verdict, aa):
         assert set(v) == {"experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision"} | {
-            "reasons"
+            "reasons",
+            "tpot_estimand",
         }
+        assert v["tpot_estimand"] == "traffic"
+    assert out["mix"] is None  # decided for the prompts as sent
 
 
 def test_analyze_in_a_wide_terminal_ends_with_the_table_and_no_line_over_160(plain_run, tmp_path):
@@ -490,7 +494,7 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
     else:
         monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
-    print_verdicts(_summary(tmp_path), stream=out)
+    print_verdicts(read_summary(_summary(tmp_path)), stream=out)
     lines = out.getvalue().splitlines()
     assert max(map(len, lines)) <= 160
     (trust,) = [x for x in lines if x.startswith("          pass  A/A: xxx")]
@@ -504,7 +508,8 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
     assert "✔errors –ttft ✔e2e" in rows["draft-k4"]  # not assessed is not a tick
     assert "gate errors failed" in rows["ngram-k4"] and "✘errors" in rows["ngram-k4"]
     wide = rows["draft-model-with-a-long-name-k8"]  # the reason gives way, not the gates
-    assert "interval too wide (df 3); ~4 more …" in wide and wide.endswith("✔errors –ttft ✔e2e")
+    assert "interval too wide (df 3)" in wide and "…" in wide
+    assert wide.endswith("✔errors –ttft ✔e2e")
     legend = "gates: ✔ pass · ✘ FAIL · – NOT ASSESSED (no evidence either way, never a pass)"
     assert legend in lines
     (bench,) = [x for x in lines if x.startswith("bench check:")]
@@ -541,7 +546,7 @@ def test_verdict_table_from_a_summary_one_line_per_row(tmp_path, monkeypatch, co
 def test_short_reason_is_one_phrase(over, reason):
     from speclib.app.verdicts import REASON_WIDTH, short_reason
 
-    text = short_reason(_comparison("spec", **over))
+    text = short_reason(ComparisonEntry.model_validate(_comparison("spec", **over)))
     assert reason in text and len(text) <= REASON_WIDTH
 
 
@@ -553,14 +558,16 @@ def test_verdict_json_and_a_summary_without_comparisons(tmp_path):
 
     row = _comparison("draft-k4")
     summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"comparisons": [row]}))
+    write_summary(summary, {"comparisons": [row]})
     result = RunResult(tmp_path, tmp_path / "report.html", summary, ("spec-r1",))
-    data = json.loads(outcome_json(result))
+    data = json.loads(outcome_json(result, read_summary(summary)))
     assert data["failed_launches"] == ["spec-r1"]
-    keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "decision", "reasons")
-    assert data["verdicts"][0] == {k: row[k] for k in keys}
+    keys = ("experiment", "load", "tpot_ratio", "tpot_ratio_ci", "tpot_estimand", "decision",
+            "reasons")  # fmt: skip
+    assert data["verdicts"][0] == {k: row.get(k) for k in keys}
+    assert data["mix"] is None
     empty = io.StringIO()
-    print_verdicts(tmp_path / "missing.json", stream=empty)
+    print_verdicts(RunSummary(), stream=empty)
     assert empty.getvalue().strip() == "no comparison in the summary"
     line = failed_line([f"draft-model-k{i}-r{j}" for i in range(8) for j in range(3)])
     assert line.startswith("failed launches (24): draft-model-k0-r0, ") and len(line) <= 160

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import stand_in_checkpoint
+
 REPO = Path(__file__).resolve().parents[2]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed")
@@ -29,8 +31,7 @@ def _prompt(pid: str, content: str = "hi", role: str = "user") -> str:
 
 def _params(tmp_path: Path, **workload) -> dict:
     (tmp_path / "prompts.jsonl").write_text(_prompt("a") + "\n" + _prompt("b") + "\n")
-    draft = tmp_path / "draft"
-    draft.mkdir(exist_ok=True)
+    draft = stand_in_checkpoint(tmp_path / "draft")
     return {
         "name": "t",
         "server": {"model": str(draft)},

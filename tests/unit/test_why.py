@@ -17,7 +17,7 @@ from speclib.analysis.speculation.speedup import (
 )
 from speclib.analysis.speculation.why import DraftCost, explain, paired_stream_factors, stream_steps
 from speclib.params.loader import ParamsError, load_params
-from tests.helpers import fake_servers_left
+from tests.helpers import fake_servers_left, stand_in_checkpoint
 from tests.unit.test_interleaved import _run
 from tests.unit.test_robustness import _params
 
@@ -57,6 +57,29 @@ def _every_step_drafted() -> DraftedShare:
         requests_drafted=10,
         source="per-request metrics",
     )
+
+
+def test_the_decomposition_per_kind_of_prompt() -> None:
+    """Each kind's own pairs: a kind whose steps carry 3 tokens at 1.5x a plain step's cost
+    gets x2.0, one whose steps carry 1 token at the same cost x0.67."""
+    import pandas as pd
+
+    from speclib.analysis.verdict.explain import why_by_category
+
+    plain = [0.0, 0.01, 0.02, 0.03]  # prefill chunk, then three 10 ms steps
+    slow = [0.0, 0.015, 0.03, 0.045]  # three 15 ms steps
+    rows = []
+    for cat, tokens in (("fix", [1, 3, 3, 3]), ("chat", [1, 1, 1, 1])):
+        for _ in range(2):
+            rows.append({"category": cat, "chunk_offsets_s_c": plain, "chunk_tokens_c": [1] * 4,
+                         "chunk_offsets_s_e": slow, "chunk_tokens_e": tokens})  # fmt: skip
+    out = why_by_category(pd.DataFrame(rows))
+    assert set(out) == {"fix", "chat"} and out["fix"]["n_pairs"] == 2
+    assert out["fix"]["tokens_per_step"] == pytest.approx(3.0)
+    assert out["fix"]["step_cost"] == pytest.approx(1.5)
+    assert out["fix"]["speedup"] == pytest.approx(2.0)
+    assert out["chat"]["speedup"] == pytest.approx(2 / 3)
+    assert why_by_category(pd.DataFrame()) == {}
 
 
 def test_without_the_drafted_share_there_is_no_prediction() -> None:
@@ -112,7 +135,7 @@ def test_a_draft_model_without_a_measured_cost_gets_no_prediction() -> None:
     assert why.prediction is None and why.no_prediction == "serve the draft alone"
     assert "No independent prediction" in why.summary and "1.72× the speed" in why.summary
     # the measured TPOT ratio is 1 / 1.74 = ×0.57: 43 % less time per token, not "43 % faster"
-    assert "TPOT ratio: ×0.57: 43 % less time per token, 1.74× the speed" in why.summary
+    assert "as these factors are: ×0.57: 43 % less time per token, 1.74× the speed" in why.summary
 
 
 def test_a_measured_draft_cost_gives_the_standard_model_and_its_range() -> None:
@@ -142,7 +165,7 @@ def test_a_measured_draft_cost_gives_the_standard_model_and_its_range() -> None:
 
 
 def _draft_params(tmp, **analysis):
-    (tmp / "draft").mkdir(exist_ok=True)
+    stand_in_checkpoint(tmp / "draft")  # the files the kit checks before any server
     path = _params(tmp, n_prompts=6)
     data = yaml.safe_load(path.read_text())
     data["series"][1]["speculative_config"] = {
@@ -151,7 +174,7 @@ def _draft_params(tmp, **analysis):
         "num_speculative_tokens": 3,
     }
     data["analysis"].update(analysis)
-    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0}
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "max_replicates": None}
     data["workload"]["replicates"] = 2
     path.write_text(yaml.safe_dump(data))
     return path

@@ -446,6 +446,7 @@ def test_the_run_analysis_carries_the_workload_checks_to_summary_report_and_term
 ) -> None:
     from speclib.analysis.run_analysis import analyze_run
     from speclib.app.verdicts import trust_lines
+    from speclib.core.run_summary import RunSummary
     from speclib.report.sections import bench_trust_html
 
     run = _run(tmp_path)
@@ -485,7 +486,7 @@ def test_the_run_analysis_carries_the_workload_checks_to_summary_report_and_term
     assert "near-duplicate prompts" not in first  # passed: only inside the table
     assert "⚠ warning" in panel and "near-duplicate prompts" in panel
 
-    lines = trust_lines(summary)
+    lines = trust_lines(RunSummary.model_validate(summary))
     assert "workload: 3 warnings of 5 checks (never a veto; what to do: see the report)" in lines
     assert any("warning  category sizes: 1 of 2 small" in x for x in lines)
     assert not any("near-duplicate" in x for x in lines)
@@ -494,9 +495,10 @@ def test_the_run_analysis_carries_the_workload_checks_to_summary_report_and_term
 
 def test_trust_lines_without_workload_checks_print_none() -> None:
     from speclib.app.verdicts import trust_lines, workload_lines
+    from speclib.core.run_summary import RunSummary, TrustCheckEntry
 
-    summary = {"bench_trust": {"trusted": True, "checks": [
-        {"check": "A/A", "status": "pass", "figure": "±2 %"}]}}  # fmt: skip
+    summary = RunSummary.model_validate({"bench_trust": {"trusted": True, "checks": [
+        {"check": "A/A", "status": "pass", "figure": "±2 %"}]}})  # fmt: skip
     assert not any(x.startswith("workload") for x in trust_lines(summary))
-    passed = [{"check": "prompt set size", "status": "pass", "figure": "24 prompts"}]
+    passed = [TrustCheckEntry(check="prompt set size", status="pass", figure="24 prompts")]
     assert workload_lines(passed) == []

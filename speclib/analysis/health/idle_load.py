@@ -22,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 
+from speclib.core.rundir import RunDir
+
 __all__ = ["idle_load_frame", "idle_load_problem"]
 
 _COLUMNS = ["block", "arm", "idle_cores", "serving_cores", "background_cores", "seconds_served"]
@@ -59,10 +61,10 @@ def idle_load_frame(run_dir: str | Path, statuses: list[dict[str, Any]]) -> pd.D
     ``statuses`` are the launches' ``status.json`` contents (block, series, launch_id).
     Blocks with a single server have no ``cpu.jsonl`` and no row.
     """
-    root = Path(run_dir)
+    rd = RunDir(Path(run_dir))
     by_block: dict[str, dict[str, dict]] = defaultdict(dict)
     for s in statuses:
-        rows = _read(root / "launches" / s["launch_id"] / "cpu.jsonl")
+        rows = _read(rd.launch_files(s["launch_id"]).cpu)
         if rows and s.get("block"):
             by_block[s["block"]][s["series"]] = _rates(rows)
     out = []

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from speclib.core.prometheus import histogram_mean
-from speclib.core.rundir import RunDir
+from speclib.core.rundir import LaunchDir, RunDir
 
 __all__ = [
     "EXCLUSION_GAP_LIMIT",
@@ -168,10 +168,10 @@ def _mean_ms(values: pd.Series) -> float | None:
     return float(vals.mean() * 1e3) if len(vals) else None
 
 
-def _window_hist(files: Path, level: int, name: str) -> tuple[float, int] | None:
+def _window_hist(files: LaunchDir, level: int, name: str) -> tuple[float, int] | None:
     try:
-        before = (files / f"metrics_l{level}_before.prom").read_text("utf-8")
-        after = (files / f"metrics_l{level}_after.prom").read_text("utf-8")
+        before = files.metrics_level(level, "before").read_text("utf-8")
+        after = files.metrics_level(level, "after").read_text("utf-8")
     except OSError:
         return None
     return histogram_mean(before, after, name)
@@ -192,8 +192,8 @@ def _agreement_row(
 ) -> dict:
     ok = g[g["ok"].astype(bool)]
     both = ok.dropna(subset=["tpot_client_s", "tpot_server_s"])
-    hist_tpot = _window_hist(rd.launch(lid), level, _HIST_TPOT)
-    hist_ttft = _window_hist(rd.launch(lid), level, _HIST_TTFT)
+    hist_tpot = _window_hist(rd.launch_files(lid), level, _HIST_TPOT)
+    hist_ttft = _window_hist(rd.launch_files(lid), level, _HIST_TTFT)
     client_tpot = _mean_ms(both["tpot_client_s"]) if len(both) else _mean_ms(ok["tpot_client_s"])
     server_tpot = _mean_ms(both["tpot_server_s"]) if len(both) else None
     if server_tpot is None and hist_tpot is not None:

@@ -5,8 +5,8 @@ checks what a run wrote against what the run itself says it wrote:
 
 - every line of ``requests.jsonl`` parses (a damaged line is named as ``file:line``) and the
   file holds measured requests; so does every line of the other JSON-lines files the
-  analysis reads (each launch's ``cpu.jsonl`` and ``memory.jsonl``, ``blocks.jsonl``, a
-  multi-turn history, output scores);
+  analysis reads (each launch's ``cpu.jsonl`` and ``memory.jsonl``, a multi-turn history,
+  output scores);
 - ``manifest.json`` is readable, and ``launches/`` is present when the folder is a kit run;
 - every replicate block of the design (the manifest's ``blocks``) has a ``status.json`` for
   each of its launches;
@@ -15,10 +15,16 @@ checks what a run wrote against what the run itself says it wrote:
 
 :func:`check_integrity` returns a frozen :class:`Integrity`; ``problems`` empty means whole.
 A folder that holds only ``requests.jsonl`` (records measured elsewhere, described by a
-params file) has no launch evidence to check; it is ``records_only`` and says so. A folder
-with launches but no manifest (assembled by hand) is checked on what it has: each launch's
-counts; a manifest that is there but unreadable is a problem, and ``launches/`` must be
-there when the manifest's design lists blocks.
+params file) has no launch evidence to check; it is ``records_only`` and says so. A kit run
+(a folder with ``launches/``) without its manifest is not whole: the manifest holds the
+design and its blocks, without which the run's design would be guessed; a manifest that is
+there but unreadable is a problem, and ``launches/`` must be there when the manifest's
+design lists blocks. A folder with no measured record at all cannot be decided, even with
+``--allow-incomplete`` (:func:`require_whole`).
+
+The records read on the way are summed up too (``measured``, the ``series`` and prompt
+``categories`` they name), so a caller can check them against params (records of another
+experiment) without reading the file again.
 """
 
 from __future__ import annotations
@@ -54,6 +60,12 @@ class Integrity:
     problems: tuple[str, ...] = ()
     records_only: bool = False
     allowed: bool = False
+    measured: int = 0
+    """Measured records read (every launch, ok or failed)."""
+    series: tuple[str, ...] = ()
+    """The series (arms) the measured records name, sorted."""
+    categories: tuple[str, ...] = ()
+    """The prompt categories the measured records name, sorted."""
 
     @property
     def whole(self) -> bool:
@@ -99,17 +111,27 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
         return None, f"not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
 
 
-def _records(rd: RunDir) -> tuple[Counter[tuple[str, bool]], list[str]]:
-    """Measured requests per (launch, ok), and every damaged line as ``file:line``."""
+@dataclass
+class _Seen:
+    """What the measured records name (built while reading them)."""
+
+    series: set[str]
+    categories: set[str]
+
+
+def _records(rd: RunDir) -> tuple[Counter[tuple[str, bool]], list[str], _Seen]:
+    """Measured requests per (launch, ok), every damaged line as ``file:line``, and the
+    series and categories the measured records name."""
     counts: Counter[tuple[str, bool]] = Counter()
     problems: list[str] = []
+    seen = _Seen(set(), set())
     name = rd.requests.name
     try:
         raw = rd.requests.read_bytes()
     except FileNotFoundError:
-        return counts, [f"{name}: missing (the run's per-request records)"]
+        return counts, [f"{name}: missing (the run's per-request records)"], seen
     except OSError as exc:
-        return counts, [f"{name}: cannot be read ({exc.strerror})"]
+        return counts, [f"{name}: cannot be read ({exc.strerror})"], seen
     for i, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
@@ -126,16 +148,19 @@ def _records(rd: RunDir) -> tuple[Counter[tuple[str, bool]], list[str]]:
             continue
         if data.get("phase", "measure") == "measure":
             counts[(str(data.get("launch_id")), bool(data.get("ok")))] += 1
+            seen.series.add(str(data.get("series")))
+            if data.get("category") is not None:
+                seen.categories.add(str(data.get("category")))
     if not problems and not counts:
         problems.append(f"{name}: holds no measured request (an empty or emptied file)")
-    return counts, problems
+    return counts, problems, seen
 
 
 def _jsonl_problems(rd: RunDir) -> list[str]:
     """Every damaged line of the other JSON-lines files the analysis reads (each launch's
-    CPU and memory samples, the blocks, a multi-turn history, output scores)."""
-    paths = [rd.blocks, rd.turn_history, rd.output_scores]
-    for folder in sorted((rd.root / "launches").glob("*/")):
+    CPU and memory samples, a multi-turn history, output scores)."""
+    paths = [rd.turn_history, rd.output_scores]
+    for folder in sorted(rd.launches.glob("*/")):
         files = rd.launch_files(folder.name)
         paths += [files.cpu, files.memory]
     problems = []
@@ -167,8 +192,7 @@ def _statuses(
     server, a null check), which measures nothing and writes no status."""
     found: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
-    launches = rd.root / "launches"
-    for folder in sorted(p for p in launches.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in rd.launches.iterdir() if p.is_dir()):
         path = rd.status_path(folder.name)
         rel = path.relative_to(rd.root)
         if not path.exists():
@@ -234,14 +258,25 @@ def check_integrity(
     ``records``: also read every line of ``requests.jsonl`` (the slow part on large runs).
     """
     rd = RunDir.at(run_dir)
-    counts, problems = _records(rd) if records else (Counter(), [])
+    counts, problems, seen = _records(rd) if records else (Counter(), [], _Seen(set(), set()))
     problems += _jsonl_problems(rd) if records else []
     has_manifest = rd.manifest.exists()
-    has_launches = (rd.root / "launches").is_dir()
+    has_launches = rd.launches.is_dir()
+    read = {
+        "allowed": allowed,
+        "measured": sum(counts.values()),
+        "series": tuple(sorted(seen.series)),
+        "categories": tuple(sorted(seen.categories)),
+    }
     if not has_manifest and not has_launches:
-        return Integrity(tuple(problems), records_only=True, allowed=allowed)
+        return Integrity(tuple(problems), records_only=True, **read)
     manifest: dict[str, Any] = {}
-    if has_manifest:
+    if not has_manifest:
+        problems.append(
+            f"{rd.manifest.name}: missing (the run's design, its blocks, where and with what "
+            "it ran); without it the design would be guessed"
+        )
+    else:
         data, why = _read_json(rd.manifest)
         if why or not isinstance(data, dict):
             problems.append(
@@ -251,10 +286,10 @@ def check_integrity(
         else:
             manifest = data
     if not has_launches and not manifest.get("blocks") and not problems:
-        return Integrity((), records_only=True, allowed=allowed)  # a manifest with no design
+        return Integrity((), records_only=True, **read)  # a manifest with no design
     if not has_launches:
         problems.append("launches/: missing (every launch's status, counters, logs and mode check)")
-        return Integrity(tuple(problems), allowed=allowed)
+        return Integrity(tuple(problems), **read)
     planned = {
         lid for block in manifest.get("blocks") or [] for lid in block.get("launch_ids") or []
     }
@@ -263,12 +298,22 @@ def check_integrity(
     problems += _block_problems(manifest, statuses, rd)
     if records:
         problems += _count_problems(statuses, counts, planned=bool(manifest.get("blocks")))
-    return Integrity(tuple(problems), allowed=allowed)
+    return Integrity(tuple(problems), **read)
 
 
 def require_whole(run_dir: str | os.PathLike[str], *, allow_incomplete: bool) -> Integrity:
-    """:func:`check_integrity`, raising :class:`RunNotWhole` unless ``allow_incomplete``."""
+    """:func:`check_integrity`, raising :class:`RunNotWhole` unless ``allow_incomplete``;
+    a folder with no measured record is refused even then: there is nothing to decide on."""
     found = check_integrity(run_dir, allowed=allow_incomplete)
+    root = RunDir.at(run_dir).root
     if found.problems and not allow_incomplete:
-        raise RunNotWhole(found.message(RunDir.at(run_dir).root))
+        raise RunNotWhole(found.message(root))
+    if not found.measured:
+        raise RunNotWhole(
+            f"{root}: no measured request can be read from its records, so there is nothing "
+            "to decide, even with --allow-incomplete:\n"
+            + "\n".join(f"  - {p}" for p in found.problems[:_MAX_LISTED])
+            + "\nnothing was written (an earlier summary.json and report.html are kept as "
+            "they are); restore requests.jsonl from a copy of the run folder"
+        )
     return found

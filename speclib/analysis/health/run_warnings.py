@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from speclib.analysis.speculation.launches import LaunchMetrics
-from speclib.core.records import LATE_CHUNKS_FLAG, read_records
+from speclib.core.records import LATE_CHUNKS_FLAG
 from speclib.core.rundir import RunDir
 
 __all__ = [
@@ -66,8 +66,7 @@ def run_warnings(
         out.append(f"the sampling check could not score the outputs ({why}): correctness unknown")
     if not rd.requests.exists() or df.empty:
         out.append("no measured request records")
-    n_lines = sum(1 for _ in read_records(rd.requests)) if rd.requests.exists() else 0
-    if n_lines == 0:
+    if not rd.requests.exists() or not rd.requests.read_bytes().strip():
         out.append("requests.jsonl is empty")
     return out
 

@@ -5,17 +5,21 @@ flags the installed vLLM lacked and the kit left out (manifest ``cli``), where e
 and with what memory share (manifest ``placement`` and ``memory_plan``), vLLM's own log
 lines that bear on speed per series (:mod:`speclib.analysis.speculation.speed_log`), and, with a
 synthetic draft, the acceptance vLLM reported against the pair's truth
-(:mod:`speclib.analysis.speculation.acceptance_truth`). :func:`stack_facts` reads them from the run
+(:mod:`speclib.analysis.speculation.acceptance_truth`), and, once ``speclib
+replay-acceptance`` ran, against a replay outside vLLM
+(:mod:`speclib.analysis.speculation.replay_check`). :func:`stack_facts` reads them from the run
 folder; :func:`stack_warnings` turns the ones a reader must not miss into warnings.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from speclib.analysis.health.placement_notes import placement_line, placement_warnings
 from speclib.analysis.speculation.acceptance_truth import truth_rows, truth_summary
+from speclib.analysis.speculation.replay_check import pooled_rows, replay_line, replay_rows
 from speclib.analysis.speculation.speed_log import series_speed_lines
 from speclib.core.rundir import RunDir
 
@@ -46,6 +50,8 @@ def stack_facts(
     ``request_tokens``: the longest prompt plus max_tokens, for the KV-cache note)."""
     manifest = rd.read_manifest()
     rows = truth_rows(statuses, metrics)
+    replay = _replay(rd)
+    replayed = replay_rows(replay, metrics) if replay else []
     placement = manifest.get("placement") or {}
     return {
         "server_commands": manifest.get("cli"),
@@ -60,7 +66,26 @@ def stack_facts(
         ),
         "acceptance_truth": rows,
         "acceptance_truth_line": truth_summary(rows),
+        "acceptance_replay": {
+            "launches": replayed,
+            "series": pooled_rows(replayed),
+            "control_answers": replay.get("control_answers"),
+            "target_check": replay.get("target_check"),
+            "device": replay.get("device"),
+            "dtype": replay.get("dtype"),
+        }
+        if replay
+        else None,
+        "acceptance_replay_line": replay_line(replayed),
     }
+
+
+def _replay(rd: RunDir) -> dict[str, Any] | None:
+    """The replay file's content (None when ``speclib replay-acceptance`` never ran)."""
+    try:
+        return json.loads(rd.acceptance_replay.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def stack_warnings(facts: Mapping[str, Any], *, control: str, aa: str | None) -> list[str]:
@@ -69,5 +94,8 @@ def stack_warnings(facts: Mapping[str, Any], *, control: str, aa: str | None) ->
     out += placement_warnings(facts.get("placement") or {}, control=control, aa=aa)
     line = facts.get("acceptance_truth_line")
     if line and line.startswith("does NOT match"):
+        out.append(f"the measured acceptance {line}")
+    line = facts.get("acceptance_replay_line")
+    if line and line.startswith("does NOT agree"):
         out.append(f"the measured acceptance {line}")
     return out

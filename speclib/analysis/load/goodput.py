@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from speclib.analysis.stats.t_interval import t_interval
 
 __all__ = [
     "GOODPUT_WORDS",
@@ -111,13 +112,10 @@ def _t_interval(values: np.ndarray, confidence_level: float) -> tuple[float, flo
     v = values[np.isfinite(values)]
     if not len(v):
         return math.nan, math.nan, math.nan
-    mean = float(v.mean())
-    if len(v) < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + confidence_level / 2, len(v) - 1) * v.std(ddof=1)) / math.sqrt(
-        len(v)
-    )
-    return mean, mean - half, mean + half
+    t = t_interval(v, confidence_level=confidence_level)
+    if not t.decidable:
+        return t.mean, math.nan, math.nan
+    return t.mean, t.low, t.high
 
 
 def _percentile(values: pd.Series, ok: pd.Series, q: float) -> float:

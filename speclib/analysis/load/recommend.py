@@ -6,9 +6,11 @@ smallest one (smallest ``k``) whose TPOT ratio is shown to be within δ
 (``analysis.margin``) of the best arm's, **and** which itself pays: its verdict against the
 control is ADOPT. When no arm of the family is ADOPT the answer is "no k pays" (``None``).
 
-**The test.** The best arm is the one with the lowest mean per-block log-ratio ``d``
-against the control. For every other arm ``a`` the ratio of ratios ``a / best`` rests on
-the two arms' own noise (each arm has its own instance variance, see
+**The test.** Every ratio here is the traffic's (:attr:`speclib.core.estimand.Estimand.
+TRAFFIC`: per block, the log of the arm's mean TPOT over the control's, as the verdicts;
+for the user's mix when given). The best arm is the one with the lowest mean per-block
+log-ratio ``d`` against the control. For every other arm ``a`` the ratio of ratios
+``a / best`` rests on the two arms' own noise (each arm has its own instance variance, see
 :mod:`speclib.analysis.stats.block_intervals`): where they share at least two blocks, a paired
 t-interval
 on the per-block differences ``d[a, b] - d[best, b]`` (the control's error cancels;
@@ -37,10 +39,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
-from scipy import special
 
-from speclib.analysis.stats.block_summary import BlockSummary, summarize_blocks
+from speclib.analysis.stats.block_summary import BlockSummary
+from speclib.analysis.stats.t_interval import t_interval, welch_t_interval
 from speclib.analysis.verdict.comparisons import Comparison
+from speclib.analysis.verdict.tpot_verdict import pair_summary
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 from speclib.params.experiment import ExperimentParams
 from speclib.params.sweep import sweep_sort_key
@@ -145,17 +149,6 @@ def _validate(arms: Any, summary: Any, margin: Any, confidence_level: Any) -> li
     return arms
 
 
-def _welch(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
-    """``(variance of mean(x) - mean(y), Satterthwaite df)``; None without two of each."""
-    if len(x) < 2 or len(y) < 2:
-        return None
-    vx, vy = float(np.var(x, ddof=1)) / len(x), float(np.var(y, ddof=1)) / len(y)
-    var = vx + vy
-    if var <= 0:
-        return 0.0, float(len(x) + len(y) - 2)
-    return var, var**2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-
-
 def _test(
     a: str, best: str, summary: BlockSummary, level: float
 ) -> tuple[float, float, float, int]:
@@ -167,18 +160,13 @@ def _test(
     both = in_a & in_b
     shared = int(both.sum())
     if shared >= 2:
-        diff = summary.mean[i][both] - summary.mean[j][both]
-        est = float(diff.mean())
-        var, df = float(np.var(diff, ddof=1)) / shared, float(shared - 1)
+        t = t_interval(summary.mean[i][both] - summary.mean[j][both], confidence_level=level)
     else:
-        x, y = summary.mean[i][in_a], summary.mean[j][in_b]
-        est = float(x.mean() - y.mean())
-        welch = _welch(x, y)
-        if welch is None:
-            return math.exp(est), 0.0, math.inf, shared
-        var, df = welch
-    half = float(special.stdtrit(df, 0.5 + level / 2)) * math.sqrt(max(var, 0.0))
-    return math.exp(est), math.exp(est - half), math.exp(est + half), shared
+        t = welch_t_interval(summary.mean[i][in_a], summary.mean[j][in_b],
+                             confidence_level=level)  # fmt: skip
+    if not t.decidable:
+        return math.exp(t.mean), 0.0, math.inf, shared
+    return math.exp(t.mean), math.exp(t.low), math.exp(t.high), shared
 
 
 def _holm(
@@ -288,22 +276,15 @@ def _value_text(value: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} = {v}" for k, v in value.items())
 
 
-def _level_summary(comps: Sequence[Comparison]) -> BlockSummary | None:
-    """Per-block mean log-ratios of every arm of one level (None without usable pairs)."""
-    values, arms, blocks = [], [], []
-    for c in comps:
-        p = c.pairs
-        if not len(p) or "tpot_s_c" not in p:
-            continue
-        tc, te = p["tpot_s_c"].to_numpy(float), p["tpot_s_e"].to_numpy(float)
-        keep = np.isfinite(tc) & np.isfinite(te) & (tc > 0) & (te > 0)
-        labels = (p["block"] if "block" in p else p["replicate"]).to_numpy()[keep]
-        values += list(np.log(te[keep] / tc[keep]))
-        arms += [c.experiment] * int(keep.sum())
-        blocks += [str(b) for b in labels]
-    if not values:
-        return None
-    return summarize_blocks(np.asarray(values), arm=np.asarray(arms), block=np.asarray(blocks))
+def _level_summary(
+    comps: Sequence[Comparison], mix: Mapping[str, float] | None = None
+) -> BlockSummary | None:
+    """Per-block log traffic ratios against the control of every arm of one level, for
+    ``mix`` when given (None without usable pairs)."""
+    found = {c.experiment: c.pairs for c in comps if len(c.pairs) and "tpot_s_c" in c.pairs}
+    found = {a: p.assign(block=(p["block"] if "block" in p else p["replicate"]).astype(str))
+             for a, p in found.items()}  # fmt: skip
+    return pair_summary(found, estimand=Estimand.TRAFFIC, mix=mix) if found else None
 
 
 def _sweep_arm(c: Comparison, value: Mapping[str, Any]) -> SweepArm:
@@ -315,17 +296,22 @@ def _sweep_arm(c: Comparison, value: Mapping[str, Any]) -> SweepArm:
 
 
 def sweep_recommendations(
-    params: ExperimentParams, comparisons: Sequence[Comparison], *, confidence_level: float
+    params: ExperimentParams,
+    comparisons: Sequence[Comparison],
+    *,
+    confidence_level: float,
+    mix: Mapping[str, float] | None = None,
 ) -> list[Recommendation]:
     """:func:`recommend` for every sweep family of ``params`` at every load level of
-    ``comparisons`` (empty for a run without a sweep)."""
+    ``comparisons`` (empty for a run without a sweep), on the traffic's ratio (for ``mix``
+    when given, as the verdicts)."""
     families = params.sweep_families
     if not families:
         return []
     out = []
     for level in sorted({c.level for c in comparisons}):
         comps = [c for c in comparisons if c.level == level]
-        summary = _level_summary(comps)
+        summary = _level_summary(comps, mix)
         by_name = {c.experiment: c for c in comps}
         for family, members in families.items():
             arms = [

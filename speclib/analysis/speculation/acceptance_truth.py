@@ -5,8 +5,10 @@ draft must accept on the launch's outputs into its ``status.json``), :func:`trut
 puts side by side, per draft position: the acceptance from the launch's ``/metrics``
 deltas, the exact expectation on those outputs, and the pair's declared acceptance
 (agreement ** i). A measured mean acceptance length within :data:`TOLERANCE` of the exact
-one says the kit's acceptance instrument is right on this stack; a miss says it is not,
-or that vLLM drafts differently from what the kit replays.
+one, and each position's acceptance within :data:`TOLERANCE` of its exact one (relative),
+says the kit's acceptance instrument is right on this stack; a miss says it is not, or
+that vLLM drafts differently from what the kit replays. The same holds for a draft model,
+an EAGLE-3 head and an MTP layer (whose truth the target's folder declares).
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ def truth_rows(
         measured_len = 1 + sum(spec["accepted_per_pos"]) / spec["num_drafts"]
         want = expected["mean_acceptance_length"]
         error = (measured_len - want) / want if want else None
+        measured_pos = _rate(spec["accepted_per_pos"], spec["num_drafts"])
+        position_errors = _position_errors(measured_pos, expected["acceptance_per_position"])
         rows.append(
             {
                 "launch_id": status.get("launch_id"),
                 "series": status.get("series"),
                 "k": truth["k"],
                 "agreement": truth["agreement"],
-                "measured_per_position": _rate(spec["accepted_per_pos"], spec["num_drafts"]),
+                "measured_per_position": measured_pos,
                 "expected_per_position": expected["acceptance_per_position"],
                 "declared_per_position": declared["acceptance_per_position"],
                 "measured_drafts": spec["num_drafts"],
@@ -57,9 +61,22 @@ def truth_rows(
                 "declared_mean_length": declared["mean_acceptance_length"],
                 "relative_error": error,
                 "within": error is not None and abs(error) <= TOLERANCE,
+                "position_errors": position_errors,
+                "within_per_position": bool(position_errors)
+                and all(e is not None and abs(e) <= TOLERANCE for e in position_errors),
             }
         )
     return rows
+
+
+def _position_errors(
+    measured: Sequence[float] | None, expected: Sequence[float | None]
+) -> list[float | None]:
+    """Each position's measured acceptance relative to its exact one (None where the exact
+    one is 0 or unknown, or the positions do not line up)."""
+    if measured is None or len(measured) != len(expected):
+        return []
+    return [(m - e) / e if e else None for m, e in zip(measured, expected, strict=True)]
 
 
 def truth_summary(rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -69,9 +86,23 @@ def truth_summary(rows: Sequence[Mapping[str, Any]]) -> str | None:
     worst = max(rows, key=lambda r: abs(r["relative_error"] or 0.0))
     n_ok = sum(bool(r["within"]) for r in rows)
     verdict = "matches" if n_ok == len(rows) else "does NOT match"
-    return (
+    line = (
         f"{verdict} the synthetic pair's truth on {n_ok}/{len(rows)} launches (mean length "
         f"±{TOLERANCE:.0%}): worst {worst['series']} {worst['measured_mean_length']:.3f} vs "
         f"{worst['expected_mean_length']:.3f} ({worst['relative_error']:+.1%}), declared "
         f"{worst['declared_mean_length']:.3f}"
     )
+    errors = [
+        (abs(e), r["series"], i + 1)
+        for r in rows
+        for i, e in enumerate(r.get("position_errors") or [])
+        if e is not None
+    ]
+    if errors:
+        size, series, position = max(errors)
+        n_pos = sum(bool(r.get("within_per_position")) for r in rows)
+        line += (
+            f"; per position within ±{TOLERANCE:.0%} on {n_pos}/{len(rows)} launches, "
+            f"worst {series} position {position} ({size:.1%} off)"
+        )
+    return line

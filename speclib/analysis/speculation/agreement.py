@@ -3,6 +3,13 @@
 * **Greedy output agreement** (:func:`greedy_agreement`, :func:`compare_outputs`,
   :func:`summarize_agreement`): speculation must not change greedy output; where it does,
   the first divergence and a short excerpt go into the report.
+* **Near ties** (:func:`classify_divergences`): where the target, served without
+  speculation, gives the control's token and the arm's token at the first divergence
+  log-probabilities within ``near_tie_nats`` of each other (``RUN_DIR/divergences.jsonl``,
+  :mod:`speclib.run.scoring`), the two answers parted on a floating-point near tie, which
+  vLLM's lossless guarantee leaves open; otherwise the arm disagrees with its target for
+  real. Only real disagreements, and divergences nobody ranked, count against the outputs
+  gate.
 * **Output classes** (:func:`classify_output`, :func:`count_bad_outputs`) beside HTTP
   errors: empty outputs and streams cut by an error are failures even when the client saw
   status 200.
@@ -22,6 +29,8 @@ __all__ = [
     "OUTPUT_CLASSES",
     "Agreement",
     "AgreementSummary",
+    "DivergenceClass",
+    "classify_divergences",
     "classify_output",
     "compare_outputs",
     "count_bad_outputs",
@@ -180,8 +189,55 @@ def _text(rec: Any) -> str:
 
 
 @dataclass(frozen=True)
+class DivergenceClass:
+    """What one divergent answer is: ``near_tie`` (the target ranks both tokens at the first
+    divergence within ``near_tie_nats``), ``real`` (it does not) or ``unranked`` (no ranking:
+    not asked, or it failed). ``gap`` is the control token's log-probability minus the arm
+    token's (nats), the ranks are the target's (1 = its greedy choice)."""
+
+    kind: Literal["near_tie", "real", "unranked"]
+    position: int | None = None
+    gap: float | None = None
+    control_rank: int | None = None
+    experiment_rank: int | None = None
+
+
+def classify_divergences(
+    agreements: Mapping[str, Agreement],
+    ranks: Mapping[str, Any],
+    *,
+    near_tie_nats: float,
+) -> dict[str, DivergenceClass]:
+    """The class of every divergent prompt of ``agreements`` (``ranks``: prompt id to its
+    :class:`~speclib.core.scores.DivergenceRank`, absent or failed for unranked ones)."""
+    if not (isinstance(near_tie_nats, (int, float)) and near_tie_nats >= 0):
+        raise ValueError(f"`near_tie_nats` must be a number >= 0 (got {near_tie_nats!r})")
+    out: dict[str, DivergenceClass] = {}
+    for pid, a in agreements.items():
+        if a.exact_match:
+            continue
+        rank = ranks.get(pid)
+        gap = getattr(rank, "gap", None)
+        if gap is None:
+            out[pid] = DivergenceClass("unranked", a.first_divergence)
+            continue
+        out[pid] = DivergenceClass(
+            "near_tie" if abs(gap) <= near_tie_nats else "real",
+            rank.position,
+            gap,
+            rank.control_rank,
+            rank.experiment_rank,
+        )
+    return out
+
+
+@dataclass(frozen=True)
 class AgreementSummary:
-    """Agreement over prompts. ``unit`` is ``"mixed"`` if some were compared by tokens."""
+    """Agreement over prompts. ``unit`` is ``"mixed"`` if some were compared by tokens.
+
+    Of the ``n_diverged`` prompts, ``n_near_tie`` parted on a near tie, ``n_real`` disagree
+    for real and ``n_unranked`` were not ranked; ``gate_rate`` is the share that equals the
+    control's or parted on a near tie (what the outputs gate holds against its minimum)."""
 
     n_compared: int
     n_exact: int
@@ -189,17 +245,25 @@ class AgreementSummary:
     exact_match_rate: float | None
     median_first_divergence: float | None
     unit: str
+    n_near_tie: int = 0
+    n_real: int = 0
+    n_unranked: int = 0
+    gate_rate: float | None = None
 
 
 def summarize_agreement(
     agreements: Iterable[Agreement] | Mapping[str, Agreement],
+    classes: Mapping[str, DivergenceClass] | None = None,
 ) -> AgreementSummary:
-    """Exact-match rate and median first-divergence position over prompts."""
+    """Exact-match rate and median first-divergence position over prompts; with
+    ``classes`` (:func:`classify_divergences`), the divergences by kind."""
     items = list(agreements.values() if isinstance(agreements, Mapping) else agreements)
     n = len(items)
     exact = sum(a.exact_match for a in items)
     positions = [a.first_divergence for a in items if a.first_divergence is not None]
     units = {a.unit for a in items}
+    kinds = [c.kind for c in (classes or {}).values()]
+    near, real = kinds.count("near_tie"), kinds.count("real")
     return AgreementSummary(
         n_compared=n,
         n_exact=exact,
@@ -207,6 +271,10 @@ def summarize_agreement(
         exact_match_rate=exact / n if n else None,
         median_first_divergence=float(statistics.median(positions)) if positions else None,
         unit=units.pop() if len(units) == 1 else ("mixed" if units else "tokens"),
+        n_near_tie=near,
+        n_real=real,
+        n_unranked=n - exact - near - real,
+        gate_rate=(exact + near) / n if n else None,
     )
 
 

@@ -55,6 +55,7 @@ class LaunchMetrics:
     reconciliation: Reconciliation | None
     note: str | None = None
     drafting: LaunchDrafting | None = None  # decode steps from the streams against /metrics
+    mtp_weights: dict[str, Any] | None = None  # what an MTP guess reads (status.json extra)
 
     def to_dict(self) -> dict[str, Any]:
         """The mapping written to ``summary.json``."""
@@ -131,14 +132,21 @@ def launch_metrics(
     request sent in it (:func:`window_records`: ``records`` holds every phase, in
     ``requests.jsonl``'s order)."""
     lid, series = status["launch_id"], status["series"]
-    before = _read_prom(rd.launch(lid) / "metrics_before.prom")
-    after = _read_prom(rd.launch(lid) / "metrics_after.prom")
+    weights = (status.get("extra") or {}).get("mtp_step_weights")
+    weights = weights if isinstance(weights, dict) and "c" in weights else None
+    files = rd.launch_files(lid)
+    before = _read_prom(files.metrics_before)
+    after = _read_prom(files.metrics_after)
     if before is None or after is None:
-        return LaunchMetrics(lid, series, None, None, None, "no /metrics snapshots")
+        return LaunchMetrics(
+            lid, series, None, None, None, "no /metrics snapshots", mtp_weights=weights
+        )
     try:
         spec = spec_counters_delta(before, after)
     except CounterResetError as exc:
-        return LaunchMetrics(lid, series, None, None, None, f"counters reset: {exc}")
+        return LaunchMetrics(
+            lid, series, None, None, None, f"counters reset: {exc}", mtp_weights=weights
+        )
     cache = prefix_cache_delta(before, after)
     mine = window_records(records, lid, warmup_requests=warmup_requests)
     specs = [s if isinstance(s, dict) else None for s in mine.get("spec", [])]
@@ -150,7 +158,7 @@ def launch_metrics(
         chunks = list(mine.get("chunk_tokens", []))
         reqs = [request_drafting(c, s, k=k) for c, s in zip(chunks, specs, strict=True)]
         drafting = launch_drafting(lid, series, reqs, spec, k=k)
-    return LaunchMetrics(lid, series, spec, cache, rec, drafting=drafting)
+    return LaunchMetrics(lid, series, spec, cache, rec, drafting=drafting, mtp_weights=weights)
 
 
 _K = re.compile(r"[\"']num_speculative_tokens[\"']\s*:\s*(\d+)")
@@ -178,7 +186,7 @@ def memory_frame(rd: RunDir, statuses: list[dict[str, Any]]) -> pd.DataFrame:
     """Every launch's memory samples: columns ``series``, ``launch_id``, ``t``, ``rss_bytes``."""
     rows = []
     for s in statuses:
-        path = rd.launch(s["launch_id"]) / "memory.jsonl"
+        path = rd.launch_files(s["launch_id"]).memory
         if not path.exists():
             continue
         for line in path.read_text("utf-8").splitlines():
@@ -217,7 +225,7 @@ def read_crosschecks(rd: RunDir, statuses: list[dict[str, Any]]) -> tuple[dict[s
     """Each launch's ``crosscheck.json`` (vllm bench on the same server), labelled."""
     out = []
     for s in statuses:
-        path = rd.launch(s["launch_id"]) / "crosscheck.json"
+        path = rd.launch_files(s["launch_id"]).crosscheck
         try:
             data = json.loads(path.read_text("utf-8"))
         except (OSError, ValueError):

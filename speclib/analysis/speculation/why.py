@@ -5,7 +5,9 @@ steps. :func:`median_step_time` measures a step from the stream itself (at close
 each token-bearing chunk is one engine step); :func:`explain` splits the measured speed-up
 into *tokens per verify step* (from the ``/metrics`` counters) ÷ *step cost* (a verify step's
 time over a plain step's, from the chunk timings). Both factors are measured, and their
-quotient is checked against the measured TPOT ratio.
+quotient is checked against the measured TPOT ratio of the typical request (both are
+geometric means over the paired prompts; the traffic's ratio, the verdict's, is another
+figure: :mod:`speclib.core.estimand`).
 
 The standard model (Leviathan, Kalman & Matias 2023) predicts the speed-up from the
 acceptance ``α`` and the draft cost ``c``. ``c`` must not come from the same timings, or the
@@ -229,7 +231,8 @@ def _measured_text(d: Decomposition) -> str:
     text = (
         f"Measured over {d.n_pairs} paired prompts: a decode step yields "
         f"{d.tokens_per_step:.2f} tokens and costs {d.step_cost:.2f}× a plain step → "
-        f"{d.decomposed_speedup:.2f}× the speed (the measured TPOT ratio: "
+        f"{d.decomposed_speedup:.2f}× the speed (the typical request's measured TPOT "
+        f"ratio, a geometric mean over the pairs as these factors are: "
         f"{ratio_words(1 / d.measured_speedup)})"
     )
     if d.undrafted_share is not None and d.decode_steps:

@@ -5,11 +5,18 @@ In the interleaved design every replicate **block** starts a fresh server for ea
 experiments) and alternates requests between the arms prompt by prompt, so time drift and
 regime shifts hit all arms of a block alike and cancel in the paired log-ratios. What
 remains is one *instance effect* per server and block plus per-request noise. This module
-turns the per-block mean paired log-ratios ``d[a, b]`` (arm ``a`` vs the control of block
-``b``) into one frozen :class:`BlockArmCI` per arm. It only computes; the decision words
-live in :mod:`speclib.analysis.verdict.decision`.
+turns the per-block log-ratios ``d[a, b]`` (arm ``a`` vs the control of block ``b``, over
+the block's paired prompts) into one frozen :class:`BlockArmCI` per arm. Which ratio ``d``
+is comes with the summary (:mod:`speclib.analysis.stats.block_summary`): the verdict's is
+the traffic's, ``log(mean arm TPOT / mean control TPOT)``; the typical request's is the
+mean of the per-pair log-ratios. The model and the interval below hold for either, and
+every result carries its estimand. It only computes; the decision words live in
+:mod:`speclib.analysis.verdict.decision`; the t-interval itself is
+:func:`speclib.analysis.stats.t_interval.t_interval`.
 
-**Model.** With ``y[arm, b]`` the mean log TPOT of an arm's server in block ``b``::
+**Model.** With ``y[arm, b]`` the log of an arm's server's TPOT over block ``b``'s prompts
+(the log of its mean TPOT for the traffic's ratio, the mean of its log TPOTs for the
+typical request's)::
 
     y[arm, b] = beta_b + theta_arm + e[arm, b],   e ~ N(0, sigma_arm^2) independent,
     sigma_arm^2 = sigma_L,arm^2 + sigma_w,arm^2 / n,
@@ -87,6 +94,8 @@ from scipy import special
 
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.block_summary import BlockSummary
+from speclib.analysis.stats.t_interval import t_interval
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -119,7 +128,9 @@ class BlockArmCI:
     whether that share exceeds one half (None when within-block variances are unknown).
     ``own_df``, ``heterogeneity_f`` and ``heterogeneity_p``: the arm's own block-to-block
     variance of ``d`` over the pooled ``2 sigma^2`` and its approximate two-sided F-test
-    p-value (None below 2 own df). :attr:`method` describes the interval in words.
+    p-value (None below 2 own df). :attr:`method` describes the interval in words;
+    ``estimand`` says which ratio it is (:class:`speclib.core.estimand.Estimand`: the
+    summary's).
     """
 
     arm: str
@@ -139,6 +150,7 @@ class BlockArmCI:
     heterogeneity_f: float | None
     heterogeneity_p: float | None
     note: str | None = None
+    estimand: Estimand = Estimand.TYPICAL
 
     @property
     def decidable(self) -> bool:
@@ -181,6 +193,7 @@ class BlockAnalysis:
     sigma2: float | None
     var_instance: float | None
     note: str | None = None
+    estimand: Estimand = Estimand.TYPICAL
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping."""
@@ -344,36 +357,32 @@ def _arm_ci(
     """The paired t-interval of arm ``summary.arms[k]`` on its own block contrasts."""
     c = contrasts.values
     m = c.size
-    df = m - 1
-    est = float(c.mean())
+    t = t_interval(c, confidence_level=confidence_level)
+    est = t.mean
     d = summary.mean[k][summary.n_pairs[k] > 0]
     pooled_var_d = 2 * pooled.rss / pooled.df if pooled.df > 0 else 0.0
     own_df, f, p = _own_spread(d, pooled_var_d, pooled.df)
     common = {
         "arm": summary.arms[k], "reference": contrasts.reference, "estimate": math.exp(est),
-        "confidence_level": float(confidence_level), "df": df, "n_blocks": m,
+        "confidence_level": float(confidence_level), "df": m - 1, "n_blocks": m,
         "n_pairs": int(summary.n_pairs[k].sum()), "own_df": own_df, "heterogeneity_f": f,
-        "heterogeneity_p": p,
+        "heterogeneity_p": p, "estimand": summary.estimand,
     }  # fmt: skip
-    if df == 0:
+    if not t.decidable:
         return BlockArmCI(ci_low=0.0, ci_high=math.inf, se_log=math.inf, se_within_log=None,
                           instance_share=None, more_blocks_help=None, note=ONE_BLOCK_NOTE,
                           **common)  # fmt: skip
-    var_total = float(np.var(c, ddof=1)) / m
-    if var_total <= 1e-24 * max(1.0, est * est):
-        var_total = 0.0
-    se = math.sqrt(var_total)
-    half = special.stdtrit(df, 0.5 + confidence_level / 2) * se
+    var_total = t.se**2
     within = contrasts.within
     var_within = None if within is None else float(within.sum()) / m**2
     share = None
     if var_within is not None and var_total > 0:
         share = float(max(0.0, var_total - var_within) / var_total)
     return BlockArmCI(
-        ci_low=math.exp(est - half), ci_high=math.exp(est + half), se_log=se,
+        ci_low=math.exp(t.low), ci_high=math.exp(t.high), se_log=t.se,
         se_within_log=None if var_within is None else math.sqrt(var_within),
         instance_share=share, more_blocks_help=None if share is None else bool(share > 0.5),
-        note="all block contrasts agree exactly: zero-width interval" if se == 0 else None,
+        note="all block contrasts agree exactly: zero-width interval" if t.se == 0 else None,
         **common,
     )  # fmt: skip
 
@@ -426,5 +435,5 @@ def block_ratio_cis(
     return BlockAnalysis(
         arms=arms, aa=aa, reference=reference, confidence_level=float(confidence_level),
         df=pooled.df, n_blocks=int(present[0].sum()), sigma2=sigma2, var_instance=var_instance,
-        note=ONE_BLOCK_NOTE if undecidable else None,
+        note=ONE_BLOCK_NOTE if undecidable else None, estimand=summary.estimand,
     )  # fmt: skip

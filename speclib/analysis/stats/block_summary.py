@@ -1,14 +1,29 @@
-"""Per-block summaries of paired log-ratios: the input of the block-level intervals.
+"""Per-block summaries of paired ratios: the input of the block-level intervals.
 
-:func:`summarize_blocks` turns per-pair log-ratios labelled by arm and replicate block into
-a :class:`BlockSummary` (per arm and block: the mean log-ratio ``d[a, b]``, the number of
-pairs, the within-cell variance); :func:`block_summary` builds one from those figures
-directly. :func:`speclib.analysis.stats.block_intervals.block_ratio_cis` turns a summary into one
-interval per arm.
+A :class:`BlockSummary` holds, per arm and replicate block, one log-ratio ``d[a, b]`` of the
+arm against the control of that block, the number of pairs it rests on and its
+within-block variance. Which ratio ``d`` is, is its estimand
+(:class:`speclib.core.estimand.Estimand`, carried in :attr:`BlockSummary.estimand`):
+
+* :func:`summarize_mean_ratios` — **the traffic's ratio** (and, given the decode tokens,
+  the token-weighted one): ``d[a, b] = log(mean arm TPOT / mean control TPOT)`` over the
+  block's paired prompts, each request counting once; with ``shares`` per group (a user's
+  traffic mix over prompt categories) each side's mean is the share-weighted combination
+  of the groups' means, and a block that lacks a group of positive share has no value.
+  Its within-block variance is the delta method's: the variance of the linearised
+  ``u_i = e_i / mean(e) - c_i / mean(c)`` (less the tokens' own terms for the
+  token-weighted ratio) over the pairs, per group, weighted by the shares squared;
+* :func:`summarize_blocks` — **the typical request**: ``d[a, b]`` the mean of the per-pair
+  log-ratios (a geometric mean), its variance theirs;
+* :func:`block_summary` builds one from those figures directly.
+
+:func:`speclib.analysis.stats.block_intervals.block_ratio_cis` turns a summary into one
+interval per arm, whatever its estimand.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -16,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -23,17 +39,21 @@ __all__ = [
     "block_summary",
     "float_array",
     "summarize_blocks",
+    "summarize_mean_ratios",
 ]
 
 
 @dataclass(frozen=True, eq=False)
 class BlockSummary:
-    """Per-block summaries of the paired log-ratios, one row per non-control arm.
+    """Per-block log-ratios against the control, one row per non-control arm.
 
-    ``mean[i, j]`` is ``d[arms[i], blocks[j]]``, the mean of ``log(arm / control)`` over the
-    pairs of that block (NaN when the arm has no pairs in the block); ``n_pairs[i, j]`` the
-    number of pairs (0 when missing); ``pair_var[i, j]`` the sample variance (ddof 1) of
-    those log-ratios, or None when unknown (then no within-block components are reported).
+    ``mean[i, j]`` is ``d[arms[i], blocks[j]]``, the block's log-ratio of that arm against
+    the control, of the kind ``estimand`` names (the traffic's: the log of the ratio of mean
+    TPOTs; the typical request's: the mean of the per-pair log-ratios); NaN when the arm
+    has no pairs in the block. ``n_pairs[i, j]`` is the number of pairs (0 when missing);
+    ``pair_var[i, j] / n_pairs[i, j]`` the within-block variance of ``d`` (for the typical
+    request: the sample variance, ddof 1, of the pairs' log-ratios), or None when unknown
+    (then no within-block components are reported).
     """
 
     arms: tuple[str, ...]
@@ -41,6 +61,7 @@ class BlockSummary:
     mean: NDArray[np.float64]
     n_pairs: NDArray[np.int64]
     pair_var: NDArray[np.float64] | None = None
+    estimand: Estimand = Estimand.TYPICAL
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping."""
@@ -78,12 +99,14 @@ def block_summary(
     n_pairs: Mapping[str, ArrayLike],
     pair_var: Mapping[str, ArrayLike] | None = None,
     blocks: ArrayLike | None = None,
+    estimand: Estimand = Estimand.TYPICAL,
 ) -> BlockSummary:
     """A :class:`BlockSummary` from per-arm sequences over the same blocks.
 
     ``means[arm][j]`` is ``d[arm, block j]`` (NaN, with ``n_pairs`` 0, when the arm is
     missing in that block); ``n_pairs`` and the optional ``pair_var`` have the same keys
-    and lengths. ``blocks`` names the blocks (default ``0 .. B-1``).
+    and lengths. ``blocks`` names the blocks (default ``0 .. B-1``); ``estimand`` says which
+    ratio the means are the logs of.
     """
     if not isinstance(means, Mapping) or not means:
         raise ValueError("`means` must be a non-empty mapping of arm name to block means")
@@ -107,7 +130,7 @@ def block_summary(
     labels = tuple(range(mean.shape[1])) if blocks is None else tuple(np.asarray(blocks).tolist())
     if len(labels) != mean.shape[1]:
         raise ValueError(f"`blocks` must name {mean.shape[1]} blocks (got {len(labels)})")
-    return BlockSummary(arms, labels, mean, counts.astype(np.int64), var)
+    return BlockSummary(arms, labels, mean, counts.astype(np.int64), var, Estimand(estimand))
 
 
 def summarize_blocks(log_ratio: ArrayLike, *, arm: ArrayLike, block: ArrayLike) -> BlockSummary:
@@ -131,3 +154,100 @@ def summarize_blocks(log_ratio: ArrayLike, *, arm: ArrayLike, block: ArrayLike) 
     ss = np.bincount(flat, dev**2, shape[0] * shape[1]).reshape(shape)
     var = np.divide(ss, n - 1, out=np.full(shape, np.nan), where=n > 1)
     return BlockSummary(tuple(str(a) for a in arms), blocks, mean, n.astype(np.int64), var)
+
+
+def _positive(values: Any, name: str, n: int) -> NDArray[np.float64]:
+    arr = float_array(values, name)
+    if arr.size != n:
+        raise ValueError(f"`{name}` must hold one value per pair ({n}); got {arr.size}")
+    if not np.all(np.isfinite(arr) & (arr > 0)):
+        raise ValueError(f"`{name}` must hold positive finite numbers")
+    return arr
+
+
+def _cell(
+    te: NDArray, tc: NDArray, ke: NDArray, kc: NDArray, groups: NDArray, shares: NDArray
+) -> tuple[float, float]:
+    """``(d, within variance of d)`` of one arm and block: the log of the ratio of the
+    share-weighted group means of ``te / ke`` (arm) and ``tc / kc`` (control); ``(nan, nan)``
+    when a group of positive share has no pair here."""
+    present = np.bincount(groups, minlength=shares.size)
+    if np.any(present[shares > 0] == 0):
+        return math.nan, math.nan
+    w = shares[groups] / present[groups]  # each pair's weight: its group's share over its count
+    sums = [float(np.dot(w, x)) for x in (te, ke, tc, kc)]
+    d = math.log(sums[0] / sums[1]) - math.log(sums[2] / sums[3])
+    u = te / sums[0] - ke / sums[1] - tc / sums[2] + kc / sums[3]  # the delta method
+    var = 0.0
+    for g in np.flatnonzero(shares > 0):
+        ug = u[groups == g]
+        if ug.size < 2:
+            return d, math.nan
+        var += shares[g] ** 2 * float(np.var(ug, ddof=1)) / ug.size
+    return d, var
+
+
+def summarize_mean_ratios(
+    arm_tpot: ArrayLike,
+    control_tpot: ArrayLike,
+    *,
+    arm: ArrayLike,
+    block: ArrayLike,
+    arm_tokens: ArrayLike | None = None,
+    control_tokens: ArrayLike | None = None,
+    group: ArrayLike | None = None,
+    shares: Mapping[Any, float] | None = None,
+) -> BlockSummary:
+    """Per-block log-ratios of mean TPOT (the traffic's ratio), or of total decode time
+    over total decode tokens (with ``arm_tokens`` and ``control_tokens``: the token-weighted
+    ratio), from pair-level data.
+
+    Pair ``i`` is one prompt sent to arm ``arm[i]`` and to the control in block
+    ``block[i]``; ``arm_tpot[i]`` and ``control_tpot[i]`` are their TPOTs (positive), the
+    optional ``*_tokens[i]`` their decode tokens (output tokens less the first). With
+    ``group`` (a label per pair) and ``shares`` (group → share of the traffic, summing to 1)
+    each side's mean over a block is ``Σ_g share_g · mean over the block's pairs of group g``;
+    a block lacking a group of positive share gets no value (``n_pairs`` 0 there). Without
+    them every pair of a block counts once. See the module docstring for the variance.
+    """
+    te = _positive(arm_tpot, "arm_tpot", np.size(arm_tpot))
+    n = te.size
+    if n == 0:
+        raise ValueError("`arm_tpot` must hold at least one pair")
+    tc = _positive(control_tpot, "control_tpot", n)
+    if (arm_tokens is None) != (control_tokens is None):
+        raise ValueError("`arm_tokens` and `control_tokens` go together")
+    per_token = arm_tokens is not None
+    ke = _positive(arm_tokens, "arm_tokens", n) if per_token else np.ones(n)
+    kc = _positive(control_tokens, "control_tokens", n) if per_token else np.ones(n)
+    te, tc = te * ke, tc * kc  # decode time (the TPOT itself when every weight is 1)
+    arm_code, arms = _codes(arm, n, "arm")
+    block_code, blocks = _codes(block, n, "block")
+    if (group is None) != (shares is None):
+        raise ValueError("`group` and `shares` go together")
+    if group is None:
+        group_code, share = np.zeros(n, np.intp), np.ones(1)
+    else:
+        group_code, names = _codes(group, n, "group")
+        if not isinstance(shares, Mapping) or not shares:
+            raise ValueError("`shares` must be a non-empty mapping of group to share")
+        share = np.array([float(shares.get(g, 0.0)) for g in names])
+        total = sum(float(v) for v in shares.values())
+        if np.any(share < 0) or not math.isclose(total, 1.0, abs_tol=1e-6):
+            raise ValueError(f"`shares` must be non-negative and sum to 1 (got {dict(shares)})")
+        if not np.any(share > 0):
+            raise ValueError("`shares` gives no pair a positive share")
+    shape = (len(arms), len(blocks))
+    mean, var = np.full(shape, np.nan), np.full(shape, np.nan)
+    counts = np.zeros(shape, np.int64)
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            at = np.flatnonzero((arm_code == i) & (block_code == j))
+            if not at.size:
+                continue
+            d, v = _cell(te[at], tc[at], ke[at], kc[at], group_code[at], share)
+            if math.isfinite(d):
+                mean[i, j], counts[i, j] = d, at.size
+                var[i, j] = v * at.size  # pair_var / n_pairs is the variance of d
+    estimand = Estimand.PER_TOKEN if per_token else Estimand.TRAFFIC
+    return BlockSummary(tuple(str(a) for a in arms), blocks, mean, counts, var, estimand)

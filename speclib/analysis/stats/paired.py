@@ -56,6 +56,7 @@ from speclib.analysis.stats.clustered import (
     two_stage_interval,
     widen,
 )
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -88,7 +89,9 @@ class RatioCI:
     the mean, so that more launches (rather than more prompts per launch) would narrow the
     interval faster. Launch fields are ``None`` without at least two launches. ``df`` is
     the degrees of freedom of a t-based interval (the block interval: the arm's blocks
-    minus one), ``None`` for the bootstrap intervals.
+    minus one), ``None`` for the bootstrap intervals. ``estimand`` says which ratio it is
+    (:class:`speclib.core.estimand.Estimand`): the bootstrap's is the typical request's
+    (the geometric mean above); the TPOT verdict's, from the block model, the traffic's.
     """
 
     estimate: float
@@ -107,6 +110,7 @@ class RatioCI:
     n_resamples: int
     note: str | None = None
     df: int | None = None
+    estimand: Estimand = Estimand.TYPICAL
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping: plain Python numbers, non-finite floats become ``None``."""

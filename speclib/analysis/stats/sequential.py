@@ -37,6 +37,21 @@ last look leaves one inconclusive. The analysis replays the looks from the recor
 decisions. The union bound over looks then keeps the chance of any false decision at most
 α. The first look is at ``min_blocks >= 2``: one block has no degrees of freedom.
 
+**A time budget** (``protocol.budget_min``) makes the number of looks unknown in advance:
+the run may stop before the cap because the next block would not fit. The plan does not
+depend on it: the maximum information is the cap, fixed before the run, and each look's
+level is a function of its block count, the planned blocks and the cap only. Stopping
+early (for the budget, or because every verdict is decided) only leaves α unspent; the
+union bound above holds for whichever looks were made. The time a block took never sets a
+level (block times depend on the arms' speed, which is what is measured). Why this
+function and not one that spends by blocks without a cap (half of what is left at each
+look): ``tests/benchmarks/bench_until_decided.py``, summarised in docs/method.md.
+
+:func:`blocks_to_decide` says what an open comparison would take: the blocks in all at
+which its interval would likely decide if its estimate and block-to-block SD hold, at the
+level later looks would have (the plan's, or beyond the cap the last look of a plan whose
+cap is that many blocks), with the same share of the look's α as now (its Holm step).
+
 A calibration run (``protocol.target_resolution``: the control and the A/A arm only) has
 no comparison to decide and uses no spending plan: the runner adds blocks while the A/A
 interval, at ``analysis.confidence``, is wider than the target, judging its width only,
@@ -71,6 +86,8 @@ from speclib.core.jsonutil import jsonable
 __all__ = [
     "SequentialDecision",
     "SpendingPlan",
+    "blocks_to_decide",
+    "decision_distance",
     "first_decisive_look",
     "interval_word",
     "obrien_fleming_spending",
@@ -266,3 +283,86 @@ def _outcome(
         word=word, look=i, blocks=plan.looks[i], confidence_level=level,
         alpha_spent=plan.cumulative_alpha[i], final=word != "inconclusive" or last, reason=text,
     )  # fmt: skip
+
+
+# ------------------------------------------------------------------ what it would take
+
+MAX_PROJECTED_BLOCKS = 100
+"""Beyond this many blocks in all, :func:`blocks_to_decide` says no practical number."""
+
+
+def decision_distance(estimate: float, *, margin: float) -> tuple[float, str] | None:
+    """How narrow (log half-width) an interval around ``estimate`` must get to decide, and
+    the word it would reach: the rule of :func:`interval_word` read backwards, taking the
+    decision that needs the least narrowing. None when the estimate is ``1 − δ``, where no
+    width decides (not below it for adopt, not above it for equivalent, not above 1)."""
+    margin = _check_margin(margin)
+    if not (isinstance(estimate, (int, float, np.floating)) and estimate > 0
+            and math.isfinite(estimate)):  # fmt: skip
+        raise ValueError(f"`estimate` must be a positive ratio (got {estimate!r})")
+    est, lower, upper = math.log(estimate), math.log1p(-margin), math.log1p(margin)
+    options = []
+    if est < lower:
+        options.append((lower - est, "adopt"))
+    if lower < est < upper:
+        options.append((min(est - lower, upper - est), "equivalent"))
+    if est > 0:
+        options.append((est, "worse"))
+    best = max(options, default=None)
+    return best if best is not None and best[0] > 1e-12 else None  # rounding at 1 − δ
+
+
+def blocks_to_decide(
+    *,
+    estimate: float,
+    ci_high: float,
+    df: int,
+    confidence_level: float,
+    family_alpha: float,
+    margin: float,
+    plan: SpendingPlan | None,
+) -> tuple[int | None, str | None]:
+    """The blocks in all at which a block t-interval would likely decide, and the word.
+
+    The interval now: ``estimate`` and its upper bound ``ci_high`` (a ratio; the interval
+    is symmetric on the log scale) on ``df`` degrees of freedom (``df + 1`` blocks) at
+    ``confidence_level``, which is its Holm step's share of the look's ``family_alpha``:
+    later looks keep that share. The block SD is held, and a look after ``b`` blocks is at
+    the plan's level for ``b`` (``plan`` None: a fixed design of ``b`` blocks at
+    ``family_alpha``). Returns ``(None, word)`` when no number up to
+    :data:`MAX_PROJECTED_BLOCKS` would do, ``(None, None)`` without a finite interval or
+    when the estimate sits on a boundary.
+    """
+    margin = _check_margin(margin)
+    alpha = _check_alpha(family_alpha)
+    if not (0 < confidence_level < 1):
+        raise ValueError(f"`confidence_level` must be in (0, 1) (got {confidence_level!r})")
+    if isinstance(df, bool) or not isinstance(df, (int, np.integer)) or df < 0:
+        raise ValueError(f"`df` must be a non-negative integer (got {df!r})")
+    if df < 1 or not (math.isfinite(ci_high) and ci_high > estimate > 0):
+        return None, None
+    need = decision_distance(estimate, margin=margin)
+    if need is None:
+        return None, None
+    distance, word = need
+    share = (1 - confidence_level) / alpha
+    now = df + 1
+    sd = (math.log(ci_high) - math.log(estimate)) / stats.t.isf((1 - confidence_level) / 2, df)
+    sd *= math.sqrt(now)
+    for blocks in range(now + 1, MAX_PROJECTED_BLOCKS + 1):
+        a = _look_alpha(blocks, plan, alpha) * share
+        half = stats.t.isf(a / 2, blocks - 1) * sd / math.sqrt(blocks)
+        if half < distance:
+            return blocks, word
+    return None, word
+
+
+def _look_alpha(blocks: int, plan: SpendingPlan | None, alpha: float) -> float:
+    """The family α of a look after ``blocks`` blocks: the plan's, beyond its cap the last
+    look of the same plan with its cap at ``blocks``; a fixed design's without a plan."""
+    if plan is None:
+        return alpha
+    if blocks in plan.looks:
+        return plan.alpha_spent[plan.looks.index(blocks)]
+    first = plan.looks[0]
+    return spending_plan(blocks, min_blocks=first, alpha=plan.alpha).alpha_spent[-1]

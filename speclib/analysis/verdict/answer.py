@@ -23,8 +23,16 @@ and gets an **uneven** sentence in the headline naming the two furthest apart. I
 sentence names the segments with their ratios, intervals (at the level their Holm family
 settled them) and shares, e.g. (tests/unit/test_segments.py's run) "mixed: ngram-k4 at c=1 is
 ×0.50 [0.47, 0.54] on echo (50 % of requests) and ×1.41 [1.29, 1.54] on fresh (50 %)
-(pooled ×0.84, adopt; segments by category)". The cut named is the first of
-:data:`~speclib.analysis.verdict.segments.CUTS` that shows it (the prompt category first).
+(the traffic's ratio ×0.95, inconclusive; segments by category)". The cut named is the
+first of :data:`~speclib.analysis.verdict.segments.CUTS` that shows it (the prompt
+category first).
+
+Every ratio here is a traffic's ratio (:attr:`speclib.core.estimand.Estimand.TRAFFIC`):
+the pooled one the whole traffic's, a segment's that segment's (the arm's mean TPOT over
+the control's on its requests). The pooled word the rules read is therefore the traffic's:
+a geometric mean of per-request ratios would call an arm "adopt" that makes the traffic
+slower (×0.3 on half the requests and ×1.7 on the other half is ×0.71 geometric, ×1.0 for
+the traffic).
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ from typing import Any
 
 from speclib.analysis.verdict.deploy import Deployment, deployment
 from speclib.analysis.verdict.gates import Verdict
+from speclib.analysis.verdict.mix import TrafficMix
 from speclib.analysis.verdict.segments import CUTS, Heterogeneity, SegmentResult
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -65,10 +75,13 @@ def segment_role(seg: SegmentResult, margin: float) -> str:
     return "unclear"
 
 
-def _seg_words(s: SegmentResult, *, first: bool) -> str:
+def _seg_words(s: SegmentResult, *, first: bool, mixed: bool = False) -> str:
+    """A segment's ratio, interval and share; a category's share under the user's mix is
+    the mix's ("of your mix"), never read as the run's requests."""
     ci = s.ci
     span = f" [{ci.ci_low:.2f}, {ci.ci_high:.2f}]" if ci is not None else ""
-    share = f"{100 * s.share:.0f} % of requests" if first else f"{100 * s.share:.0f} %"
+    whose = "of your mix" if mixed and s.cut == "category" else "of requests"
+    share = f"{100 * s.share:.0f} % {whose}" if first else f"{100 * s.share:.0f} %"
     return f"×{s.estimate:.2f}{span} on {s.segment} ({share})"
 
 
@@ -80,7 +93,8 @@ class ArmAnswer:
     the gated pooled verdict it came from, ``reasons`` why, ``sentence`` the one sentence
     naming the segments behind "mixed" (or a pooled word that hides none: None), ``named``
     the ``(cut, segment, role)`` it names, ``segments`` and ``heterogeneity`` every
-    segment's verdict and each cut's check."""
+    segment's verdict and each cut's check; ``ratio`` and ``ci`` are the pooled ratio and
+    interval, of the kind ``estimand`` names (the traffic's)."""
 
     arm: str
     level: int
@@ -94,6 +108,7 @@ class ArmAnswer:
     named: tuple[tuple[str, str, str], ...] = ()
     segments: tuple[SegmentResult, ...] = ()
     heterogeneity: tuple[Heterogeneity, ...] = ()
+    estimand: Estimand = Estimand.TRAFFIC
 
     @property
     def short(self) -> str | None:
@@ -116,13 +131,14 @@ class ArmAnswer:
 @dataclass(frozen=True)
 class Answer:
     """The run's answer: one :class:`ArmAnswer` per experiment arm and load level, the
-    segments' multiplicity family in words, the user's mix (None: as sent) and the
+    segments' multiplicity family in words, the user's mix as every output says it
+    (:class:`~speclib.analysis.verdict.mix.TrafficMix`; None: the prompts as sent) and the
     headline sentences a segment adds, one per arm (its first mixed load's sentence, naming
     the other loads where it is mixed too; empty when no arm is mixed)."""
 
     arms: tuple[ArmAnswer, ...] = ()
     segment_family: str = ""
-    mix: dict[str, float] | None = None
+    mix: TrafficMix | None = None
     headline: tuple[str, ...] = field(default_factory=tuple)
     deploy: Deployment = field(default_factory=Deployment)
 
@@ -146,7 +162,7 @@ class Answer:
         return jsonable({
             "arms": [a.to_dict() for a in self.arms],
             "segment_family": self.segment_family,
-            "mix": self.mix,
+            "mix": self.mix.to_dict() if self.mix else None,
             "headline": list(self.headline),
             "deploy": self.deploy.to_dict(),
             "rule": (
@@ -241,7 +257,7 @@ def _undecided_clause(segs: Sequence[SegmentResult]) -> str:
 
 
 def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heterogeneity],
-         margin: float) -> ArmAnswer:  # fmt: skip
+         margin: float, mixed: bool = False) -> ArmAnswer:  # fmt: skip
     c = comparison
     pooled = c.word
     ci = c.cis.get("tpot_s")
@@ -250,7 +266,8 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
     word, sentence = pooled, None
     if named:
         by_name = {s.segment: s for s in segs if s.cut == cut}
-        parts = [_seg_words(by_name[seg], first=i == 0) for i, (_, seg, _) in enumerate(named)]
+        parts = [_seg_words(by_name[seg], first=i == 0, mixed=mixed)
+                 for i, (_, seg, _) in enumerate(named)]  # fmt: skip
         pooled_ratio = f"×{ci.estimate:.2f}" if ci is not None else "–"
         sentence = f"mixed: {c.experiment} at {c.load} is " + " and ".join(parts)
         if apart is not None:
@@ -258,7 +275,7 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
             sentence += (f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the "
                          f"time per token of {named[0][1]}, beyond δ"
                          + _undecided_clause([by_name[n] for _, n, _ in named]))  # fmt: skip
-        sentence += f" (pooled {pooled_ratio}, {pooled}; segments by {cut})"
+        sentence += f" (the traffic's ratio {pooled_ratio}, {pooled}; segments by {cut})"
         word = MIXED
         reasons = (*reasons, sentence)
     elif pooled == "adopt" and (uneven := _uneven(segs, hets, margin)) is not None:
@@ -267,7 +284,8 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
         fast, slow = named[0][1], named[1][1]
         sentence = (
             f"uneven: {c.experiment} at {c.load} is "
-            f"{_seg_words(by_name[fast], first=True)} and {_seg_words(by_name[slow], first=False)}"
+            f"{_seg_words(by_name[fast], first=True, mixed=mixed)} and "
+            f"{_seg_words(by_name[slow], first=False)}"
             f"; {slow} takes ×{apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}] the time per "
             f"token of {fast}, beyond δ (still {pooled}; segments by {cut})"
         )
@@ -277,6 +295,7 @@ def _one(comparison: Any, segs: Sequence[SegmentResult], hets: Sequence[Heteroge
         ci.estimate if ci is not None else None,
         (ci.ci_low, ci.ci_high) if ci is not None else None,
         reasons, sentence, named, tuple(segs), tuple(hets),
+        ci.estimand if ci is not None else Estimand.TRAFFIC,
     )  # fmt: skip
 
 
@@ -287,7 +306,7 @@ def build_answer(
     *,
     margin: float,
     segment_family: str = "",
-    mix: dict[str, float] | None = None,
+    mix: TrafficMix | None = None,
 ) -> tuple[Answer, list[Any]]:
     """The answer of every experiment comparison, and the comparisons with their verdict's
     word set to it (a "mixed" verdict carries the segment sentence as its last reason), so
@@ -299,7 +318,7 @@ def build_answer(
         if c.role_aa:
             out.append(c)
             continue
-        a = _one(c, mine, hets, margin)
+        a = _one(c, mine, hets, margin, mixed=mix is not None)
         arms.append(a)
         if a.word != c.word and c.verdict is not None:
             c = replace(c, verdict=Verdict(a.word, a.reasons, c.verdict.tpot_decision,

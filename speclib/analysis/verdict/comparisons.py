@@ -12,6 +12,13 @@ speed-up with the standard model of speculative decoding. A launch-blind prompt-
 bootstrap of TPOT is kept as labelled information (``tpot_prompt_level``), never a gate or
 the verdict.
 
+Which TPOT ratio each figure is (:mod:`speclib.core.estimand`): the verdict's,
+``cis["tpot_s"]``, is the traffic's (mean TPOT over the same prompts); ``ratios`` holds it
+beside the token-weighted ratio and the typical request's (a geometric mean), both
+descriptive, at the run's confidence; the per-category and per-turn ratios are each
+group's traffic ratio; the gates' TTFT and E2E and the prompt-level bootstrap are the
+typical request's.
+
 The pairs of a level and their intervals are in :mod:`speclib.analysis.verdict.pairs`, the
 acceptance, the why and the sampling check's gate inputs in
 :mod:`speclib.analysis.verdict.explain`. A comparison's record (:class:`Comparison`, with
@@ -22,6 +29,7 @@ its ``summary.json`` entry) and its assembly from pairs, intervals and gates
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +39,8 @@ from speclib.analysis.frames import PairedFrame, finite_median, pair_frame
 from speclib.analysis.speculation.agreement import (
     Agreement,
     AgreementSummary,
+    DivergenceClass,
+    classify_divergences,
     compare_outputs,
     count_bad_outputs,
     summarize_agreement,
@@ -53,10 +63,12 @@ from speclib.analysis.verdict.explain import (
     implausible_count,
     plausibility_dict,
     unscored_reason,
+    why_by_category,
 )
-from speclib.analysis.verdict.gates import Verdict, apply_gates
+from speclib.analysis.verdict.gates import GateEvidence, Verdict, apply_gates, rule_gates
 from speclib.analysis.verdict.pairs import (
     GATE_METRICS,
+    estimand_cis,
     finite_pairs,
     gate_cis,
     has_usable_pairs,
@@ -68,6 +80,7 @@ from speclib.analysis.verdict.tpot_verdict import (
     LevelDecision,
     decide_level,
 )
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
@@ -109,6 +122,41 @@ class Comparison:
     )
     by_category: dict[str, CategoryRatio] = field(default_factory=dict)
     by_turn: dict[int, CategoryRatio] = field(default_factory=dict)  # multi-turn runs
+    # the TPOT ratio as each estimand (speclib.core.estimand): the traffic's is cis["tpot_s"],
+    # the verdict's; the token-weighted and the typical request's are descriptive
+    ratios: dict[Estimand, RatioCI | None] = field(default_factory=dict)
+    mix: dict[str, float] | None = None  # the user's mix the verdict is for (None: as sent)
+
+    @property
+    def mean_tpot_s(self) -> tuple[float | None, float | None]:
+        """The control's and the arm's mean TPOT over the pairs the verdict uses (the two
+        sides of the traffic's ratio; under the user's mix, each category's mean at its
+        share)."""
+        p = finite_pairs(self.pairs) if has_usable_pairs(self.pairs) else None
+        if p is None or not len(p):
+            return None, None
+        if not self.mix or "category" not in p:
+            return float(p["tpot_s_c"].mean()), float(p["tpot_s_e"].mean())
+        means = p.groupby(p["category"].fillna("uncategorised").astype(str))[
+            ["tpot_s_c", "tpot_s_e"]].mean()  # fmt: skip
+        shares = {c: w for c, w in self.mix.items() if w > 0}
+        if not set(shares) <= set(means.index):
+            return None, None
+        return tuple(float(sum(w * means.loc[c, side] for c, w in shares.items()))
+                     for side in ("tpot_s_c", "tpot_s_e"))  # type: ignore[return-value]  # fmt: skip
+
+    @property
+    def lengths_differ(self) -> bool:
+        """Whether the answers of the pairs the verdict uses differ in length (then the
+        token-weighted ratio is not the traffic's and is shown beside it)."""
+        p = finite_pairs(self.pairs) if has_usable_pairs(self.pairs) else None
+        if p is None or "output_tokens_c" not in p or "output_tokens_e" not in p:
+            return False
+        tokens = pd.concat([p["output_tokens_c"], p["output_tokens_e"]])
+        return bool(pd.to_numeric(tokens, errors="coerce").nunique() > 1)
+
+    divergences: dict[str, DivergenceClass] = field(default_factory=dict)  # greedy runs
+    why_by_category: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def role_aa(self) -> bool:
@@ -197,8 +245,15 @@ class Comparison:
                 "n_launches": self.n_launches,
                 "median_tpot_control_s": self.median_tpot_control_s,
                 "median_tpot_experiment_s": self.median_tpot_experiment_s,
+                "mean_tpot_control_s": self.mean_tpot_s[0],
+                "mean_tpot_experiment_s": self.mean_tpot_s[1],
                 "tpot_ratio": tpot.estimate if tpot else None,
                 "tpot_ratio_ci": [tpot.ci_low, tpot.ci_high] if tpot else None,
+                "tpot_estimand": tpot.estimand if tpot else Estimand.TRAFFIC,
+                "tpot_ratios": {
+                    str(est): (ci.to_dict() if ci else None) for est, ci in self.ratios.items()
+                },
+                "answer_lengths_differ": self.lengths_differ,
                 "tpot_ratio_by_category": {cat: r.to_dict() for cat, r in self.by_category.items()},
                 "tpot_ratio_by_category_note": CATEGORY_NOTE if self.by_category else None,
                 "tpot_ratio_by_turn": {str(t): r.to_dict() for t, r in self.by_turn.items()},
@@ -229,6 +284,8 @@ class Comparison:
                 "bad_outputs_control": self.bad_outputs_control,
                 "bad_outputs_experiment": self.bad_outputs_experiment,
                 "agreement": vars(self.agreement) if self.agreement else None,
+                "divergences": {pid: asdict(c) for pid, c in self.divergences.items()},
+                "why_by_category": self.why_by_category,
                 "acceptance": self.acceptance,
                 "explanation": _explanation_dict(self.explanation),
                 "peak_rss_bytes": self.peak_rss_bytes,
@@ -272,6 +329,9 @@ def _compare(
     by_turn: dict[int, CategoryRatio] | None = None,
     latency_cis: dict[str, RatioCI | None] | None = None,
     ttft_problem: str | None = None,
+    ratios: dict[Estimand, RatioCI | None] | None = None,
+    mix: dict[str, float] | None = None,
+    ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> Comparison:
     a = params.analysis
     control = params.control_name
@@ -296,7 +356,16 @@ def _compare(
         if params.workload.temperature == 0.0
         else {}
     )
-    agreement = summarize_agreement(list(agreements.values())) if agreements else None
+    classes = (
+        classify_divergences(
+            agreements,
+            {pid: (ranks or {}).get((name, level, pid)) for pid in agreements},
+            near_tie_nats=a.near_tie_nats,
+        )
+        if agreements
+        else {}
+    )
+    agreement = summarize_agreement(agreements, classes) if agreements else None
     peak = _peak_rss(series_rows, name)
     if decision is None and len(d_e):
         # requests were sent but none paired (every one failed, say): still weigh the
@@ -305,31 +374,25 @@ def _compare(
         decision = Decision("inconclusive", "no valid pairs", a.margin, a.confidence)
     verdict = None
     if decision is not None:
-        verdict = apply_gates(
-            decision,
+        evidence = GateEvidence(
             control_error_rate=err_c,
             experiment_error_rate=err_e,
-            max_error_rate_increase=a.max_error_rate_increase,
             control_requests=len(d_c),
             experiment_requests=len(d_e),
             wrong_outputs=max(0, bad_e - bad_c) + implausible_count(plaus),
-            agreement_rate=agreement.exact_match_rate if agreement else None,
-            min_agreement_rate=a.min_greedy_agreement if agreement else None,
+            agreement_rate=agreement.gate_rate if agreement else None,
             peak_memory_gib=peak / 1024**3 if peak else None,
-            memory_limit_gib=a.memory_limit_gib if peak else None,
             ttft=cis.get("ttft_s"),
             e2e=cis.get("e2e_s"),
-            ttft_margin=a.ttft_margin,
-            ttft_min_delta_s=a.ttft_max_increase_ms / 1e3,
             ttft_control_median_s=finite_median(pairs["ttft_s_c"], positive=True)
             if len(pairs)
             else None,
-            confidence_level=a.confidence,
+            ttft_problem=ttft_problem,
             bench_problem=bench_problem,
             mode_problem=mode_problem,
             correctness_unknown=unscored_reason(params, plaus),
-            ttft_problem=ttft_problem,
         )
+        verdict = apply_gates(decision, evidence, rule_gates(a))
     spec_cfg = params.series_by_name(name).speculative_config or {}
     k = spec_cfg.get("num_speculative_tokens")
     acc = acceptance_summary(d_e, [m for m in lms if m.series == name])
@@ -373,6 +436,10 @@ def _compare(
         plausibility=plaus,
         by_category=by_category or {},
         by_turn=by_turn or {},
+        ratios={Estimand.TRAFFIC: ci_tpot, **(ratios or {})},
+        mix=mix,
+        divergences=classes,
+        why_by_category=why_by_category(pairs) if spec_cfg else {},
     )
 
 
@@ -389,6 +456,8 @@ def compare_level(
     mode_problems: dict[str, str] | None = None,
     decided: LevelDecision | None = None,
     ttft_problem: str | None = None,
+    mix: dict[str, float] | None = None,
+    ranks: Mapping[tuple[str, int, str], Any] | None = None,
 ) -> tuple[list[Comparison], LevelDecision | None]:
     """Every arm against the control at one load level: the experiments decided with
     block-level intervals and Holm's step-down, the A/A arm (when present) decided on its
@@ -403,8 +472,12 @@ def compare_level(
     the arm's verdict is then "reject", gate ``mode``), ``decided`` the level's TPOT
     decisions when they were made over a larger family (every load level, looks; see
     :func:`speclib.analysis.verdict.tpot_verdict.decide_family`), else they are decided here with
-    this level's experiments as the family; ``ttft_problem`` why the TTFT gate cannot be
-    assessed at this level (the client's TTFT lag differed between arms). When
+    this level's experiments as the family; ``ranks`` the target's ranking of each greedy
+    divergence by ``(arm, level, prompt id)`` (``RUN_DIR/divergences.jsonl``: a near tie is
+    not held against the arm); ``ttft_problem`` why the TTFT gate cannot be
+    assessed at this level (the client's TTFT lag differed between arms); ``mix`` the
+    user's traffic mix the verdicts were decided for (the token-weighted ratio beside them
+    follows it; it must be the one ``decided`` used). When
     the A/A arm shows an effect, or ``bench_problem`` is set, every experiment's verdict is
     "untrustworthy". Returns the comparisons (experiments first, the A/A arm last) and the
     level's block analysis.
@@ -418,6 +491,8 @@ def compare_level(
     salts = {n: (level + 1) * 1000 + i + 1 for i, n in enumerate(arms)}
     usable = {n: finite_pairs(pairs[n]) for n in arms if has_usable_pairs(pairs[n])}
     latency = gate_cis(pairs, aa_arm=aa, confidence_level=a.confidence)
+    views = estimand_cis(usable, aa_arm=aa if aa in usable else None,
+                         confidence_level=a.confidence, mix=mix)  # fmt: skip
     if decided is None and usable:
         decided = decide_level(
             usable,
@@ -461,6 +536,9 @@ def compare_level(
                 by_category=cats,
                 by_turn=turns,
                 ttft_problem=ttft_problem,
+                ratios=views.get(n),
+                mix=mix,
+                ranks=ranks,
             )
         )
     return out, decided

@@ -7,9 +7,13 @@ arm was decided not to pay on it (worse, or shown to gain nothing), else **undec
 vLLM cannot choose a speculative config per request, so where the categories' choices
 differ at a level, and routing them apart beats the best single deployment by more than
 the margin δ, the advice is to **route** those requests to a separate deployment, with the
-expected traffic-weighted TPOT ratio of doing so (each category at its
-share of the traffic, at its chosen arm's ratio, 1 where off) beside that of one deployment
-for all (the best pooled arm's ratio). Where the choice differs between load levels, vLLM
+traffic's ratio of doing so beside that of one deployment for all (the best pooled arm's
+traffic ratio), like with like: both are a mean TPOT over the control's
+(:attr:`speclib.core.estimand.Estimand.TRAFFIC`). Routed, each category keeps its share
+of the traffic and gets its chosen arm's mean TPOT (the control's where off), so the
+ratio is ``Σ_c share_c · c̄_c · R_c / Σ_c share_c · c̄_c`` with ``c̄_c`` the control's
+mean TPOT on category ``c`` and ``R_c`` the category's traffic ratio on its chosen arm
+(1 where off). Where the choice differs between load levels, vLLM
 can act on it itself: ``speculative_config.num_speculative_tokens_per_batch_size`` (the k
 schedule of :mod:`speclib.analysis.load.k_schedule`, written by ``speclib schedule``).
 """
@@ -30,8 +34,9 @@ __all__ = ["Choice", "Deployment", "deployment"]
 @dataclass(frozen=True)
 class Choice:
     """One category at one load level: ``choice`` is "on", "off" or "undecided"; ``arm``
-    the arm to serve it with when on, ``ratio`` that arm's ratio on it, ``share`` the
-    category's share of the traffic."""
+    the arm to serve it with when on, ``ratio`` that arm's traffic ratio on it, ``share``
+    the category's share of the traffic, ``control_mean_s`` the control's mean TPOT on it
+    (None: unknown, the categories then weigh alike)."""
 
     level: int
     load: str
@@ -40,6 +45,7 @@ class Choice:
     arm: str | None
     ratio: float | None
     share: float
+    control_mean_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping."""
@@ -76,8 +82,8 @@ def deployment(
     margin: float,
 ) -> Deployment:
     """The choice per category and level, and the advice (see the module docstring).
-    ``pooled[(level, arm)]`` is each arm's pooled TPOT ratio at that level (for "one
-    deployment for all"), ``loads[level]`` the level's label."""
+    ``pooled[(level, arm)]`` is each arm's pooled traffic ratio at that level (for "one
+    deployment for all"; the user's mix when given), ``loads[level]`` the level's label."""
     cats = [s for s in segments if s.cut == "category"]
     choices, advice = [], []
     for level in sorted({s.level for s in cats}):
@@ -90,7 +96,7 @@ def deployment(
             share = found[0].share
             row.append(Choice(level, loads.get(level, str(level)), cat, word,
                               best.arm if best else None, best.estimate if best else None,
-                              share))  # fmt: skip
+                              share, found[0].mean_control_s))  # fmt: skip
         choices += row
         text = _advice(row, {a: r for (lv, a), r in pooled.items() if lv == level}, margin)
         if text:
@@ -111,8 +117,12 @@ def _advice(row: Sequence[Choice], pooled: Mapping[str, float], margin: float) -
     the best single deployment by more than the margin δ (None otherwise)."""
     if len({(c.choice, c.arm) for c in row}) < 2 or any(c.choice == "undecided" for c in row):
         return None
-    routed = sum(c.share * (c.ratio if c.choice == "on" and c.ratio else 1.0) for c in row)
-    total = sum(c.share for c in row)
+    weight = {c.category: c.share * (c.control_mean_s or 1.0) for c in row}
+    if any(c.control_mean_s is None for c in row):  # unknown: the categories weigh alike
+        weight = {c.category: c.share for c in row}
+    routed = sum(weight[c.category] * (c.ratio if c.choice == "on" and c.ratio else 1.0)
+                 for c in row)  # fmt: skip
+    total = sum(weight.values())
     routed = routed / total if total else math.nan
     best = min(pooled.items(), key=lambda kv: kv[1], default=(None, math.nan))
     one = min(best[1], 1.0) if math.isfinite(best[1]) else 1.0
@@ -127,7 +137,8 @@ def _advice(row: Sequence[Choice], pooled: Mapping[str, float], margin: float) -
     )
     return (
         f"at {row[0].load}: {where}: expected TPOT ×{routed:.2f} for the traffic "
-        f"(traffic-weighted), against ×{one:.2f} for one deployment for all"
+        f"(its mean TPOT, each kind at its share), against ×{one:.2f} for one deployment "
+        "for all"
         + (f" ({best[0]} on, ×{best[1]:.2f})" if best[0] and best[1] < 1 else " (speculation off)")
     )
 

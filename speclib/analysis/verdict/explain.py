@@ -3,8 +3,9 @@
 :func:`acceptance_summary` sums an arm's acceptance per request and from its launches'
 ``/metrics`` deltas (with the reconciliation of the two); :func:`explain_speedup` splits
 the measured speed-up into tokens per verify step and step cost and, when the draft cost
-``c`` is known independently (:func:`draft_cost`: the draft served alone), sets the
-standard model's prediction beside it (:mod:`speclib.analysis.speculation.why`).
+``c`` is known independently (:func:`draft_cost`: the draft served alone; an MTP layer's
+modelled from the weights a guess reads), sets the standard model's prediction beside it
+(:mod:`speclib.analysis.speculation.why`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from speclib.analysis.speculation.why import (
     stream_steps,
 )
 from speclib.analysis.stats.paired import RatioCI
-from speclib.analysis.verdict.pairs import pair_ratio_ci
+from speclib.analysis.verdict.pairs import geo_ratio, pair_ratio_ci
 from speclib.params.experiment import ExperimentParams
 
 __all__ = [
@@ -41,8 +42,10 @@ __all__ = [
     "draft_cost",
     "explain_speedup",
     "implausible_count",
+    "mtp_draft_cost",
     "plausibility_dict",
     "unscored_reason",
+    "why_by_category",
 ]
 
 
@@ -110,9 +113,17 @@ def _streams(rows: pd.DataFrame) -> list[tuple[Any, Any]]:
 
 
 def draft_cost(
-    df: pd.DataFrame, params: ExperimentParams, name: str, method: str | None, salt: int
+    df: pd.DataFrame,
+    params: ExperimentParams,
+    name: str,
+    method: str | None,
+    salt: int,
+    launches: list[LaunchMetrics] | None = None,
 ) -> tuple[DraftCost | None, str | None]:
-    """``c`` from the draft served alone (its TPOT over the control's), or why there is none."""
+    """``c`` from the draft served alone (its TPOT over the control's), for MTP modelled from
+    the weights a guess reads (:func:`mtp_draft_cost`), or why there is none."""
+    if method == "mtp":
+        return mtp_draft_cost(launches or [])
     arm = params.draft_cost_arms.get(name)
     if arm is None:
         if method == "draft_model":
@@ -133,6 +144,26 @@ def draft_cost(
         return None, f"the draft-alone arm {arm!r} gave no usable pairs (see its launch)"
     source = f"draft served alone: its TPOT over the target's, {ci.n_pairs} paired prompts"
     return DraftCost(ci.estimate, source, (ci.ci_low, ci.ci_high)), None
+
+
+def mtp_draft_cost(launches: list[LaunchMetrics]) -> tuple[DraftCost | None, str | None]:
+    """An MTP arm's ``c``, modelled (not timed: vLLM cannot serve an MTP layer alone) from
+    what one guess reads against a target step, as its launches recorded it
+    (:mod:`speclib.analysis.speculation.mtp_cost`); or why there is none."""
+    weights = next((m.mtp_weights for m in launches if m.mtp_weights), None)
+    if weights is None:
+        return None, (
+            "an MTP layer cannot be served alone to measure c, and its launches recorded no "
+            "weights count of the checkpoint to model it"
+        )
+    source = (
+        "modelled, not timed: an MTP guess runs one MTP module "
+        f"({weights['mtp_module_params'] / 1e6:,.1f} M parameters) and the LM head "
+        f"({weights['head_params'] / 1e6:,.1f} M) on the target's own hidden state, against "
+        f"{weights['target_params'] / 1e6:,.1f} M a target step reads; no draft model, "
+        "a decode step priced by the weights it reads"
+    )
+    return DraftCost(float(weights["c"]), source), None
 
 
 def arm_drafting(
@@ -157,14 +188,17 @@ def explain_speedup(
     launches: list[LaunchMetrics] | None = None,
 ) -> WhySpeedup | None:
     """The measured decomposition of the speed-up, and the model's prediction when ``c`` is
-    known independently (:mod:`speclib.analysis.speculation.why`)."""
+    known independently (:mod:`speclib.analysis.speculation.why`). The decomposition's
+    factors are geometric means over the pairs, so the ratio it is checked against is the
+    typical request's (:attr:`speclib.core.estimand.Estimand.TYPICAL`), not the traffic's
+    ``tpot``."""
     spec_cfg = params.series_by_name(name).speculative_config or {}
     if not spec_cfg or tpot is None or not (tpot.estimate > 0) or not len(pairs):
         return None
     from_counters = acc.get("metrics_mean_acceptance_length")
     tokens = from_counters or acc.get("per_request_median_mean_length")
     method = spec_cfg.get("method")
-    cost, reason = draft_cost(df, params, name, method, salt)
+    cost, reason = draft_cost(df, params, name, method, salt, launches)
     sides = {
         side: [
             stream_steps(o, t)
@@ -178,7 +212,7 @@ def explain_speedup(
         method=method,
         k=spec_cfg.get("num_speculative_tokens"),
         stream_factors=paired_stream_factors(sides["c"], sides["e"]),
-        measured_speedup=1 / tpot.estimate,
+        measured_speedup=1 / (geo_ratio(pairs, "tpot_s") or tpot.estimate),
         verify_tokens=tokens,
         verify_tokens_source="/metrics counters" if from_counters else "per-request metrics",
         drafting=arm_drafting(df, name, pairs, launches or []),
@@ -186,6 +220,30 @@ def explain_speedup(
         draft_cost=cost,
         no_cost_reason=reason,
     )
+
+
+def why_by_category(pairs: pd.DataFrame) -> dict[str, dict[str, float | int]]:
+    """Per prompt category, the measured decomposition of the speed-up from the streams of
+    its paired prompts (:func:`speclib.analysis.speculation.why.paired_stream_factors`):
+    tokens per decode step, a step's cost over a plain one, their quotient (the speed-up
+    they make) and the pairs used. At c=1 a chunk is one engine step, so this is what each
+    kind of prompt lets the draft accept, and what a step costs, read apart."""
+    if not len(pairs) or "category" not in pairs or "chunk_offsets_s_c" not in pairs:
+        return {}
+    out: dict[str, dict[str, float | int]] = {}
+    for cat in sorted(set(pairs["category"].dropna().astype(str))):
+        mine = pairs[pairs["category"].astype(str) == cat]
+        sides = [
+            [stream_steps(o, t) for o, t in
+             zip(mine[f"chunk_offsets_s_{side}"], mine[f"chunk_tokens_{side}"], strict=True)]
+            for side in ("c", "e")
+        ]  # fmt: skip
+        factors = paired_stream_factors(sides[0], sides[1])
+        if factors is not None:
+            tokens, cost, n = factors
+            out[cat] = {"tokens_per_step": tokens, "step_cost": cost,
+                        "speedup": tokens / cost, "n_pairs": n}  # fmt: skip
+    return out
 
 
 def unscored_reason(params: ExperimentParams, plaus: Any) -> str | None:

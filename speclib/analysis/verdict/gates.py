@@ -1,11 +1,14 @@
 """The gates: what a decision must also pass before it becomes a verdict.
 
-:func:`apply_gates` weighs a :class:`~speclib.analysis.verdict.decision.Decision` against
-the gates declared before the run — errors (a Wilson bound on the increase of the error
-rate, :func:`error_increase_bounds`), outputs (wrong outputs, greedy agreement), memory,
-and TTFT/E2E intervals — each "pass", "fail" or "not assessed", plus the bench, the server
-mode and the sampling check, and returns the :class:`Verdict` with its
-:class:`GateResult` list. The decision rule itself lives in
+Each gate is a small frozen object holding its rule, declared before the run
+(:class:`ErrorGate`: the allowed rise in error rate, a Wilson bound on it from
+:func:`error_increase_bounds`; :class:`OutputGate`: wrong outputs, greedy agreement;
+:class:`MemoryGate`; :class:`TtftGate` and :class:`E2eGate`: latency intervals;
+:class:`ModeGate`: the server mode; :class:`BenchGate`: the bench), and each reads one
+record, the comparison's :class:`GateEvidence`. :func:`rule_gates` builds them from the
+params' ``analysis`` section; :func:`apply_gates` weighs a
+:class:`~speclib.analysis.verdict.decision.Decision` against them and returns the
+:class:`Verdict` with its :class:`GateResult` list. The decision rule itself lives in
 :mod:`speclib.analysis.verdict.decision`.
 
 :func:`apply_gates` weighs more than TPOT: errors, wrong outputs, memory and clearly worse
@@ -14,14 +17,16 @@ gate is "pass", "fail" or "not assessed": no evidence is not a pass. A gate pass
 when its data rule the failure out (a latency interval whose upper bound is within the
 limit, an error-rate bound within the allowance), fails when they show it, and is "not
 assessed" otherwise (one block, an interval too wide, too few requests); that keeps the
-TPOT word and adds a reason naming the gate.
+TPOT word and adds a reason naming the gate. A gate that does not apply to the evidence
+(no memory limit, no latency interval, no bench problem) is left out of the list.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 from scipy import stats
@@ -35,14 +40,27 @@ from speclib.analysis.verdict.decision import (
 )
 from speclib.core.jsonutil import jsonable
 
+if TYPE_CHECKING:
+    from speclib.params.protocol import AnalysisParams
+
 __all__ = [
     "BENCH_WORD",
     "GATE_STATUSES",
     "VERDICT_WORDS",
+    "BenchGate",
+    "E2eGate",
+    "ErrorGate",
+    "Gate",
+    "GateEvidence",
     "GateResult",
+    "MemoryGate",
+    "ModeGate",
+    "OutputGate",
+    "TtftGate",
     "Verdict",
     "apply_gates",
     "error_increase_bounds",
+    "rule_gates",
 ]
 
 
@@ -221,23 +239,6 @@ def _latency_gate(
     return GateResult(name, "not assessed", f"{head}: {why}")
 
 
-def _check_gate_inputs(wrong_outputs, agreement_rate, min_agreement_rate, peak, limit) -> None:
-    if isinstance(wrong_outputs, bool) or not isinstance(wrong_outputs, (int, np.integer)):
-        raise ValueError(f"`wrong_outputs` must be a non-negative integer (got {wrong_outputs!r})")
-    if wrong_outputs < 0:
-        raise ValueError(f"`wrong_outputs` must be a non-negative integer (got {wrong_outputs!r})")
-    if min_agreement_rate is not None:
-        check_fraction(min_agreement_rate, "min_agreement_rate")
-        check_fraction(agreement_rate, "agreement_rate")
-    elif agreement_rate is not None:
-        check_fraction(agreement_rate, "agreement_rate")
-    for value, name in ((peak, "peak_memory_gib"), (limit, "memory_limit_gib")):
-        if value is not None and not (isinstance(value, (int, float)) and value > 0):
-            raise ValueError(f"`{name}` must be a positive number (got {value!r})")
-    if limit is not None and peak is None:
-        raise ValueError("`peak_memory_gib` is required when `memory_limit_gib` is set")
-
-
 def _check_count(value: Any, name: str) -> int | None:
     if value is None:
         return None
@@ -246,105 +247,249 @@ def _check_count(value: Any, name: str) -> int | None:
     return int(value)
 
 
-def apply_gates(
-    decision: Decision,
-    *,
-    control_error_rate: float,
-    experiment_error_rate: float,
-    max_error_rate_increase: float,
-    control_requests: int | None = None,
-    experiment_requests: int | None = None,
-    wrong_outputs: int = 0,
-    agreement_rate: float | None = None,
-    min_agreement_rate: float | None = None,
-    peak_memory_gib: float | None = None,
-    memory_limit_gib: float | None = None,
-    ttft: RatioCI | None = None,
-    e2e: RatioCI | None = None,
-    ttft_margin: float | None = None,
-    ttft_min_delta_s: float = 0.0,
-    ttft_control_median_s: float | None = None,
-    confidence_level: float | None = None,
-    bench_problem: str | None = None,
-    mode_problem: str | None = None,
-    correctness_unknown: str | None = None,
-    ttft_problem: str | None = None,
-) -> Verdict:
-    """Weigh the TPOT decision against the gates; any failed gate makes the verdict "reject".
+def _check_positive(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number (got {value!r})")
+    return float(value)
 
-    Every gate is "pass", "fail" or "not assessed" (:class:`GateResult`). A gate that is
-    not assessed keeps the TPOT word, adds a reason "gate 'x' not assessed: …" and is never
-    counted as passed.
 
-    * ``errors``: on the counts (``round(rate × requests)`` failed of ``control_requests``
-      / ``experiment_requests``), one-sided bounds at ``confidence_level`` (default the
-      decision's) on the rise ``p_e - p_c`` (:func:`error_increase_bounds`): pass when the
-      upper bound is ≤ ``max_error_rate_increase``, fail when the lower bound exceeds it,
-      else not assessed (too few requests); not assessed without counts or with 0 requests.
-    * ``outputs``: fail when any output is flagged wrong, or ``agreement_rate`` is below
-      ``min_agreement_rate`` when that is given. ``memory``: fail when the peak exceeds
-      ``memory_limit_gib``, when given.
-    * ``ttft`` and ``e2e`` (ratio CIs of experiment / control, from the same block model as
-      TPOT): with limit ``1 + m`` (``m`` = ``ttft_margin``, default the decision's δ, for
-      TTFT — a draft adds its own prefill, so operators usually tolerate a bounded rise — and
-      δ for E2E), **fail** when ``ci_low > 1 + m`` and, when ``ttft_min_delta_s`` is set
-      (TTFT only), the median rise exceeds it; **pass** when ``ci_high ≤ 1 + m``, or with a
-      minimum rise when ``(ci_high - 1) × ttft_control_median_s ≤ ttft_min_delta_s`` (the
-      upper bound in seconds at the control's median); else **not assessed** (one block,
-      or an interval too wide to tell). ``ttft_problem`` (the client's TTFT lag behind the
-      server differed between the arms at this level) makes the TTFT gate "not assessed".
+@dataclass(frozen=True)
+class GateEvidence:
+    """What one comparison (an arm against the control at one load level) measured that
+    the gates weigh: the one record every gate reads. Validated when built; each message
+    names the field.
 
-    Rates are fractions in [0, 1]. ``bench_problem`` (the A/A arm showed an effect, or idle
-    servers loaded the arms unequally) fails the ``bench`` gate; ``mode_problem`` (a launch of
-    the series did not run in the mode its params ask for; its records were left out) fails
-    the ``mode`` gate. ``correctness_unknown`` (a sampled run whose outputs could not be
-    scored) turns an "adopt" into "inconclusive". With ``bench_problem`` the verdict is then
-    "untrustworthy", whatever TPOT says, because the bench cannot tell an effect from noise.
+    Rates are fractions in [0, 1]; ``control_requests`` / ``experiment_requests`` the
+    measured requests of each side (None: not counted); ``wrong_outputs`` the arm's outputs
+    flagged wrong beyond the control's (with the sampled run's implausible ones);
+    ``agreement_rate`` the greedy outputs' exact-match rate (None: not compared);
+    ``peak_memory_gib`` the arm's peak server memory (None: not measured); ``ttft`` and
+    ``e2e`` the ratio intervals of experiment / control from the block model of TPOT;
+    ``ttft_control_median_s`` the control's median TTFT over the pairs. The problems are
+    sentences, None when there is none: ``ttft_problem`` (the client's TTFT lag behind the
+    server differed between the arms at this level), ``bench_problem`` (the A/A arm showed an
+    effect, or idle servers loaded the arms unequally), ``mode_problem`` (a launch of the arm
+    did not run in the mode its params ask for; its records were left out),
+    ``correctness_unknown`` (a sampled run whose outputs could not be scored).
+    """
+
+    control_error_rate: float
+    experiment_error_rate: float
+    control_requests: int | None = None
+    experiment_requests: int | None = None
+    wrong_outputs: int = 0
+    agreement_rate: float | None = None
+    peak_memory_gib: float | None = None
+    ttft: RatioCI | None = None
+    e2e: RatioCI | None = None
+    ttft_control_median_s: float | None = None
+    ttft_problem: str | None = None
+    bench_problem: str | None = None
+    mode_problem: str | None = None
+    correctness_unknown: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("control_error_rate", "experiment_error_rate"):
+            object.__setattr__(self, name, check_fraction(getattr(self, name), name))
+        for name in ("control_requests", "experiment_requests"):
+            object.__setattr__(self, name, _check_count(getattr(self, name), name))
+        wrong = self.wrong_outputs
+        if isinstance(wrong, bool) or not isinstance(wrong, (int, np.integer)) or wrong < 0:
+            raise ValueError(f"`wrong_outputs` must be a non-negative integer (got {wrong!r})")
+        object.__setattr__(self, "wrong_outputs", int(wrong))
+        if self.agreement_rate is not None:
+            check_fraction(self.agreement_rate, "agreement_rate")
+        _check_positive(self.peak_memory_gib, "peak_memory_gib")
+        for name in ("ttft", "e2e"):
+            if getattr(self, name) is not None:
+                check_ci(getattr(self, name), name)
+
+
+class Gate(Protocol):
+    """A gate: a rule declared before the run, weighed against one :class:`GateEvidence`.
+
+    :meth:`assess` returns the gate's :class:`GateResult`, or None where the gate does not
+    apply to that evidence (no memory limit set, no bench problem, …)."""
+
+    name: str
+
+    def assess(self, evidence: GateEvidence) -> GateResult | None: ...
+
+
+@dataclass(frozen=True)
+class BenchGate:
+    """Fails when the bench cannot be trusted (``bench_problem``); the verdict is then
+    "untrustworthy", whatever TPOT says. Absent otherwise."""
+
+    name: ClassVar[str] = "bench"
+
+    def assess(self, evidence: GateEvidence) -> GateResult | None:
+        """Fail with the bench problem, else None."""
+        problem = evidence.bench_problem
+        return GateResult(self.name, "fail", problem) if problem else None
+
+
+@dataclass(frozen=True)
+class ModeGate:
+    """Fails when a launch of the arm did not run in the mode its params ask for
+    (``mode_problem``). Absent otherwise."""
+
+    name: ClassVar[str] = "mode"
+
+    def assess(self, evidence: GateEvidence) -> GateResult | None:
+        """Fail with the mode problem, else None."""
+        problem = evidence.mode_problem
+        return GateResult(self.name, "fail", problem) if problem else None
+
+
+@dataclass(frozen=True)
+class ErrorGate:
+    """The rise in error rate against the allowance ``max_increase``: on the counts
+    (``round(rate × requests)`` failed of each side's requests), one-sided bounds at
+    ``confidence_level`` on ``p_e - p_c`` (:func:`error_increase_bounds`); pass when the
+    upper bound is ≤ ``max_increase``, fail when the lower bound exceeds it, else not
+    assessed (too few requests); not assessed without counts or with 0 requests."""
+
+    max_increase: float
+    confidence_level: float
+    name: ClassVar[str] = "errors"
+
+    def __post_init__(self) -> None:
+        check_fraction(self.max_increase, "max_increase")
+        check_fraction(self.confidence_level, "confidence_level", low_open=True)
+
+    def assess(self, evidence: GateEvidence) -> GateResult:
+        """Always assessed (perhaps "not assessed")."""
+        return _error_gate(
+            evidence.control_error_rate,
+            evidence.experiment_error_rate,
+            self.max_increase,
+            (evidence.control_requests, evidence.experiment_requests),
+            self.confidence_level,
+        )
+
+
+@dataclass(frozen=True)
+class OutputGate:
+    """Fails when any output is flagged wrong, or the greedy agreement is below
+    ``min_agreement_rate`` (applied where the outputs were compared)."""
+
+    min_agreement_rate: float | None = None
+    name: ClassVar[str] = "outputs"
+
+    def __post_init__(self) -> None:
+        if self.min_agreement_rate is not None:
+            check_fraction(self.min_agreement_rate, "min_agreement_rate")
+
+    def assess(self, evidence: GateEvidence) -> GateResult:
+        """Always assessed: pass or fail."""
+        rate = evidence.agreement_rate
+        minimum = self.min_agreement_rate if rate is not None else None
+        return _output_gate(evidence.wrong_outputs, rate, minimum)
+
+
+@dataclass(frozen=True)
+class MemoryGate:
+    """Fails when the arm's peak server memory exceeds ``limit_gib``; absent without a
+    limit or without a measured peak."""
+
+    limit_gib: float | None = None
+    name: ClassVar[str] = "memory"
+
+    def __post_init__(self) -> None:
+        _check_positive(self.limit_gib, "limit_gib")
+
+    def assess(self, evidence: GateEvidence) -> GateResult | None:
+        """Pass or fail against the limit, else None."""
+        peak, limit = evidence.peak_memory_gib, self.limit_gib
+        if limit is None or peak is None:
+            return None
+        return _gate(self.name, peak <= limit, f"peak {peak:.2f} GiB (limit {limit:.2f} GiB)")
+
+
+@dataclass(frozen=True)
+class TtftGate:
+    """TTFT against the limit ``1 + margin`` (a draft adds its own prefill, so operators
+    usually tolerate a bounded rise): **fail** when ``ci_low > 1 + margin`` and, with
+    ``min_delta_s`` set, the median rise exceeds it; **pass** when ``ci_high ≤ 1 + margin``,
+    or with a minimum rise when ``(ci_high - 1) × ttft_control_median_s ≤ min_delta_s``
+    (the upper bound in seconds at the control's median); else **not assessed** (one block,
+    an interval too wide to tell, or the evidence's ``ttft_problem``). Absent without a
+    TTFT interval."""
+
+    margin: float
+    min_delta_s: float = 0.0
+    name: ClassVar[str] = "ttft"
+
+    def assess(self, evidence: GateEvidence) -> GateResult | None:
+        """The TTFT gate's result, None without a TTFT interval or problem."""
+        if evidence.ttft_problem:
+            return GateResult(self.name, "not assessed", evidence.ttft_problem)
+        if evidence.ttft is None:
+            return None
+        return _latency_gate(self.name, evidence.ttft, self.margin, self.min_delta_s,
+                             evidence.ttft_control_median_s)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class E2eGate:
+    """End-to-end latency against ``1 + margin``: fail when ``ci_low > 1 + margin``, pass
+    when ``ci_high ≤ 1 + margin``, else not assessed. Absent without an E2E interval."""
+
+    margin: float
+    name: ClassVar[str] = "e2e"
+
+    def assess(self, evidence: GateEvidence) -> GateResult | None:
+        """The E2E gate's result, None without an E2E interval."""
+        return None if evidence.e2e is None else _latency_gate(self.name, evidence.e2e, self.margin)
+
+
+def rule_gates(analysis: AnalysisParams) -> tuple[Gate, ...]:
+    """The gates the params' ``analysis`` section declares, in the order a verdict lists
+    them: bench, mode, errors, outputs, memory, TTFT, E2E."""
+    a = analysis
+    return (
+        BenchGate(),
+        ModeGate(),
+        ErrorGate(a.max_error_rate_increase, a.confidence),
+        OutputGate(a.min_greedy_agreement),
+        MemoryGate(a.memory_limit_gib),
+        TtftGate(a.ttft_margin, a.ttft_max_increase_ms / 1e3),
+        E2eGate(a.margin),
+    )
+
+
+def apply_gates(decision: Decision, evidence: GateEvidence, gates: Sequence[Gate]) -> Verdict:
+    """Weigh the TPOT decision against ``gates``, each assessing ``evidence``; any failed
+    gate makes the verdict "reject".
+
+    Every gate that applies is "pass", "fail" or "not assessed" (:class:`GateResult`), in
+    the order of ``gates``. A gate that is not assessed keeps the TPOT word, adds a reason
+    "gate 'x' not assessed: …" and is never counted as passed. The evidence's
+    ``correctness_unknown`` turns an "adopt" into "inconclusive"; its ``bench_problem``
+    makes the verdict "untrustworthy", whatever TPOT says, because the bench cannot tell an
+    effect from noise.
     """
     if not isinstance(decision, Decision):
         raise ValueError(f"`decision` must be a Decision (got {type(decision).__name__})")
-    control = check_fraction(control_error_rate, "control_error_rate")
-    experiment = check_fraction(experiment_error_rate, "experiment_error_rate")
-    max_increase = check_fraction(max_error_rate_increase, "max_error_rate_increase")
-    counts = (_check_count(control_requests, "control_requests"),
-              _check_count(experiment_requests, "experiment_requests"))  # fmt: skip
-    level = decision.confidence_level if confidence_level is None else confidence_level
-    level = check_fraction(level, "confidence_level", low_open=True)
-    _check_gate_inputs(
-        wrong_outputs, agreement_rate, min_agreement_rate, peak_memory_gib, memory_limit_gib
-    )
-    gates = [
-        _error_gate(control, experiment, max_increase, counts, level),
-        _output_gate(int(wrong_outputs), agreement_rate, min_agreement_rate),
-    ]
-    if memory_limit_gib is not None:
-        detail = f"peak {peak_memory_gib:.2f} GiB (limit {memory_limit_gib:.2f} GiB)"
-        gates.append(_gate("memory", peak_memory_gib <= memory_limit_gib, detail))
-    if ttft_problem:
-        gates.append(GateResult("ttft", "not assessed", ttft_problem))
-    elif ttft is not None:
-        margin = decision.margin if ttft_margin is None else ttft_margin
-        gates.append(_latency_gate("ttft", check_ci(ttft, "ttft"), margin, ttft_min_delta_s,
-                                   ttft_control_median_s))  # fmt: skip
-    if e2e is not None:
-        gates.append(_latency_gate("e2e", check_ci(e2e, "e2e"), decision.margin))
-    if mode_problem:
-        gates.insert(0, GateResult("mode", "fail", mode_problem))
-    if bench_problem:
-        gates.insert(0, GateResult("bench", "fail", bench_problem))
-    failed = [g for g in gates if g.failed]
-    unknown = [g for g in gates if g.status == "not assessed"]
+    if not isinstance(evidence, GateEvidence):
+        raise ValueError(f"`evidence` must be a GateEvidence (got {type(evidence).__name__})")
+    results = [r for g in gates if (r := g.assess(evidence)) is not None]
+    failed = [g for g in results if g.failed]
+    unknown = [g for g in results if g.status == "not assessed"]
     reasons = [
         decision.reason,
         *(f"gate {g.name!r} failed: {g.detail}" for g in failed),
         *(f"gate {g.name!r} not assessed: {g.detail}" for g in unknown),
     ]
     word = "reject" if failed else decision.word
-    if correctness_unknown and word == "adopt":
+    if evidence.correctness_unknown and word == "adopt":
         word = "inconclusive"
-        reasons.append(f"correctness unknown ({correctness_unknown}): cannot be adopted")
-    if bench_problem:
+        reasons.append(f"correctness unknown ({evidence.correctness_unknown}): cannot be adopted")
+    if evidence.bench_problem:
         word = BENCH_WORD
     if failed and decision.word == "adopt":
         reasons.append("faster on TPOT, but a failed gate rules adoption out")
-    return Verdict(word, tuple(reasons), decision, tuple(gates))
+    return Verdict(word, tuple(reasons), decision, tuple(results))

@@ -1,31 +1,32 @@
-"""The user's traffic mix: the pooled TPOT ratio for the share of each prompt category.
+"""The user's traffic mix: each prompt category's share of the real traffic, checked and said.
 
 The prompts sent are rarely mixed as the user's real traffic is. ``workload.mix`` (or
 ``speclib analyze RUN --mix fresh=0.8,echo=0.2``) gives each category's share of the real
 traffic; :func:`parse_mix` reads the command-line form and :func:`check_mix` checks a mix
 against the run's categories (known categories, non-negative shares that sum to 1).
+:func:`describe_mix` gives the :class:`TrafficMix` every output says ("for your mix: echo
+80 %, fresh 20 % (the run's prompts: 50 / 50)"), naming a category of the run that the mix
+leaves out.
 
-:func:`mix_ratio_ci` is the pooled interval for that mix, on the verdict's block model:
-per replicate block ``b`` and category ``c`` the arm's contrast ``c[b, c]`` (mean paired
-log-ratio, less half the A/A arm's with an A/A arm, as in
-:mod:`speclib.analysis.stats.block_intervals`), then ``D[b] = Σ_c w_c c[b, c]`` over the blocks that
-hold every category of positive share, and a paired t-interval on the ``D[b]`` with
-``blocks - 1`` degrees of freedom. The decision rule and Holm's family are the pooled
-verdict's (:func:`speclib.analysis.verdict.tpot_verdict.decide_family` takes ``mix``).
+The traffic's ratio for a mix is computed by the verdict's block model
+(:func:`speclib.analysis.verdict.tpot_verdict.pair_summary` with ``mix``): per replicate
+block, each side's mean TPOT is the share-weighted combination of its categories' mean
+TPOTs, the block's log-ratio is the log of their ratio, and the t-interval runs across the
+blocks that hold every category of positive share. The decision rule and Holm's family are
+the pooled verdict's (:func:`speclib.analysis.verdict.tpot_verdict.decide_family` takes
+``mix``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
-import pandas as pd
-from scipy import special
+from speclib.core.jsonutil import jsonable
 
-from speclib.analysis.stats.paired import RatioCI
-
-__all__ = ["check_mix", "mix_ratio_ci", "parse_mix"]
+__all__ = ["TrafficMix", "check_mix", "describe_mix", "parse_mix"]
 
 _TOLERANCE = 1e-6
 
@@ -68,51 +69,46 @@ def check_mix(mix: Mapping[str, float], categories: set[str] | None = None) -> d
     return {k: float(v) for k, v in mix.items()}
 
 
-def _cells(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Mean log-ratio per block (rows) and category (columns)."""
-    p = pairs.copy()
-    c = pd.to_numeric(p["tpot_s_c"], errors="coerce")
-    e = pd.to_numeric(p["tpot_s_e"], errors="coerce")
-    p = p[np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)]
-    block = p["block"] if "block" in p else p["replicate"]
-    lr = np.log(pd.to_numeric(p["tpot_s_e"]) / pd.to_numeric(p["tpot_s_c"]))
-    cat = p["category"].fillna("uncategorised").astype(str)
-    return lr.groupby([block, cat]).mean().unstack()
+@dataclass(frozen=True)
+class TrafficMix:
+    """The user's traffic mix as every output says it.
+
+    ``shares``: the user's share per category, in the order given (a category of the run
+    the mix does not name is added with share 0); ``run_shares``: each category's share of
+    the run's measured requests (the prompts as sent); ``left_out``: the run's categories
+    whose share in the mix is 0, named rather than silently weighted 0."""
+
+    shares: dict[str, float]
+    run_shares: dict[str, float]
+    left_out: tuple[str, ...]
+
+    def words(self) -> str:
+        """E.g. "for your mix: echo 80 %, fresh 20 % (the run's prompts: 50 / 50)"; a left
+        out category reads "known 0 % (left out)"."""
+        given = ", ".join(
+            f"{c} {_pct(w)}" + (" (left out)" if c in self.left_out else "")
+            for c, w in self.shares.items()
+        )
+        run = " / ".join(f"{100 * self.run_shares.get(c, 0.0):.0f}" for c in self.shares)
+        return f"for your mix: {given} (the run's prompts: {run})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping, with the sentence (``text``)."""
+        return jsonable({"shares": self.shares, "run_shares": self.run_shares,
+                         "left_out": list(self.left_out), "text": self.words()})  # fmt: skip
 
 
-def mix_ratio_ci(
-    pairs: pd.DataFrame,
-    mix: Mapping[str, float],
-    *,
-    confidence_level: float,
-    aa_pairs: pd.DataFrame | None = None,
-) -> RatioCI:
-    """The arm's TPOT ratio for the traffic ``mix`` with its block-level t-interval (see
-    the module docstring). ``pairs`` need ``tpot_s_c``, ``tpot_s_e``, ``category`` and
-    ``block`` (else ``replicate``); ``aa_pairs`` the A/A arm's, when the run has one."""
-    weights = {k: v for k, v in mix.items() if v > 0}
-    d = _cells(pairs)
-    reference = "control"
-    if aa_pairs is not None and len(aa_pairs):
-        d_aa = _cells(aa_pairs).reindex(index=d.index, columns=d.columns)
-        if d_aa.notna().to_numpy()[d.notna().to_numpy()].all():
-            d, reference = d - d_aa / 2, "controls"
-    cols = [c for c in weights if c in d.columns]
-    full = d[cols].dropna() if len(cols) == len(weights) else d.iloc[:0]
-    w = np.array([weights[c] for c in cols])
-    values = full.to_numpy(float) @ w if len(full) else np.array([])
-    m = int(values.size)
-    n_pairs = len(pairs)
-    against = "vs mean of control and aa" if reference == "controls" else "vs control"
-    method = f"blocks (mix-weighted own-arm paired t {against}, df={max(m - 1, 0)})"
-    if m < 2:
-        est = math.exp(float(values.mean())) if m else math.nan
-        why = "fewer than two blocks hold every category of the mix"
-        return RatioCI(est, 0.0, math.inf, float(confidence_level), method, n_pairs, m,
-                       math.nan, None, None, None, None, None, 0, why, max(m - 1, 0))  # fmt: skip
-    mean = float(values.mean())
-    se = float(values.std(ddof=1) / math.sqrt(m))
-    half = float(special.stdtrit(m - 1, 0.5 + confidence_level / 2)) * se
-    return RatioCI(math.exp(mean), math.exp(mean - half), math.exp(mean + half),
-                   float(confidence_level), method, n_pairs, m, math.nan, None, None, None,
-                   None, None, 0, None, m - 1)  # fmt: skip
+def _pct(share: float) -> str:
+    value = 100 * share
+    return f"{value:.0f} %" if abs(value - round(value)) < 0.05 else f"{value:.1f} %"
+
+
+def describe_mix(mix: Mapping[str, float], categories: Mapping[str, int]) -> TrafficMix:
+    """The :class:`TrafficMix` of ``mix`` (checked, see :func:`check_mix`) against the run's
+    measured requests per category (``categories``: category → count)."""
+    total = sum(categories.values())
+    run = {str(c): n / total for c, n in categories.items()} if total else {}
+    shares = {str(c): float(w) for c, w in mix.items()}
+    shares |= {c: 0.0 for c in sorted(run) if c not in shares}
+    left = tuple(c for c, w in shares.items() if w == 0 and c in run)
+    return TrafficMix(shares, run, left)

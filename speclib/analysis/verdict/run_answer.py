@@ -1,7 +1,9 @@
 """The answer of a run: its pairs cut into segments, decided, and the final words.
 
 :func:`traffic_mix` is the user's traffic mix for the analysis (``speclib analyze --mix``
-over ``workload.mix``), checked against the records' categories. :func:`run_answer` labels
+over ``workload.mix``), checked against the records' categories; :func:`traffic_said` the
+same as every output says it (:class:`speclib.analysis.verdict.mix.TrafficMix`).
+:func:`run_answer` labels
 every arm's pairs at every load level by segment
 (:func:`speclib.analysis.verdict.segments.label_pairs`, the tertile edges shared by the
 arms of a level), decides all segments as one Holm family, checks each cut's heterogeneity,
@@ -15,7 +17,7 @@ import pandas as pd
 
 from speclib.analysis.verdict.answer import Answer, build_answer
 from speclib.analysis.verdict.comparisons import Comparison
-from speclib.analysis.verdict.mix import check_mix, parse_mix
+from speclib.analysis.verdict.mix import TrafficMix, check_mix, describe_mix, parse_mix
 from speclib.analysis.verdict.pairs import level_pairs
 from speclib.analysis.verdict.segments import (
     CUTS,
@@ -26,7 +28,7 @@ from speclib.analysis.verdict.segments import (
 )
 from speclib.params.experiment import AA_ARM, ExperimentParams
 
-__all__ = ["run_answer", "traffic_mix"]
+__all__ = ["run_answer", "traffic_mix", "traffic_said"]
 
 
 def traffic_mix(
@@ -85,4 +87,17 @@ def run_answer(
         for cut in CUTS
         if (h := heterogeneity(lab, level=lvl, arm=arm, cut=cut, aa=aa.get(lvl), **opts))
     ]
-    return build_answer(comps, segs, hets, margin=m, segment_family=family, mix=mix)
+    said = traffic_said(df, params, mix)
+    return build_answer(comps, segs, hets, margin=m, segment_family=family, mix=said)
+
+
+def traffic_said(
+    df: pd.DataFrame, params: ExperimentParams, mix: dict[str, float] | None
+) -> TrafficMix | None:
+    """The mix as every output says it, against the run's measured requests per category
+    (the control's: each prompt as often as it was sent); None without a mix."""
+    if not mix:
+        return None
+    rows = df[df["series"] == params.control_name] if "series" in df else df
+    cats = rows["category"].dropna().astype(str) if "category" in rows else pd.Series([])
+    return describe_mix(mix, {str(k): int(v) for k, v in cats.value_counts().items()})

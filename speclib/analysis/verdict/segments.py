@@ -17,15 +17,22 @@ MIN_CATEGORY_BLOCKS` blocks and :data:`~speclib.analysis.verdict.categories.
 MIN_CATEGORY_PAIRS` pairs gets **the pooled comparison's rule**: the block-level paired
 t-interval of :func:`speclib.analysis.verdict.tpot_verdict.block_analysis` on the segment's
 pairs (against both controls with an A/A arm) and :func:`speclib.analysis.verdict.decision.
-decide`. All segments of all cuts, arms and load levels form **one Holm family** at the
-run's family confidence (:func:`decide_segments`), stated in words. A segment too small for
-an interval is "inconclusive" with the reason, outside the family.
+decide`. A segment's ratio is **its traffic's ratio** (the arm's mean TPOT over the
+control's on the segment's pairs, :attr:`speclib.core.estimand.Estimand.TRAFFIC`), as the
+pooled one is: so the segments' mean TPOTs, weighted by their shares, give back the
+pooled traffic's (what routing compares, :mod:`speclib.analysis.verdict.deploy`). All
+segments of all cuts, arms and load levels form **one Holm family** at the run's family
+confidence (:func:`decide_segments`), stated in words. A segment too small for an interval
+is "inconclusive" with the reason, outside the family.
 
 **Heterogeneity** (:func:`heterogeneity`): within one cut, for every two segments, the
-per-block difference of their contrasts (the arm's instance effect of a block cancels in
-it) gets a paired t-interval over the blocks holding both, at ``1 - α / pairs`` (Bonferroni
-over every such pair of every cut, arm and load level of the run); the segments **differ
-beyond δ** when some such ratio of ratios lies wholly outside ``[1 / (1 + δ), 1 + δ]``.
+per-block difference of their contrasts (the log of each segment's traffic ratio in the
+block: the arm's instance effect of a block multiplies both segments' mean TPOT alike, so
+it cancels) gets a paired t-interval over the blocks holding both, at ``1 - α / pairs``
+(Bonferroni over every such pair of every cut, arm and load level of the run); the
+segments **differ beyond δ** when some such ratio of ratios lies wholly outside
+``[1 / (1 + δ), 1 + δ]``. It is on the segments' own scale, so the ratio of ratios it
+bounds is the ratio of the two segments' estimates that the mixed rule names.
 """
 
 from __future__ import annotations
@@ -39,13 +46,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.paired import RatioCI
+from speclib.analysis.stats.t_interval import t_interval
 from speclib.analysis.verdict.categories import MIN_CATEGORY_BLOCKS, MIN_CATEGORY_PAIRS
 from speclib.analysis.verdict.decision import Decision, check_fraction, holm_decide
-from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis
+from speclib.analysis.verdict.tpot_verdict import as_ratio_ci, block_analysis, pair_summary
+from speclib.core.estimand import Estimand
 from speclib.core.jsonutil import jsonable
 
 __all__ = [
@@ -57,6 +65,7 @@ __all__ = [
     "heterogeneity",
     "label_pairs",
     "segment_family_text",
+    "unsplit_edges",
 ]
 
 CUTS = ("category", "accepted", "prompt_length", "output_length")
@@ -71,9 +80,11 @@ class SegmentResult:
     """One segment's TPOT comparison of one arm at one load level.
 
     ``share`` is the segment's share of the arm's pairs at that level (or the user's mix,
-    :mod:`speclib.analysis.verdict.mix`, for a category); ``ci`` and ``decision`` are at the
-    level the Holm family settled it (None and "inconclusive" without an interval; ``note``
-    says why)."""
+    :mod:`speclib.analysis.verdict.mix`, for a category); ``estimate`` and ``ci`` are the
+    segment's traffic ratio (``estimand``) and its interval, ``decision`` at the level the
+    Holm family settled it (None and "inconclusive" without an interval; ``note`` says
+    why); ``mean_control_s`` and ``mean_arm_s`` the two sides' mean TPOT over the
+    segment's pairs (what routing weighs the segments by)."""
 
     level: int
     arm: str
@@ -86,6 +97,9 @@ class SegmentResult:
     ci: RatioCI | None
     decision: Decision
     note: str | None = None
+    mean_control_s: float | None = None
+    mean_arm_s: float | None = None
+    estimand: Estimand = Estimand.TRAFFIC
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping (the interval flat: ``ci_low``, ``ci_high``, ``confidence_level``)."""
@@ -316,6 +330,8 @@ def decide_segments(
                 ci,
                 dec,
                 note,
+                float(mine["tpot_s_c"].astype(float).mean()),
+                float(mine["tpot_s_e"].astype(float).mean()),
             )
         )
     text = segment_family_text(len(family), confidence=confidence, margin=margin) if family else ""
@@ -325,15 +341,21 @@ def decide_segments(
 # ------------------------------------------------------------------ heterogeneity
 
 
+def _block_log_ratios(pairs: pd.DataFrame) -> pd.Series:
+    """Per block, the log of the traffic's ratio (mean TPOT of the arm over the control's)."""
+    summary = pair_summary({"arm": pairs})
+    if summary is None:
+        return pd.Series(dtype=float)
+    present = summary.n_pairs[0] > 0
+    return pd.Series(summary.mean[0][present], index=np.asarray(summary.blocks)[present])
+
+
 def _block_contrasts(pairs: pd.DataFrame, aa: pd.DataFrame | None) -> pd.Series:
-    """Per block: the mean log-ratio of the pairs, less half the A/A arm's where it has
-    pairs in every one of these blocks (the contrast of the verdict's block model)."""
-    lr = np.log(pairs["tpot_s_e"].astype(float) / pairs["tpot_s_c"].astype(float))
-    d = lr.groupby(pairs["block"]).mean()
+    """Per block: the log of the segment's traffic ratio, less half the A/A arm's where it
+    has pairs in every one of these blocks (the contrast of the verdict's block model)."""
+    d = _block_log_ratios(pairs)
     if aa is not None and len(aa):
-        a = _usable(aa)
-        d_aa = np.log(a["tpot_s_e"].astype(float) / a["tpot_s_c"].astype(float)).groupby(
-            a["block"]).mean()  # fmt: skip
+        d_aa = _block_log_ratios(_usable(aa))
         if set(d.index) <= set(d_aa.index):
             d = d - d_aa.reindex(d.index) / 2
     return d
@@ -380,9 +402,8 @@ def heterogeneity(
         diff = (per[a] - per[b]).dropna()
         if diff.size < 2:
             continue
-        mean, se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size))
-        half = float(special.stdtrit(diff.size - 1, 0.5 + level_conf / 2)) * se
-        found.append((a, b, math.exp(mean), math.exp(mean - half), math.exp(mean + half)))
+        t = t_interval(diff.to_numpy(float), confidence_level=level_conf)
+        found.append((a, b, math.exp(t.mean), math.exp(t.low), math.exp(t.high)))
     if not found:
         return None
     beyond = [f for f in found if f[3] > math.exp(bound) or f[4] < math.exp(-bound)]
@@ -397,3 +418,26 @@ def heterogeneity(
             f"({100 * level_conf:.4g} % Bonferroni over {tests} pair(s))"
         )
     return Heterogeneity(level, arm, cut, bool(beyond), level_conf, tuple(found), detail)
+
+
+def unsplit_edges(
+    df: pd.DataFrame, *, control: str, edges: Mapping[str, Sequence[float]] | None
+) -> list[str]:
+    """One note per declared cut (``analysis.segment_edges``) that splits none of the
+    control's measured requests: all fall in one segment, so that cut has no segments and
+    the report would show none without saying why."""
+    notes = []
+    rows = df[df["series"] == control] if "series" in df else df
+    for cut, col, unit in (("prompt_length", "prompt_tokens", "prompt tokens"),
+                           ("output_length", "output_tokens", "output tokens")):  # fmt: skip
+        own = (edges or {}).get(cut)
+        if not own or col not in rows:
+            continue
+        v = pd.to_numeric(rows[col], errors="coerce").dropna()
+        if len(v) and _tertile_labels(v, own, unit).empty:
+            notes.append(
+                f"analysis.segment_edges.{cut} {[float(e) for e in own]} split no data: the "
+                f"control's measured requests have {v.min():g}–{v.max():g} {unit}, all in one "
+                f"segment, so there is no {cut.replace('_', ' ')} segment"
+            )
+    return notes

@@ -12,6 +12,13 @@ only the control and the A/A arm, two copies of one server, are treated as excha
 One block leaves no degrees of freedom: the interval is ``(0, inf)`` and the verdict says
 why it cannot decide.
 
+**The estimand.** Every verdict here is about the traffic as a whole, so its ratio is the
+traffic's (:attr:`speclib.core.estimand.Estimand.TRAFFIC`): per block, the log of the arm's
+mean TPOT over the control's on the block's paired prompts (:func:`pair_summary`); under a
+user's mix, each side's mean is the share-weighted combination of its categories' means.
+The geometric mean of per-request ratios (the typical request) and the token-weighted
+ratio use the same model through ``estimand=`` and are reported beside it, never decided.
+
 **The family.** :func:`decide_family` applies the pre-declared rule
 (:func:`speclib.analysis.verdict.decision.decide`) with Holm's step-down over the whole family of
 TPOT comparisons: every experiment arm (each sweep value is an arm) at every load level.
@@ -37,7 +44,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,19 +52,26 @@ import pandas as pd
 
 from speclib.analysis.stats.base import DegenerateDataWarning
 from speclib.analysis.stats.block_intervals import BlockAnalysis, BlockArmCI, block_ratio_cis
-from speclib.analysis.stats.block_summary import summarize_blocks
+from speclib.analysis.stats.block_summary import (
+    BlockSummary,
+    summarize_blocks,
+    summarize_mean_ratios,
+)
 from speclib.analysis.stats.paired import RatioCI
 from speclib.analysis.verdict.decision import Decision, holm_decide
-from speclib.analysis.verdict.mix import mix_ratio_ci
 from speclib.analysis.verdict.resolution import bench_check
+from speclib.core.estimand import Estimand
 
 __all__ = [
+    "MIX_NOTE",
     "LevelDecision",
     "as_ratio_ci",
     "block_analysis",
     "decide_family",
     "decide_level",
     "family_text",
+    "no_interval",
+    "pair_summary",
     "summary_of",
 ]
 
@@ -85,23 +99,79 @@ class LevelDecision:
     looks: dict[str, int] | None = None
 
 
-def _log_ratios(
-    pairs_by_arm: Mapping[str, pd.DataFrame], metric: str = "tpot_s"
-) -> tuple[list, list, list]:
-    """Pair log-ratios of ``metric``, their arms and blocks (pairs without a positive,
-    finite value on both sides left out)."""
-    values, arms, blocks = [], [], []
-    for arm, pairs in pairs_by_arm.items():
-        if not len(pairs):
-            continue
-        c = pd.to_numeric(pairs[f"{metric}_c"], errors="coerce").to_numpy(float)
-        e = pd.to_numeric(pairs[f"{metric}_e"], errors="coerce").to_numpy(float)
-        keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
-        values += list(np.log(e[keep] / c[keep]))
-        arms += [arm] * int(keep.sum())
-        labels = (pairs["block"] if "block" in pairs else pairs[_BLOCK_KEY]).to_numpy()
-        blocks += list(labels[keep])
-    return values, arms, blocks
+def _usable(pairs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The pairs with a positive, finite ``metric`` on both sides, with a ``block`` column."""
+    c = pd.to_numeric(pairs[f"{metric}_c"], errors="coerce").to_numpy(float)
+    e = pd.to_numeric(pairs[f"{metric}_e"], errors="coerce").to_numpy(float)
+    keep = np.isfinite(c) & np.isfinite(e) & (c > 0) & (e > 0)
+    out = pairs[keep]
+    labels = out["block"] if "block" in out else out[_BLOCK_KEY]
+    return out.assign(block=labels.to_numpy())
+
+
+def _decode_tokens(pairs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each side's decode tokens (output tokens less the first); None when unknown."""
+    if "output_tokens_c" not in pairs or "output_tokens_e" not in pairs:
+        return None
+    kc = pd.to_numeric(pairs["output_tokens_c"], errors="coerce").to_numpy(float) - 1
+    ke = pd.to_numeric(pairs["output_tokens_e"], errors="coerce").to_numpy(float) - 1
+    return (ke, kc) if np.all(np.isfinite(kc) & np.isfinite(ke) & (kc > 0) & (ke > 0)) else None
+
+
+def _drop_empty(summary: BlockSummary) -> BlockSummary | None:
+    """The summary without arms that have no value in any block (a mix none of whose
+    blocks holds every category); None when no arm is left."""
+    keep = (summary.n_pairs > 0).any(axis=1)
+    if keep.all():
+        return summary
+    if not keep.any():
+        return None
+    var = None if summary.pair_var is None else summary.pair_var[keep]
+    arms = tuple(a for a, k in zip(summary.arms, keep, strict=True) if k)
+    return replace(summary, arms=arms, mean=summary.mean[keep], n_pairs=summary.n_pairs[keep],
+                   pair_var=var)  # fmt: skip
+
+
+def pair_summary(
+    pairs_by_arm: Mapping[str, pd.DataFrame],
+    *,
+    estimand: Estimand = Estimand.TRAFFIC,
+    metric: str = "tpot_s",
+    mix: Mapping[str, float] | None = None,
+) -> BlockSummary | None:
+    """Every arm's per-block log-ratio against the control, of the kind ``estimand`` names
+    (:mod:`speclib.analysis.stats.block_summary`); None without usable pairs (or, for the
+    token-weighted ratio, without every pair's output tokens).
+
+    ``pairs_by_arm`` maps arm → its pairs with the control (columns ``{metric}_c``,
+    ``{metric}_e`` and ``block``, else ``replicate``; ``output_tokens_c`` and
+    ``output_tokens_e`` for :attr:`~speclib.core.estimand.Estimand.PER_TOKEN`, ``category``
+    with a ``mix``). With ``mix`` (category → share of the user's traffic) each side's mean
+    over a block is the share-weighted combination of its categories' means; the typical
+    request has no value under a mix (None).
+    """
+    found = {a: _usable(p, metric) for a, p in pairs_by_arm.items() if len(p)}
+    found = {a: p for a, p in found.items() if len(p)}
+    if mix:
+        found = {a: p.assign(category=p["category"].fillna("uncategorised").astype(str))
+                 for a, p in found.items() if "category" in p}  # fmt: skip
+    if not found or (mix and estimand is Estimand.TYPICAL):
+        return None
+    frame = pd.concat([p.assign(_arm=a) for a, p in found.items()], ignore_index=True)
+    e = frame[f"{metric}_e"].to_numpy(float)
+    c = frame[f"{metric}_c"].to_numpy(float)
+    arm, block = frame["_arm"].to_numpy(), frame["block"].to_numpy()
+    if estimand is Estimand.TYPICAL:
+        return summarize_blocks(np.log(e / c), arm=arm, block=block)
+    opts: dict[str, Any] = {"arm": arm, "block": block}
+    if mix:
+        opts.update(group=frame["category"].to_numpy(), shares=dict(mix))
+    if estimand is Estimand.PER_TOKEN:
+        tokens = _decode_tokens(frame)
+        if tokens is None:
+            return None
+        opts.update(arm_tokens=tokens[0], control_tokens=tokens[1])
+    return _drop_empty(summarize_mean_ratios(e, c, **opts))
 
 
 def block_analysis(
@@ -110,21 +180,23 @@ def block_analysis(
     aa_arm: str | None,
     confidence_level: float,
     metric: str = "tpot_s",
+    estimand: Estimand = Estimand.TRAFFIC,
+    mix: Mapping[str, float] | None = None,
 ) -> BlockAnalysis | None:
     """Block-level intervals of every arm against the control (None without pairs).
 
-    ``pairs_by_arm`` maps arm → its pairs with the control (columns ``tpot_s_c``,
-    ``tpot_s_e`` and ``block``, else ``replicate``, naming the block of each pair). With an
-    A/A arm, each experiment is compared with the mean of the two control servers (the A/A
-    arm's effect is 0 by construction), which averages two instance draws and narrows the
-    interval; the A/A arm's own interval is against the control. Every interval uses only
-    its own arm's block-to-block variance. ``metric`` names the columns (``{metric}_c``,
-    ``{metric}_e``): the TTFT and E2E gates use the same model with ``"ttft_s"``, ``"e2e_s"``.
+    ``pairs_by_arm`` maps arm → its pairs with the control (see :func:`pair_summary`, which
+    also says what ``estimand`` and ``mix`` do; the verdict's estimand is the traffic's).
+    With an A/A arm, each experiment is compared with the mean of the two control servers
+    (the A/A arm's effect is 0 by construction), which averages two instance draws and
+    narrows the interval; the A/A arm's own interval is against the control. Every interval
+    uses only its own arm's block-to-block variance. ``metric`` names the columns
+    (``{metric}_c``, ``{metric}_e``): the TTFT and E2E gates use the same model with
+    ``"ttft_s"``, ``"e2e_s"``.
     """
-    values, arms, blocks = _log_ratios(pairs_by_arm, metric)
-    if not values:
+    summary = pair_summary(pairs_by_arm, estimand=estimand, metric=metric, mix=mix)
+    if summary is None:
         return None
-    summary = summarize_blocks(np.asarray(values), arm=np.asarray(arms), block=np.asarray(blocks))
     aa = aa_arm if aa_arm in summary.arms else None
     others = [a for a in summary.arms if a != aa]
     return block_ratio_cis(
@@ -135,9 +207,12 @@ def block_analysis(
     )
 
 
-def as_ratio_ci(ci: BlockArmCI, pairs: pd.DataFrame, metric: str = "tpot_s") -> RatioCI:
+def as_ratio_ci(
+    ci: BlockArmCI, pairs: pd.DataFrame, metric: str = "tpot_s", *, mixed: bool = False
+) -> RatioCI:
     """The block interval in the form the decision rule takes, with the pairs' medians
-    (``median_delta``: median of ``{metric}_e - {metric}_c`` over pairs with both finite).
+    (``median_delta``: median of ``{metric}_e - {metric}_c`` over pairs with both finite);
+    ``mixed``: the interval is for a user's mix (said in its method).
 
     No Wilcoxon p-value: over pairs it would pool the blocks (pseudo-replication), and over
     a handful of block means it has no power; the interval is the evidence.
@@ -149,12 +224,13 @@ def as_ratio_ci(ci: BlockArmCI, pairs: pd.DataFrame, metric: str = "tpot_s") -> 
     if ci.se_within_log is not None and math.isfinite(ci.se_log):
         var_within = ci.se_within_log**2 * max(ci.n_pairs, 1)
         var_between = max(ci.se_log**2 - ci.se_within_log**2, 0.0) * max(ci.n_blocks, 1)
+    method = ci.method.replace("blocks (", "blocks (mix-weighted ", 1) if mixed else ci.method
     return RatioCI(
         estimate=ci.estimate,
         ci_low=ci.ci_low,
         ci_high=ci.ci_high,
         confidence_level=ci.confidence_level,
-        method=ci.method,
+        method=method,
         n_pairs=ci.n_pairs,
         n_launches=ci.n_blocks,
         median_delta=float(np.median(e[both] - c[both])) if both.any() else math.nan,
@@ -166,13 +242,30 @@ def as_ratio_ci(ci: BlockArmCI, pairs: pd.DataFrame, metric: str = "tpot_s") -> 
         n_resamples=0,
         note=ci.note,
         df=ci.df,
+        estimand=ci.estimand,
     )
 
 
-def _quiet_analysis(pairs_by_arm, aa_arm, level) -> BlockAnalysis | None:
+MIX_NOTE = "fewer than two blocks hold every category of the mix: no interval"
+
+
+def no_interval(
+    pairs: pd.DataFrame, *, confidence_level: float, note: str,
+    mix: Mapping[str, float] | None = None,
+) -> RatioCI:  # fmt: skip
+    """An undecidable traffic's ratio ``(0, inf)`` for pairs the block model cannot use,
+    with why; its point estimate pools the blocks (NaN when even that has no value)."""
+    pooled = pair_summary({"arm": pairs.assign(block=0)}, mix=mix) if len(pairs) else None
+    estimate = math.exp(float(pooled.mean[0, 0])) if pooled is not None else math.nan
+    return RatioCI(estimate, 0.0, math.inf, float(confidence_level), "blocks (none)",
+                   len(pairs), 0, math.nan, None, None, None, None, None, 0, note, 0,
+                   Estimand.TRAFFIC)  # fmt: skip
+
+
+def _quiet_analysis(pairs_by_arm, aa_arm, level, mix=None) -> BlockAnalysis | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateDataWarning)
-        return block_analysis(pairs_by_arm, aa_arm=aa_arm, confidence_level=level)
+        return block_analysis(pairs_by_arm, aa_arm=aa_arm, confidence_level=level, mix=mix)
 
 
 def family_text(keys: Sequence[tuple[Hashable, str]], *, confidence: float) -> str:
@@ -211,18 +304,22 @@ def decide_family(
     (the replicates ``< replicates`` are seen at that look), the looks are replayed in
     order and a comparison settled at a look keeps that look's interval and decision; the
     last look's confidence is also the A/A arm's. With ``mix`` (category → share of the
-    user's traffic) each experiment's interval is the mix-weighted one
-    (:func:`speclib.analysis.verdict.mix.mix_ratio_ci`). Returns one :class:`LevelDecision`
-    per level that has pairs.
+    user's traffic) each experiment's interval is the traffic's ratio for that mix
+    (:func:`pair_summary`; "no interval" where fewer than two blocks hold every category of
+    it); the A/A arm's stays on the prompts as sent (it measures the bench). Returns one
+    :class:`LevelDecision` per level that has pairs.
     """
     plan = [(None, confidence)] if not looks else [(int(r), float(c)) for r, c in looks]
-    cache: dict[tuple[Any, Any, float], BlockAnalysis | None] = {}
+    cache: dict[tuple[Any, Any, float, bool], BlockAnalysis | None] = {}
 
-    def analysis_at(level: Hashable, reps: int | None, conf: float) -> BlockAnalysis | None:
-        key = (level, reps, conf)
+    def analysis_at(
+        level: Hashable, reps: int | None, conf: float, mixed: bool = False
+    ) -> BlockAnalysis | None:
+        key = (level, reps, conf, mixed)
         if key not in cache:
             seen = {a: _before(p, reps) for a, p in pairs_by_level[level].items()}
-            cache[key] = _quiet_analysis({a: p for a, p in seen.items() if len(p)}, aa_arm, conf)
+            cache[key] = _quiet_analysis({a: p for a, p in seen.items() if len(p)}, aa_arm, conf,
+                                         mix if mixed else None)  # fmt: skip
         return cache[key]
 
     def present(reps: int | None) -> list[tuple[Hashable, str]]:
@@ -241,14 +338,11 @@ def decide_family(
             continue
 
         def compute_ci(key: tuple[Hashable, str], level: float, reps=reps) -> RatioCI:
-            if mix:
-                arms = pairs_by_level[key[0]]
-                aa = _before(arms[aa_arm], reps) if aa_arm in arms else None
-                return mix_ratio_ci(_before(arms[key[1]], reps), mix, confidence_level=level,
-                                    aa_pairs=aa)  # fmt: skip
-            found = analysis_at(key[0], reps, level)
-            assert found is not None and key[1] in found.arms
-            return as_ratio_ci(found.arms[key[1]], _before(pairs_by_level[key[0]][key[1]], reps))
+            found = analysis_at(key[0], reps, level, bool(mix))
+            pairs = _before(pairs_by_level[key[0]][key[1]], reps)
+            if found is None or key[1] not in found.arms:  # no block holds the whole mix
+                return no_interval(pairs, confidence_level=level, note=MIX_NOTE, mix=mix)
+            return as_ratio_ci(found.arms[key[1]], pairs, mixed=bool(mix))
 
         out = holm_decide(compute_ci, open_, family_confidence=conf, margin=margin)
         last = i == len(plan) - 1

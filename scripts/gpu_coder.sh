@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# On the GPU machine (no package index; the vLLM bundle unpacked in /tmp/site by
+# ../shared/gpu/unpack.sh): the real coder pair end to end, in few device calls.
+#   bash scripts/gpu_coder.sh receive  (every call that carries .gpu-models/send) keep what
+#                                      arrived in /tmp/coder-pieces; say how many are missing
+#   bash scripts/gpu_coder.sh build    reassemble both GGUFs, check their sha256, build the
+#                                      bf16 target/ and draft/ folders (speclib build-demo
+#                                      --real qwen2.5-coder --gguf ...), GGUFs removed after
+#   bash scripts/gpu_coder.sh run      speclib run params/coder-gpu.yaml --detach (/tmp/coder-run)
+#   bash scripts/gpu_coder.sh wait [S] wait up to S seconds (default 540) for the run to end
+#   bash scripts/gpu_coder.sh finish   speclib replay-acceptance --analyze, then the evidence
+#                                      (summary, manifest, report, replay, divergences, build
+#                                      info, the raw run folder) into $OUT
+# One call can chain them (each call at most 600 s): `bash scripts/gpu_coder.sh receive build run
+# wait 360`, then `wait 540`, then `wait 300 finish`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pieces=/tmp/coder-pieces run=/tmp/coder-run
+[[ -f /tmp/site/env.sh ]] && source /tmp/site/env.sh
+export PYTHONPATH="/tmp/coder-site:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
+py=${PYTHON:-python3}
+while [[ $# -gt 0 ]]; do
+  step=$1; shift
+  case "$step" in
+  receive)
+    mkdir -p "$pieces"
+    if [[ -d .gpu-models/send ]]; then
+      for f in .gpu-models/send/*; do [[ -e "$f" ]] && mv -f "$f" "$pieces/"; done
+    fi
+    for w in "$pieces"/gguf-*.whl; do
+      [[ -e "$w" ]] && "$py" -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target /tmp/coder-site "$w" && rm -f "$w"
+    done
+    if [[ -f "$pieces/pieces.txt" ]]; then
+      total=$(wc -l < "$pieces/pieces.txt")
+      missing=$(cd "$pieces" && while read -r p; do [[ -f "$p" ]] || echo "$p"; done < pieces.txt)
+      n=$(echo -n "$missing" | grep -c . || true)
+      echo "have $(( total - n )) of $total pieces${missing:+; $n missing, first $(echo "$missing" | head -1)}"
+    else
+      echo "$(ls "$pieces" | grep -c part- || true) pieces here; pieces.txt not yet"
+    fi ;;
+  build)
+    t0=$(date +%s)
+    (cd "$pieces" && cat $(grep '^target' pieces.txt) > target.gguf \
+      && cat $(grep '^draft' pieces.txt) > draft.gguf && sha256sum -c gguf.sha256)
+    "$py" -m speclib build-demo --real qwen2.5-coder \
+      --gguf target="$pieces/target.gguf" --gguf draft="$pieces/draft.gguf"
+    rm -f "$pieces"/*.gguf
+    echo "built in $(( $(date +%s) - t0 )) s" ;;
+  run)
+    "$py" -m speclib validate params/coder-gpu.yaml
+    "$py" -m speclib run params/coder-gpu.yaml --detach --out "$run"
+    date +%s > /tmp/coder-run.started ;;
+  wait)
+    limit=540
+    if [[ "${1:-}" =~ ^[0-9]+$ ]]; then limit=$1; shift; fi
+    end=$(( $(date +%s) + limit ))
+    while [[ $(date +%s) -lt $end ]] && pgrep -f "speclib run --out $run" >/dev/null; do sleep 10; done
+    if pgrep -f "speclib run --out $run" >/dev/null; then
+      echo "still running after $(( $(date +%s) - $(cat /tmp/coder-run.started) )) s:"
+    else
+      echo "ended after $(( $(date +%s) - $(cat /tmp/coder-run.started) )) s:"
+    fi
+    tail -n 25 "$run/run.log" ;;
+  finish)
+    if pgrep -f "speclib run --out $run" >/dev/null; then echo "the run is still going"; exit 1; fi
+    "$py" -m speclib replay-acceptance "$run" --analyze 2>&1 | tee "$run/replay.log"
+    out=${OUT:-/tmp/coder-out}; mkdir -p "$out"
+    cp "$run"/summary.json "$run"/manifest.json "$run"/report.html "$run"/replay.log "$out"/
+    cp "$run"/acceptance_replay.json "$out"/ 2>/dev/null || true
+    info=$(ls -d ~/.cache/speclib/real-qwen2.5-coder-*/build-info.json | head -1)
+    cp "$info" "$out"/build-info.json
+    tar -czf "$out"/run-gpu-raw.tgz -C "$(dirname "$run")" --exclude=notebooks --exclude='*.pid' \
+      --exclude=analyses "$(basename "$run")"
+    ls -l "$out" ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
+  esac
+done
