@@ -18,6 +18,7 @@ __all__ = [
     "vllm_server_pids",
 ]
 
+_FAKE_VLLM = Path(__file__).resolve().with_name("fake_vllm.py")
 _WORKER = "PYTEST_XDIST_WORKER"  # set by pytest-xdist in each worker and inherited by children
 
 
@@ -69,12 +70,15 @@ def fake_servers() -> list[psutil.Process]:
 
     Under ``pytest -n``, another worker's servers are running too; each server inherits its
     worker's ``PYTEST_XDIST_WORKER``, so only ours are counted (all of them when serial).
+    Only this checkout's stand-in counts: another checkout's test run on a shared machine
+    has workers of the same names (one of its servers failed a full run here, 2026-12-06).
     """
     ours = os.environ.get(_WORKER)
+    mine = f"{_FAKE_VLLM} --model"
     out = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if "fake_vllm.py --model" not in " ".join(proc.info["cmdline"] or []):
+            if mine not in " ".join(proc.info["cmdline"] or []):
                 continue
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue

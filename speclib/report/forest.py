@@ -22,6 +22,7 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.params.experiment import AA_ARM
+from speclib.report.conclusion import conf_words
 from speclib.report.figure_base import FigureWithCaption, new_figure, resolve_palette
 
 __all__ = ["FOREST_COLUMNS", "forest_figure", "forest_frame", "plot_forest"]
@@ -143,8 +144,9 @@ def plot_forest(
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(FixedFormatter([f"×{t:g}" for t in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
-    levels = sorted({round(100 * float(v), 2) for v in df["level"]})
-    level_text = " and ".join(f"{v:g} %" for v in levels)
+    # as the rest of the report writes a level (one decimal: the table's "99.7 % CI")
+    levels = sorted({round(float(v), 3) for v in df["level"]})
+    level_text = " and ".join(dict.fromkeys(conf_words(v) for v in levels))
     caption = (
         f"Which arms are faster, and by how much? Dot: the traffic's TPOT ratio to the control "
         f"(the arm's mean TPOT over the control's on the same prompts); bar: "
