@@ -206,7 +206,13 @@ def test_sampling_check_is_run_gated_and_reported(sampled_run):
         assert c["plausibility"]["n_outside_control"] == 0
         assert c["plausibility"]["n_outside_experiment"] > 0
         outputs_gate = next(g for g in c["gates"] if g["name"] == "outputs")
+        # the failed outputs gate makes the verdict "reject"; a bench its timing checks flag
+        # (late reads beside a neighbour's load: tier one runs beside the stand-in tests)
+        # outranks every gate and makes it "untrustworthy" (gates.apply_gates), the outputs
+        # gate failed all the same
+        bench = [g for g in c["gates"] if g["name"] == "bench"]
         if c["plausibility"]["implausible"]:
-            assert c["decision"] == "reject" and not outputs_gate["passed"]
+            assert not outputs_gate["passed"], outputs_gate
+            assert c["decision"] == ("untrustworthy" if bench else "reject"), (c["decision"], bench)
     first = (sampled_run / "report.html").read_text().split("Evidence")[0]
     assert first.count("sampling check: <b>") == len(scored)
