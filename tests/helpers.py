@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from pathlib import Path
 
 import psutil
 
 __all__ = [
     "fake_servers",
     "fake_servers_left",
+    "kit_cache_with_facts",
     "process_gone",
     "servers_on_port",
     "vllm_server_pids",
 ]
 
+_FAKE_VLLM = Path(__file__).resolve().with_name("fake_vllm.py")
 _WORKER = "PYTEST_XDIST_WORKER"  # set by pytest-xdist in each worker and inherited by children
 
 
@@ -66,12 +70,15 @@ def fake_servers() -> list[psutil.Process]:
 
     Under ``pytest -n``, another worker's servers are running too; each server inherits its
     worker's ``PYTEST_XDIST_WORKER``, so only ours are counted (all of them when serial).
+    Only this checkout's stand-in counts: another checkout's test run on a shared machine
+    has workers of the same names (one of its servers failed a full run here, 2026-12-06).
     """
     ours = os.environ.get(_WORKER)
+    mine = f"{_FAKE_VLLM} --model"
     out = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if "fake_vllm.py --model" not in " ".join(proc.info["cmdline"] or []):
+            if mine not in " ".join(proc.info["cmdline"] or []):
                 continue
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
@@ -91,6 +98,22 @@ def fake_servers_left(timeout_s: float = 15.0) -> list[int]:
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.2)
+
+
+def kit_cache_with_facts(folder: Path) -> Path:
+    """``folder`` as a fresh kit cache (``$SPECLIB_CACHE``) that already holds the installed
+    vLLM's facts the kit reads before a run (its ``SpeculativeConfig`` schema and its
+    server's flags), copied from this machine's cache (read there first when missing). A run
+    pointed at it reads them instead of importing vLLM in two child processes (~60 s of a
+    2-core machine); anything else it caches starts empty."""
+    from speclib.demo.cache import default_cache_dir
+    from speclib.vllm_facts.cli_flags import installed_cli_flags
+    from speclib.vllm_facts.spec_schema import installed_spec_schema
+
+    assert installed_cli_flags().flags is not None and installed_spec_schema().schema is not None
+    for kind in ("vllm-cli", "vllm-schema"):
+        shutil.copytree(default_cache_dir() / kind, folder / kind, dirs_exist_ok=True)
+    return folder
 
 
 def stand_in_checkpoint(folder, config: dict | None = None):

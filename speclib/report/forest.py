@@ -144,8 +144,9 @@ def plot_forest(
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(FixedFormatter([f"×{t:g}" for t in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
-    levels = sorted({conf_words(float(v)) for v in df["level"]}, key=lambda t: float(t[:-2]))
-    level_text = " and ".join(levels)
+    # as the rest of the report writes a level (one decimal: the table's "99.7 % CI")
+    levels = sorted({round(float(v), 3) for v in df["level"]})
+    level_text = " and ".join(dict.fromkeys(conf_words(v) for v in levels))
     caption = (
         f"Which arms are faster, and by how much? Dot: the traffic's TPOT ratio to the control "
         f"(the arm's mean TPOT over the control's on the same prompts); bar: "

@@ -31,7 +31,7 @@ from speclib.run.launch_record import (
     merge_clients,
     not_attempted,
     outcome_dict,
-    settled_snapshot,
+    settled_snapshots,
     snapshot,
 )
 from speclib.run.launching import api_key
@@ -237,7 +237,6 @@ def measure_levels(params, rd, arms: list[Arm], prompts, replicate: int, block: 
                 serve_slot(params, rd, lv, slot, by_name, (replicate, block, cpu, update))
         finally:
             close()
-        for arm in arms:
-            if arm.alive():
-                settled_snapshot(arm.base_url, arm.files.metrics_level(i, "after"), key)
+        alive = [a for a in arms if a.alive()]
+        settled_snapshots([(a.base_url, a.files.metrics_level(i, "after")) for a in alive], key)
         finish_level(rd, arms, lv, replicate, block)

@@ -4,7 +4,8 @@
 server ran in the mode its params ask for (speculation on or off) from the ``/metrics``
 spec-decode counters, the per-request spec metrics, multi-token chunks and the server log.
 :func:`snapshot` / :func:`settled_snapshot` save ``/metrics`` to a launch's folder (a
-missing endpoint is data, not a crash). :func:`not_attempted` turns requests that were never
+missing endpoint is data, not a crash; :func:`settled_snapshots` waits for several servers'
+counters at once). :func:`not_attempted` turns requests that were never
 sent into records that say why. :func:`crosscheck_arm` runs the optional ``vllm bench``
 cross-check on a launch's server after the kit's last snapshot. A block that ran elsewhere
 (a Ray task) gets its statuses here too: :func:`mark_unfinished` when it never returned,
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ __all__ = [
     "not_attempted",
     "outcome_dict",
     "settled_snapshot",
+    "settled_snapshots",
     "snapshot",
     "stamp_status",
     "verify_mode",
@@ -156,6 +160,15 @@ def settled_snapshot(base_url: str, path: Path, api_key_: str | None) -> str:
             return cur
         prev = cur
     return prev
+
+
+def settled_snapshots(targets: Sequence[tuple[str, Path]], api_key_: str | None) -> list[str]:
+    """:func:`settled_snapshot` of several servers (``(base_url, path)`` each) at once, in
+    the order given: each waits out its own counters, none waits for another's."""
+    if len(targets) < 2:
+        return [settled_snapshot(url, path, api_key_) for url, path in targets]
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        return list(pool.map(lambda t: settled_snapshot(t[0], t[1], api_key_), targets))
 
 
 def not_attempted(

@@ -33,7 +33,7 @@ from speclib.core.prometheus import CounterResetError, parse_prometheus, spec_co
 from speclib.core.records import read_records
 from speclib.core.rundir import RunDir, write_json_atomic
 from speclib.core.turns import sent_prompt_count
-from speclib.measure.worker import shared_worker
+from speclib.measure.worker import close_shared_worker, shared_worker
 from speclib.params.run_record import recorded_params
 from speclib.run.alternate import measure_levels
 from speclib.run.arms import Arm, stamp, start_all, warm_up
@@ -43,7 +43,7 @@ from speclib.run.launch_record import (
     SeriesResult,
     crosscheck_arm,
     merge_clients,
-    settled_snapshot,
+    settled_snapshots,
     snapshot,
     verify_mode,
 )
@@ -231,6 +231,12 @@ def run_block(
                 status = replace(status, extra={**status.extra, "traceback": tb})
                 write_json_atomic(arm.files.status, status.to_dict())
         raise
+    finally:
+        # The block's client worker ends with the block. Left running to the kernel's exit,
+        # it kept the kernel from stopping when asked (ipykernel signals every child in its
+        # process group and waits for them to be gone): each block's kernel stopped only
+        # when jupyter_client killed it after 2.5 s; closed here, the kernel stops in 0.2 s.
+        close_shared_worker()
     return [_conclude(params, rd, a, replicate, block, design, names, n_prompts) for a in runs]
 
 
@@ -256,16 +262,18 @@ def _run(params, rd: RunDir, runs: list[Arm], questions, replicate: int, block: 
             )
         prompts = block_prompts(params, rd, questions, live, block)
         placement = place_client(shared_worker().pid, [a.handle.pid for a in live if a.handle])
-        for arm in live:
+        befores = settled_snapshots([(a.base_url, a.files.metrics_before) for a in live], key)
+        for arm, before in zip(live, befores, strict=True):
             arm.client_placement = placement
-            arm.before = settled_snapshot(arm.base_url, arm.files.metrics_before, key)
+            arm.before = before
         pids = {a.name: a.handle.pid for a in live if a.handle is not None}
         cpu = CpuSampler(pids, {a.name: a.files.cpu for a in live}) if len(pids) > 1 else None
         with cpu or contextlib.nullcontext():
             measure_levels(params, rd, live, prompts, replicate, block, cpu, show)
-        for arm in live:
-            if arm.alive():
-                arm.after = settled_snapshot(arm.base_url, arm.files.metrics_after, key)
+        alive = [a for a in live if a.alive()]
+        afters = settled_snapshots([(a.base_url, a.files.metrics_after) for a in alive], key)
+        for arm, after in zip(alive, afters, strict=True):
+            arm.after = after
         for arm in live:
             arm.died_during = arm.handle is not None and not arm.handle.alive()
             arm.crosscheck = crosscheck_arm(

@@ -288,9 +288,13 @@ def _probe_completion(spec: LaunchSpec) -> bool:
     )
 
 
+_QUICK_POLL_S = 5.0  # the first seconds of a start, polled every 0.05 s
+
+
 def _wait_ready(handle: ServerHandle) -> None:
     spec = handle.spec
-    deadline = time.monotonic() + spec.start_timeout_s
+    started = time.monotonic()
+    deadline = started + spec.start_timeout_s
     healthy = False
     while True:
         code = handle.process.poll()
@@ -317,7 +321,9 @@ def _wait_ready(handle: ServerHandle) -> None:
             healthy = http_ok(spec.base_url + "/health", api_key=spec.api_key, timeout=2.0)
         if healthy and _probe_completion(spec):
             return
-        time.sleep(0.5)
+        # polled often while a quick server may be up, then every 0.5 s (a vLLM start takes
+        # tens of seconds; each poll is one refused or answered local connection)
+        time.sleep(0.05 if time.monotonic() - started < _QUICK_POLL_S else 0.5)
 
 
 def launch(spec: LaunchSpec) -> ServerHandle:

@@ -10,17 +10,19 @@ folder and the size and time of the files the fact comes from. Used by
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_file", "read_cache", "run_child", "write_cache"]
+__all__ = ["cache_file", "cache_lock", "read_cache", "run_child", "write_cache"]
 
 
 def cache_file(kind: str, vllm_dir: Path, *, fmt: int, files: Sequence[str]) -> Path:
@@ -57,6 +59,26 @@ def run_child(module: str, *, timeout_s: float) -> dict[str, Any]:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"exit code {proc.returncode}: {tail[:200]}")
         return json.loads(out.read_text(encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s cache entry while it is read and, if missing,
+    computed: processes that start together (a test command's workers, a Ray cluster's
+    blocks) read vLLM once and the others read the cache it wrote. Where no lock file can
+    be made (a read-only home), no lock: each reads vLLM itself, as before."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.with_name(f".{path.name}.lock").open("a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def read_cache(path: Path, *, fmt: int) -> dict[str, Any] | None:

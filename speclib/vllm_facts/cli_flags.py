@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclib.vllm_facts.child import cache_file, read_cache, run_child, write_cache
+from speclib.vllm_facts.child import cache_file, cache_lock, read_cache, run_child, write_cache
 from speclib.vllm_facts.spec_schema import close_matches, vllm_location
 
 __all__ = [
@@ -163,13 +163,14 @@ def installed_cli_flags() -> CliFlags:
     if where is None:
         return CliFlags(None, None, "vLLM is not installed here (client-only install)")
     cache = cache_file("vllm-cli", where, fmt=CLI_FORMAT, files=_STAMP_FILES)
-    data = read_cache(cache, fmt=CLI_FORMAT)
-    if data is None or not isinstance(data.get("flags"), list):
-        try:
-            data = run_child("speclib.vllm_facts.cli_flags", timeout_s=_TIMEOUT_S)
-        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-            return CliFlags(None, None, f"could not build vLLM's server parser ({exc})")
-        write_cache(cache, data)
+    with cache_lock(cache):
+        data = read_cache(cache, fmt=CLI_FORMAT)
+        if data is None or not isinstance(data.get("flags"), list):
+            try:
+                data = run_child("speclib.vllm_facts.cli_flags", timeout_s=_TIMEOUT_S)
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                return CliFlags(None, None, f"could not build vLLM's server parser ({exc})")
+            write_cache(cache, data)
     return flags_from_json(data)
 
 

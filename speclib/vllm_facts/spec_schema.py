@@ -34,7 +34,7 @@ from typing import Any
 
 import fastjsonschema
 
-from speclib.vllm_facts.child import cache_file, read_cache, run_child, write_cache
+from speclib.vllm_facts.child import cache_file, cache_lock, read_cache, run_child, write_cache
 
 __all__ = [
     "SCHEDULE_KEY",
@@ -196,13 +196,14 @@ def installed_spec_schema() -> SchemaLookup:
     if where is None:
         return SchemaLookup(None, "vLLM is not installed here (client-only install)")
     cache = cache_file("vllm-schema", where, fmt=SCHEMA_FORMAT, files=_STAMP_FILES)
-    data = read_cache(cache, fmt=SCHEMA_FORMAT)
-    if data is None:
-        try:
-            data = run_child("speclib.vllm_facts.spec_schema", timeout_s=_INTROSPECT_TIMEOUT_S)
-        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-            return SchemaLookup(None, f"could not read vLLM's SpeculativeConfig ({exc})")
-        write_cache(cache, data)
+    with cache_lock(cache):
+        data = read_cache(cache, fmt=SCHEMA_FORMAT)
+        if data is None:
+            try:
+                data = run_child("speclib.vllm_facts.spec_schema", timeout_s=_INTROSPECT_TIMEOUT_S)
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                return SchemaLookup(None, f"could not read vLLM's SpeculativeConfig ({exc})")
+            write_cache(cache, data)
     try:
         return SchemaLookup(_from_json(data))
     except (KeyError, TypeError) as exc:

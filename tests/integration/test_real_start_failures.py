@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from speclib.run.launching import seed_modelinfos
 from speclib.serve import process as srv
 from tests.helpers import servers_on_port
 
@@ -32,6 +33,7 @@ class Refusal:
 
 
 def _spec(tmp: Path, target: Path, spec: dict) -> srv.LaunchSpec:
+    seed_modelinfos(tmp / "cache")  # as the kit's launches: vLLM skips its model inspection
     argv = srv.build_vllm_argv(
         model=str(target),
         host="127.0.0.1",

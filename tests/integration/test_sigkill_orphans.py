@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, write_params
+from tests.real_runs import REPO, write_params
 
 pytestmark = pytest.mark.integration
 

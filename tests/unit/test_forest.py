@@ -39,6 +39,13 @@ def test_every_row_is_drawn_with_its_verdict_and_the_band():
     assert "95 % and 97.5 %" in caption and "±5 %" in caption and "A/A" in caption
 
 
+def test_the_levels_are_written_as_the_table_writes_them():
+    df = _frame()
+    df["level"] = [0.9972127, 0.9972127, 0.9944254]  # spent by run until decided's looks
+    _fig, caption = plot_forest(df, margin=0.05)
+    assert "at 99.4 % and 99.7 % confidence" in caption
+
+
 def test_an_interval_without_degrees_of_freedom_is_said_unbounded():
     df = _frame()
     df.loc[1, ["ci_low", "ci_high"]] = [0.0, math.inf]

@@ -16,7 +16,7 @@ import yaml
 
 from speclib.params.loader import ParamsError, load_params
 from speclib.run.placement import GpuInfo, memory_plan, placements, start_after
-from tests.helpers import fake_servers_left
+from tests.helpers import fake_servers_left, kit_cache_with_facts
 from tests.unit.test_robustness import _params, _run
 
 
@@ -99,7 +99,7 @@ def test_gpus_must_name_one_gpu_per_tensor_parallel_rank(tmp_path: Path) -> None
 def test_the_aa_arm_runs_on_the_experiments_gpus_when_they_differ(tmp_path: Path) -> None:
     path = _params(tmp_path, n_prompts=4)
     data = yaml.safe_load(path.read_text())
-    data["protocol"] = {"aa": True}
+    data["protocol"]["aa"] = True
     data["series"][1]["gpus"] = [1]
     path.write_text(yaml.safe_dump(data))
     params = load_params(path)
@@ -286,7 +286,8 @@ def test_with_a_fixed_kv_cache_a_later_block_starts_its_servers_together(
     data["server"].update(gpus=[0], kv_cache_memory_gib=2)
     data["workload"]["replicates"] = 2
     path.write_text(yaml.safe_dump(data))
-    env = {"FAKE_VLLM_START_S": "1", "SPECLIB_CACHE": str(tmp_path / "cache")}
+    cache = kit_cache_with_facts(tmp_path / "cache")  # the shared compile cache starts empty
+    env = {"FAKE_VLLM_START_S": "1", "SPECLIB_CACHE": str(cache)}
     proc = _run(["run", str(path), "--out", str(tmp_path / "run")], env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not fake_servers_left()

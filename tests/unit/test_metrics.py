@@ -312,3 +312,27 @@ def test_fetch_metrics_errors(metrics_server: str) -> None:
         fetch_metrics(metrics_server + "/v1")
     with pytest.raises(ValueError, match="base_url"):
         fetch_metrics("file:///etc")
+
+
+def test_settled_snapshots_wait_for_every_servers_counters_at_once(monkeypatch, tmp_path):
+    """Each server's snapshot is taken again until its spec counters stop moving; the
+    servers wait at once (each one's second read comes before any server's third), and the
+    results keep the order asked."""
+    import speclib.run.launch_record as lr
+
+    reads: list[str] = []
+    moves = {"a": 2, "b": 1, "c": 0}  # how many more reads each server's counters move for
+
+    def fake_snapshot(base_url, path, api_key_):
+        reads.append(base_url)
+        n = reads.count(base_url)
+        value = min(n, moves[base_url] + 1)
+        return f"vllm:spec_decode_num_drafts_total {value}\n"
+
+    monkeypatch.setattr(lr, "snapshot", fake_snapshot)
+    got = lr.settled_snapshots([(s, tmp_path / s) for s in ("a", "b", "c")], None)
+    assert got == [f"vllm:spec_decode_num_drafts_total {moves[s] + 1}\n" for s in "abc"]
+    assert {s: reads.count(s) for s in "abc"} == {s: moves[s] + 2 for s in "abc"}
+    second_reads = [i for i, s in enumerate(reads) if reads[: i + 1].count(s) == 2]
+    third_read_a = [i for i, s in enumerate(reads) if s == "a"][2]
+    assert max(second_reads) < third_read_a  # b's and c's waits did not come after a's

@@ -54,7 +54,8 @@ def _params(tmp: Path, **protocol) -> Path:
             "warmup_requests": 1, "request_timeout_s": 20,
         },
         "analysis": {"n_resamples": 500},
-        "protocol": {"max_replicates": None, **protocol},
+        # the stand-in does not busy-poll: no pause; one block at a time
+        "protocol": {"switch_pause_s": 0, "max_replicates": None, **protocol},
     }  # fmt: skip
     path = tmp / "params.yaml"
     path.write_text(yaml.safe_dump(data))

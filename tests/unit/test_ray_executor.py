@@ -80,7 +80,7 @@ def cluster():
 def _ray_params(tmp: Path, address: str, n_prompts: int, step_s: float) -> Path:
     path = _params(tmp, n_prompts=n_prompts, server={"env": {"FAKE_VLLM_STEP_S": str(step_s)}})
     data = yaml.safe_load(path.read_text())
-    data["protocol"] = {
+    data["protocol"] |= {
         "design": "interleaved",
         "executor": "ray",
         "ray_address": address,

@@ -67,9 +67,11 @@ def _params(tmp: Path, n_prompts: int = 10, **over) -> Path:
             "request_timeout_s": 20,
         },
         "analysis": {"n_resamples": 500},
-        # the stand-in runs check one block at a time; run until decided (the default) is
+        # the stand-in has no worker that busy-polls after a stream (what the pause waits
+        # out on vLLM): no pause; tests/unit/test_interleaved.py checks the pause itself.
+        # The stand-in runs check one block at a time; run until decided (the default) is
         # tested on synthetic folders (test_until_decided.py) and the real demo run
-        "protocol": {"max_replicates": None},
+        "protocol": {"switch_pause_s": 0, "max_replicates": None},
     }
     for section, values in over.items():
         data[section].update(values)
@@ -99,7 +101,7 @@ def test_crash_mid_series_keeps_records_marks_rest_and_reports(tmp_path):
         server={"env": {"FAKE_VLLM_DIE_AFTER_REQUESTS": "5", "FAKE_VLLM_DIE_ONLY_SPEC": "1"}},
     )
     data = yaml.safe_load(params.read_text())
-    data["protocol"] = {"switch_pause_s": 0}  # per-prompt alternation: the crash lands mid-run
+    # per-prompt alternation (no switch pause, as _params): the crash lands mid-run
     params.write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
     proc = _run(["run", str(params), "--out", str(run)])
@@ -187,7 +189,7 @@ def test_resume_keeps_finished_launch_and_reruns_the_rest(tmp_path):
     n = 12  # prompts: the control's launch lasts ~10 s at 0.05 s a token
     params = _params(tmp_path, n_prompts=n)
     data = yaml.safe_load(params.read_text())
-    data["protocol"] = {"design": "sequential"}  # one launch per block
+    data["protocol"]["design"] = "sequential"  # one launch per block
     params.write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
     slow = {**os.environ, "FAKE_VLLM_STEP_S": "0.05"}

@@ -335,8 +335,8 @@ def sweep_run(tmp_path_factory) -> Path:
     data = yaml.safe_load(path.read_text())
     data["series"][1] = ngram_sweep([2, 3])
     per = psutil.virtual_memory().available / 2**30 * 0.85 / 3.5  # 3 fit, not 4
-    data["protocol"] = {"aa": True, "design": "auto", "memory_per_server_gib": per,
-                        "max_replicates": None}  # fmt: skip
+    data["protocol"] |= {"aa": True, "design": "auto", "memory_per_server_gib": per,
+                         "max_replicates": None}  # fmt: skip
     data["workload"].update(replicates=2)
     path.write_text(yaml.safe_dump(data))
     out = tmp / "run"

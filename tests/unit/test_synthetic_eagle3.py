@@ -7,7 +7,7 @@ hidden state normed and concatenated, rotary causal attention with grouped KV he
 target's three tapped layers through ``fc`` on the first step, the head's own pre-norm
 output on the next ones. Its argmax must be the agreement map's next word for every word,
 on every step, in float32 and in bfloat16 (the GPU's dtype). The real server's run is
-``tests/integration/test_eagle3_real.py``.
+``tests/integration/test_synthetic_real.py``.
 """
 
 from __future__ import annotations

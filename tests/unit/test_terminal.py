@@ -56,9 +56,8 @@ def _fake_params(tmp: Path, n_prompts: int = 10, *, aa: bool = False) -> Path:
             "request_timeout_s": 20,
         },
         "analysis": {"n_resamples": 300},
+        "protocol": {"aa": aa, "switch_pause_s": 0},  # the stand-in does not busy-poll
     }
-    if aa:
-        data["protocol"] = {"aa": True}
     path = tmp / "params.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

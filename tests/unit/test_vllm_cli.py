@@ -147,3 +147,34 @@ def test_a_left_out_per_request_flag_does_not_fail_the_mode_check() -> None:
         series, spec_delta=delta, records=records, log_text="", per_request_flag=True
     )
     assert asked["problems"] == ["speculative series but no response carried spec metrics"]
+
+
+def test_processes_starting_together_read_vllms_parser_once(tmp_path, monkeypatch) -> None:
+    """The parser is read in a child process (vLLM imported: seconds of CPU) and cached;
+    callers that find no cache at the same moment wait for the first one's (a test
+    command's three workers each read it once on a fresh clone, 2026-12-06)."""
+    import threading
+    import time
+
+    import speclib.vllm_facts.cli_flags as cf
+
+    monkeypatch.setenv("SPECLIB_CACHE", str(tmp_path))
+    children: list[str] = []
+
+    def child(module: str, *, timeout_s: float) -> dict:
+        children.append(module)
+        time.sleep(0.3)  # reading vLLM takes a while: the others arrive meanwhile
+        return {"format": cf.CLI_FORMAT, "vllm_version": "9.9.9", "flags": ["--seed"]}
+
+    monkeypatch.setattr(cf, "run_child", child)
+    got: list[CliFlags] = []
+    callers = [
+        threading.Thread(target=lambda: got.append(cf.installed_cli_flags.__wrapped__()))
+        for _ in range(3)
+    ]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert children == ["speclib.vllm_facts.cli_flags"]
+    assert got == [CliFlags("9.9.9", frozenset({"--seed"}))] * 3

@@ -174,7 +174,7 @@ def _draft_params(tmp, **analysis):
         "num_speculative_tokens": 3,
     }
     data["analysis"].update(analysis)
-    data["protocol"] = {"design": "interleaved", "max_replicates": None}
+    data["protocol"] = {"design": "interleaved", "switch_pause_s": 0, "max_replicates": None}
     data["workload"]["replicates"] = 2
     path.write_text(yaml.safe_dump(data))
     return path
