@@ -244,8 +244,13 @@ def _disagreements(an: RunAnalysis) -> str:
             else ""
         )
         kinds = (
-            f" ({a.n_near_tie} near tie(s), {a.n_real} real, {a.n_control_varies} where the"
-            f" control's own answers vary, {a.n_unranked} not ranked)"
+            f" ({a.n_near_tie} near tie(s), {a.n_real} real, "
+            + (
+                f"{a.n_control_varies} where the control's own answers vary, "
+                if a.n_control_varies
+                else ""
+            )
+            + f"{a.n_unranked} not ranked)"
             if a.n_diverged
             else ""
         )

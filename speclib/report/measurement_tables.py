@@ -219,8 +219,14 @@ def divergence_html(an: RunAnalysis, limit: int = 5) -> str:
             counts.append(
                 f"<li>{html.escape(c.experiment)} at {html.escape(str(c.load))}: "
                 f"{ag.n_diverged} of {ag.n_compared} differ: {ag.n_near_tie} near tie(s), "
-                f"{ag.n_real} real disagreement(s), {ag.n_control_varies} where the control's "
-                f"own answers vary between its requests, {ag.n_unranked} not ranked</li>"
+                f"{ag.n_real} real disagreement(s), "
+                + (
+                    f"{ag.n_control_varies} where the control's own answers vary between its "
+                    "requests, "
+                    if ag.n_control_varies
+                    else ""
+                )
+                + f"{ag.n_unranked} not ranked</li>"
             )
         for pid, a in diverged[:limit]:
             out.append(
