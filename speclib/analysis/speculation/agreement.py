@@ -26,7 +26,7 @@ a records DataFrame); pure functions, nothing talks to a server.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -167,10 +167,8 @@ def compare_outputs(
 
     def first_ok(records: Iterable[Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for rec in records:
-            if _get(rec, "phase", "measure") != "measure" or classify_output(rec) != "ok":
-                continue
-            out.setdefault(str(_get(rec, "prompt_id")), rec)
+        for pid, rec in _measured_answers(records):
+            out.setdefault(pid, rec)
         return out
 
     ctrl, exp = first_ok(control_records), first_ok(experiment_records)
@@ -187,6 +185,14 @@ def compare_outputs(
             excerpt_chars=excerpt_chars,
         )
     return result
+
+
+def _measured_answers(records: Iterable[Any]) -> Iterator[tuple[str, Any]]:
+    """``(prompt id, record)`` of each successful record of phase ``"measure"`` (``ok`` and
+    :func:`classify_output` ``"ok"``): the answers the output checks compare."""
+    for rec in records:
+        if _get(rec, "phase", "measure") == "measure" and classify_output(rec) == "ok":
+            yield str(_get(rec, "prompt_id")), rec
 
 
 def _text(rec: Any) -> str:
@@ -215,12 +221,9 @@ def varying_prompts(records: Iterable[Any]) -> frozenset[str]:
     (by token ids where recorded, else by text): for the control at one load, the prompts on
     which greedy decoding itself was not reproducible."""
     seen: dict[str, set[Any]] = {}
-    for rec in records:
-        if _get(rec, "phase", "measure") != "measure" or classify_output(rec) != "ok":
-            continue
+    for pid, rec in _measured_answers(records):
         tokens = _get(rec, "token_ids")
-        answer = tuple(tokens) if not _missing(tokens) else _text(rec)
-        seen.setdefault(str(_get(rec, "prompt_id")), set()).add(answer)
+        seen.setdefault(pid, set()).add(tuple(tokens) if not _missing(tokens) else _text(rec))
     return frozenset(pid for pid, answers in seen.items() if len(answers) > 1)
 
 

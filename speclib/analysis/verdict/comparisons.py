@@ -391,21 +391,18 @@ def _compare(
     err_e = _error_rate(d_e)
     bad_c = _bad_outputs(d_c[d_c["ok"].astype(bool)])
     bad_e = _bad_outputs(d_e[d_e["ok"].astype(bool)])
-    agreements = (
-        compare_outputs(d_c.to_dict(orient="records"), d_e.to_dict(orient="records"))
-        if params.workload.temperature == 0.0
-        else {}
-    )
-    classes = (
-        classify_divergences(
-            agreements,
-            {pid: (ranks or {}).get((name, level, pid)) for pid in agreements},
-            near_tie_nats=a.near_tie_nats,
-            control_varies=varying_prompts(d_c.to_dict(orient="records")),
-        )
-        if agreements
-        else {}
-    )
+    agreements: dict[str, Agreement] = {}
+    classes: dict[str, DivergenceClass] = {}
+    if params.workload.temperature == 0.0:  # greedy: the answers must equal the control's
+        control_rows = d_c.to_dict(orient="records")
+        agreements = compare_outputs(control_rows, d_e.to_dict(orient="records"))
+        if agreements:
+            classes = classify_divergences(
+                agreements,
+                {pid: (ranks or {}).get((name, level, pid)) for pid in agreements},
+                near_tie_nats=a.near_tie_nats,
+                control_varies=varying_prompts(control_rows),
+            )
     agreement = summarize_agreement(agreements, classes) if agreements else None
     peak = _peak_rss(series_rows, name)
     if decision is None and len(d_e):
