@@ -346,8 +346,8 @@ def test_a_mix_naming_a_category_the_prompts_lack_is_refused_before_any_server(t
 
 STEP_S = 0.010  # the plain server: 10 ms per token
 # the n-gram arm on "echo" prompts: the stand-in's default, steps of 1.3 x STEP_S carrying
-# 3 tokens (×0.43); on "fresh" prompts: nothing accepted, steps of 1.4 x STEP_S (×1.4)
-TRUTH = {"echo": 1.3 / 3, "fresh": 1.4}
+# 3 tokens (×0.43); on "fresh" prompts: nothing accepted, steps of 2 x STEP_S (×2)
+TRUTH = {"echo": 1.3 / 3, "fresh": 2.0}
 
 
 def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_path) -> None:
@@ -365,7 +365,7 @@ def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_pat
     for i, row in enumerate(rows):
         row["category"] = "echo" if i % 2 else "fresh"
         if row["category"] == "fresh":
-            by_prompt[row["messages"][-1]["content"]] = {"accepted": 0, "step_factor": 1.4}
+            by_prompt[row["messages"][-1]["content"]] = {"accepted": 0, "step_factor": 2.0}
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     data["server"]["env"] = {"FAKE_VLLM_STEP_S": str(STEP_S),
                              "FAKE_VLLM_SPEC_BY_PROMPT": json.dumps(by_prompt)}  # fmt: skip
@@ -394,7 +394,7 @@ def test_stand_in_servers_whose_effect_differs_by_category_are_recovered(tmp_pat
     assert html_text(arm["sentence"])[:40] in report
     # the user's mix re-decides from the records, without servers
     fresh = analyze_run(out, write=False, mix="fresh=1,echo=0")
-    assert fresh.experiments[0].cis["tpot_s"].estimate == pytest.approx(1.4, rel=0.1)
+    assert fresh.experiments[0].cis["tpot_s"].estimate == pytest.approx(2.0, rel=0.1)
     assert fresh.experiments[0].word == "worse"
 
 
