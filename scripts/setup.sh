@@ -31,7 +31,7 @@ UV_ARGS=()
 if [[ "${SPECLIB_INSTALLER:-uv}" == "uv" ]] \
     && { [[ -x .venv/bin/uv ]] || .venv/bin/pip install --quiet uv >/dev/null 2>&1; } \
     && mapfile -t UV_ARGS < <(.venv/bin/python scripts/uv_args.py) && (( ${#UV_ARGS[@]} )); then
-  echo "[setup] installing with uv (pip's configuration: ${UV_ARGS[*]})"
+  echo "[setup] installing with uv (pip's configuration as ${#UV_ARGS[@]} arguments; values not printed: an index URL may hold a token)"
 else
   UV_ARGS=()
 fi
