@@ -21,6 +21,7 @@ import pandas as pd
 
 from speclib.analysis.run_analysis import RunAnalysis
 from speclib.report.html_format import wrap
+from speclib.report.measurement_tables import divergence_kinds
 
 __all__ = ["AnswerSample", "answer_samples", "answers_html"]
 
@@ -243,17 +244,7 @@ def _disagreements(an: RunAnalysis) -> str:
             if diverged
             else ""
         )
-        kinds = (
-            f" ({a.n_near_tie} near tie(s), {a.n_real} real, "
-            + (
-                f"{a.n_control_varies} where the control's own answers vary, "
-                if a.n_control_varies
-                else ""
-            )
-            + f"{a.n_unranked} not ranked)"
-            if a.n_diverged
-            else ""
-        )
+        kinds = f" ({divergence_kinds(a, long=False)})" if a.n_diverged else ""
         lines.append(
             f"<li><b>{html.escape(c.experiment)}</b>: {a.n_exact} of {a.n_compared} prompts "
             f"answered exactly as the control; {a.n_diverged} differ{kinds}{where}</li>"

@@ -20,9 +20,16 @@ import pandas as pd
 
 from speclib.analysis.health.bench_agreement import ADJUSTED_ROW
 from speclib.analysis.run_analysis import RunAnalysis
+from speclib.analysis.speculation.agreement import AgreementSummary
 from speclib.report.html_format import gib, pct
 
-__all__ = ["crosscheck_html", "divergence_html", "reconciliation_html", "series_html"]
+__all__ = [
+    "crosscheck_html",
+    "divergence_html",
+    "divergence_kinds",
+    "reconciliation_html",
+    "series_html",
+]
 
 
 def _signed_pct(x: float | None) -> str:
@@ -207,6 +214,19 @@ def _target_view(c: Any, pid: str) -> str:
     return f"{word} (gap {cls.gap:+.3f} nats{'; ' + ranks if ranks else ''})"
 
 
+def divergence_kinds(ag: AgreementSummary, *, long: bool) -> str:
+    """The classes of an arm's greedy divergences in words (an agreement summary's counts):
+    near ties, real, where the control's own answers vary (only when some do), not ranked;
+    ``long`` names them in full, for the divergence table."""
+    real = " disagreement(s)" if long else ""
+    parts = [f"{ag.n_near_tie} near tie(s)", f"{ag.n_real} real{real}"]
+    if ag.n_control_varies:
+        vary = " between its requests" if long else ""
+        parts.append(f"{ag.n_control_varies} where the control's own answers vary{vary}")
+    parts.append(f"{ag.n_unranked} not ranked")
+    return ", ".join(parts)
+
+
 def divergence_html(an: RunAnalysis, limit: int = 5) -> str:
     """Greedy outputs that differ from the control: up to ``limit`` prompts per
     comparison, each with its first divergence and the target's view of it (a near tie,
@@ -218,15 +238,8 @@ def divergence_html(an: RunAnalysis, limit: int = 5) -> str:
         if diverged and ag is not None:
             counts.append(
                 f"<li>{html.escape(c.experiment)} at {html.escape(str(c.load))}: "
-                f"{ag.n_diverged} of {ag.n_compared} differ: {ag.n_near_tie} near tie(s), "
-                f"{ag.n_real} real disagreement(s), "
-                + (
-                    f"{ag.n_control_varies} where the control's own answers vary between its "
-                    "requests, "
-                    if ag.n_control_varies
-                    else ""
-                )
-                + f"{ag.n_unranked} not ranked</li>"
+                f"{ag.n_diverged} of {ag.n_compared} differ: "
+                f"{divergence_kinds(ag, long=True)}</li>"
             )
         for pid, a in diverged[:limit]:
             out.append(

@@ -562,18 +562,22 @@ def rank_divergences(
     return out
 
 
-def ensure_ranked(run_dir: str | os.PathLike[str]) -> str:
+def ensure_ranked(
+    run_dir: str | os.PathLike[str], *, params: Any = None, launch: str = "ranking"
+) -> str:
     """The greedy outputs check as a pipeline step (the analysis notebook runs it): where an
     arm's greedy answer differs from the control's, launch the target without speculation
-    (the control's launch, as launch ``ranking``) and rank both tokens at the first
+    (the control's launch, as launch ``launch``) and rank both tokens at the first
     difference into ``RUN_DIR/divergences.jsonl``, which the outputs gate reads (a near tie
     is not held against the arm). Divergences ranked already are kept, so a re-analysis
-    starts no server. Never raises: a failure goes to ``divergences.error.txt`` and the
-    divergences then count as they are. Returns what happened in words."""
+    starts no server. ``params``: the run's recorded params unless given (a run ranked on
+    another machine than its own: scripts/rank_here.py). Never raises: a failure goes to
+    ``divergences.error.txt`` and the divergences then count as they are. Returns what
+    happened in words."""
     from speclib.params.run_record import recorded_params
 
     rd = RunDir.at(run_dir)
-    params = recorded_params(rd.params_resolved)
+    params = params if params is not None else recorded_params(rd.params_resolved)
     if params.workload.temperature != 0:
         return "divergence ranking not needed (a sampled run)"
     try:
@@ -588,7 +592,7 @@ def ensure_ranked(run_dir: str | os.PathLike[str]) -> str:
             return f"{len(items)} divergence(s) ranked already"
         key = api_key(params)
         control = params.series_by_name(params.control_name)
-        with server_for(params, control, rd, "ranking") as (base_url, _, spec):
+        with server_for(params, control, rd, launch) as (base_url, _, spec):
             model = spec.served_model if spec is not None else served_model(base_url, api_key=key)
             got = rank_divergences(base_url, todo, model=model, api_key=key,
                                    timeout_s=params.workload.request_timeout_s)  # fmt: skip
