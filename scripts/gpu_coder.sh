@@ -6,7 +6,8 @@
 #   bash scripts/gpu_coder.sh build    reassemble both GGUFs, check their sha256, build the
 #                                      bf16 target/ and draft/ folders (speclib build-demo
 #                                      --real qwen2.5-coder --gguf ...), GGUFs removed after
-#   bash scripts/gpu_coder.sh run      speclib run params/coder-gpu.yaml --detach (/tmp/coder-run)
+#   bash scripts/gpu_coder.sh run [B [N]]  speclib run params/coder-gpu.yaml --detach (/tmp/coder-run);
+#                                      B: protocol.budget_min, N: planned blocks (a copy)
 #   bash scripts/gpu_coder.sh wait [S] wait up to S seconds (default 540) for the run to end
 #   bash scripts/gpu_coder.sh finish   speclib replay-acceptance --analyze, then the evidence
 #                                      (summary, manifest, report, replay, divergences, build
@@ -53,8 +54,25 @@ while [[ $# -gt 0 ]]; do
     rm -f "$pieces"/*.gguf
     echo "built in $(( $(date +%s) - t0 )) s" ;;
   run)
-    "$py" -m speclib validate params/coder-gpu.yaml
-    "$py" -m speclib run params/coder-gpu.yaml --detach --out "$run"
+    # run [BUDGET_MIN [PLANNED]]: the device session's time left decides the budget (and,
+    # if short, fewer planned blocks): a copy of the params with protocol.budget_min and
+    # workload.replicates set, beside the original so its relative paths hold.
+    params=params/coder-gpu.yaml
+    if [[ "${1:-}" =~ ^[0-9]+$ ]]; then
+      budget=$1; shift; planned=3
+      if [[ "${1:-}" =~ ^[0-9]+$ ]]; then planned=$1; shift; fi
+      "$py" - "$budget" "$planned" <<'PY'
+import sys
+import yaml
+data = yaml.safe_load(open("params/coder-gpu.yaml"))
+data["protocol"]["budget_min"] = float(sys.argv[1])
+data["workload"]["replicates"] = int(sys.argv[2])
+yaml.safe_dump(data, open("params/coder-gpu-session.yaml", "w"), sort_keys=False)
+PY
+      params=params/coder-gpu-session.yaml
+    fi
+    "$py" -m speclib validate "$params"
+    "$py" -m speclib run "$params" --detach --out "$run"
     date +%s > /tmp/coder-run.started ;;
   wait)
     limit=540

@@ -404,7 +404,10 @@ def test_api_key_sent_as_bearer_and_never_recorded(server: FakeServer, tmp_path:
 
 
 def test_sink_failure_stops_the_run_and_is_raised(server: FakeServer) -> None:
-    server.set_scripts(default=Script(n_tokens=1))
+    # The sink runs on its own thread; the loop learns of its failure at the next finish. Each
+    # answer takes 50 ms, so the thread has run long before the twentieth is sent: with
+    # instant answers a busy CI machine let all 20 through before it was scheduled (2026-12-06).
+    server.set_scripts(default=Script(n_tokens=1, ttft_s=0.05))
 
     def sink(rec: RequestRecord) -> None:
         raise OSError("disk full")

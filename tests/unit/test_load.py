@@ -298,14 +298,29 @@ def load_run(tmp_path_factory) -> Path:
                         "max_replicates": None}  # fmt: skip
     data["analysis"]["slo"] = {"tpot_ms": SLO_TPOT_MS, "percentile": 90}
     path.write_text(yaml.safe_dump(data))
-    out = tmp / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "speclib", "run", str(path), "--out", str(out), "--quiet"],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not fake_servers_left()
-    return out
+    for attempt in range(2):
+        out = tmp / f"run{attempt}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "speclib", "run", str(path), "--out", str(out), "--quiet"],
+            capture_output=True, text=True, cwd=REPO, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert not fake_servers_left()
+        disturbed = _disturbed(out)
+        if not disturbed:
+            return out
+        # The kit's own checks found the bench disturbed (on a busy CI machine the client
+        # read streams late beside real vLLM and disagreed with the stand-in's stamps,
+        # 2026-12-06): it rightly decided nothing, so the truths below cannot be read from
+        # this run. Said, then run once more; a second disturbed run fails the fixture.
+        print(f"load run {attempt}: the bench was disturbed: {disturbed}")
+    raise AssertionError(f"the load run's bench was disturbed twice: {disturbed}")
+
+
+def _disturbed(run: Path) -> list[str]:
+    """The gating bench checks the run failed (the client or the CPU disturbed), if any."""
+    checks = json.loads((run / "summary.json").read_text())["bench_trust"]["checks"]
+    return [f"{c['check']}: {c['detail']}" for c in checks if c["status"] == "fail" and c["gating"]]
 
 
 def _load(run: Path) -> dict:
@@ -328,9 +343,15 @@ def test_goodput_and_the_highest_load_within_the_slo_match_the_truth(load_run):
     ctrl = levels[levels["series"] == "control"].set_index("level")
     # Each share is the records' own: per block, the level's requests within the SLO's TPOT,
     # averaged over the blocks.
+    # The TPOT is the instrument the run chose (the stand-in stamps its own requests, so the
+    # server's): a busy CI machine delayed the client's reads of two streams past the SLO
+    # that the server's stamps kept within it (2026-12-06).
+    summary = json.loads((load_run / "summary.json").read_text())
+    server = summary["instrument"]["tpot"] == "server"
     rec = load_records(load_run)
     rec = rec[(rec["series"] == "control") & rec["attempted"].astype(bool)].copy()
-    rec["within"] = rec["ok"].astype(bool) & (rec["tpot_s"] * 1e3 <= SLO_TPOT_MS)
+    tpot = rec["tpot_server_s"] if server else rec["tpot_s"].where(~rec["read_late"].astype(bool))
+    rec["within"] = rec["ok"].astype(bool) & (tpot * 1e3 <= SLO_TPOT_MS)
     for level, g in rec.groupby("level"):
         share = g.groupby("block")["within"].mean().mean()
         assert ctrl.loc[level, "share_meeting"] == pytest.approx(share), level
