@@ -30,9 +30,11 @@ while [[ $# -gt 0 ]]; do
   case "$step" in
   receive)
     mkdir -p "$pieces"
-    if [[ -d .gpu-models/send ]]; then
-      for f in .gpu-models/send/*; do [[ -e "$f" ]] && mv -f "$f" "$pieces/"; done
-    fi
+    # .gpu-models/send (gpu_pieces.sh next), or any .gpu-models/sNN (gpu_pieces.sh stage)
+    for d in .gpu-models/send .gpu-models/s[0-9]*; do
+      [[ -d "$d" ]] || continue
+      for f in "$d"/*; do [[ -e "$f" ]] && mv -f "$f" "$pieces/"; done
+    done
     for w in "$pieces"/gguf-*.whl; do
       [[ -e "$w" ]] && "$py" -m pip install -q --no-index --no-deps --no-compile \
         --no-cache-dir --upgrade --target /tmp/coder-site "$w" && rm -f "$w"

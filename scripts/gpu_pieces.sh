@@ -10,6 +10,7 @@
 #                                         with the first piece
 #   bash scripts/gpu_pieces.sh next       move the next piece into .gpu-models/send/ (emptied
 #                                         first); prints "done" when every piece was sent
+#   bash scripts/gpu_pieces.sh stage      every piece into a folder of its own (.gpu-models/sNN)
 # Each device call then carries .gpu-models/send and runs `bash scripts/gpu_coder.sh receive`;
 # scripts/gpu_coder.sh says the rest. .gpu-models/ is git-ignored.
 set -euo pipefail
@@ -55,6 +56,17 @@ next)
   mv "$dir/all/$piece" "$dir/send/"
   echo "$piece ($(ls "$dir/all" | grep -c '\.part-' || true) left after it)"
   ;;
+stage)
+  # every piece in a folder of its own, .gpu-models/s00, s01, ... (the first with the wheel and
+  # the sums), so that each device call carries one folder and nothing runs here in between
+  i=0
+  while piece=$(ls "$dir/all" 2>/dev/null | grep '\.part-' | head -1) && [[ -n "$piece" ]]; do
+    d=$(printf '%s/s%02d' "$dir" "$i"); mkdir -p "$d"
+    if [[ -d "$dir/first" ]]; then mv "$dir/first"/* "$d/" && rmdir "$dir/first"; fi
+    mv "$dir/all/$piece" "$d/"; i=$((i + 1))
+  done
+  echo "$i folders: carry .gpu-models/s00 ... $(printf 's%02d' $((i - 1))), one per call"
+  ;;
 *)
-  sed -n '2,14p' "$0"; exit 2 ;;
+  sed -n '2,16p' "$0"; exit 2 ;;
 esac
