@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -130,3 +131,14 @@ def stand_in_checkpoint(folder, config: dict | None = None):
     header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
     return folder
+
+
+def ahead_of_neighbours() -> None:
+    """``preexec_fn`` for a timed stand-in run: the child (and the stand-in servers it starts)
+    at niceness -5, where the test process may raise its priority (root); else unchanged.
+    Beside real vLLM on two cores the kit's client read streams late enough to disagree with
+    the stand-in's own stamps (TPOT +3.5 to -11.5 % on a launch, 2026-12-07): the kit then
+    rightly decides nothing. The stand-ins wait more than they compute, so their priority
+    costs the real runs little CPU."""
+    with contextlib.suppress(OSError):  # not permitted: the run goes on at the default weight
+        os.nice(-5)

@@ -29,7 +29,7 @@ from speclib.analysis.load.goodput import (
 from speclib.analysis.load.k_schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.analysis.load.recommend import Recommendation
 from speclib.params.loader import ParamsError, load_params
-from tests.helpers import fake_servers_left
+from tests.helpers import ahead_of_neighbours, fake_servers_left
 from tests.unit.test_robustness import REPO, _params
 from tests.unit.test_sweep import ngram_sweep
 
@@ -303,6 +303,7 @@ def load_run(tmp_path_factory) -> Path:
         proc = subprocess.run(
             [sys.executable, "-m", "speclib", "run", str(path), "--out", str(out), "--quiet"],
             capture_output=True, text=True, cwd=REPO, timeout=600,
+            preexec_fn=ahead_of_neighbours,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert not fake_servers_left()
