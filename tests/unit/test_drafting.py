@@ -13,10 +13,12 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from speclib.analysis.frames import load_records
 from speclib.analysis.health.run_warnings import launch_warnings
 from speclib.analysis.speculation.drafting import (
     drafted_share,
@@ -323,6 +325,21 @@ def half_run(tmp_path_factory) -> Path:
     return out
 
 
+def _paired_tpot_ratios(run: Path, arm: str) -> pd.DataFrame:
+    """Per prompt and block, the arm's TPOT over the control's, from the server's stamps
+    (the run's instrument), over the pairs whose both sides have one."""
+    rec = load_records(run)
+    rec = rec[rec["ok"].astype(bool) & (rec["tpot_server_s"] > 0)]
+    key = ["prompt_id", "block", "repeat"]
+    c = rec[rec["series"] == "control"].set_index(key)
+    e = rec[rec["series"] == arm].set_index(key)
+    both = c.index.intersection(e.index)
+    return pd.DataFrame({
+        "category": e.loc[both, "category"],
+        "ratio": e.loc[both, "tpot_server_s"] / c.loc[both, "tpot_server_s"],
+    })  # fmt: skip
+
+
 def test_half_undrafted_the_share_and_the_prediction_recover_the_truth(half_run: Path) -> None:
     """Truth: a drafted request streams 1 + 4 decode steps (4, 4, 4, 3 tokens), an undrafted
     one 15 single-token steps; so 4 of 19 decode steps are drafted, half the requests get
@@ -344,7 +361,15 @@ def test_half_undrafted_the_share_and_the_prediction_recover_the_truth(half_run:
         assert p["predicted_speedup"] == pytest.approx(model) == pytest.approx(30 / 19)
         measured = d["measured_speedup"]
         assert abs(p["predicted_speedup"] / measured - 1) < 0.35, (p, measured)
-        assert measured == pytest.approx(1 / math.sqrt(4 * SPEC_STEP / 15), rel=0.2)
+        # The kit's figure is the geometric mean of the records' per-request ratios; the truth
+        # is checked on each category's median ratio: a stand-in stalled on a busy machine
+        # sends a stream's last chunks in one burst (a TPOT of 5 us among 8 ms ones, CI
+        # 2026-12-07), which moves a geometric mean by a third and a median not at all.
+        ratios = _paired_tpot_ratios(half_run, arm)
+        assert measured == pytest.approx(1 / math.exp(np.log(ratios["ratio"]).mean()))
+        median = ratios.groupby("category")["ratio"].median()
+        assert median["echo"] == pytest.approx(4 * SPEC_STEP / 15, rel=0.2), median
+        assert median["fresh"] == pytest.approx(1.0, rel=0.2), median
         assert "79% of decode steps had no draft (180 of 228" in why["summary"]
         got = "got drafts" if arm == "spec" else "streamed an accepted draft"
         assert f"12 of 24 requests {got}" in why["summary"]
