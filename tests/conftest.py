@@ -45,7 +45,6 @@ SHARED_REAL = frozenset({*REAL_RUNS, "demo_servers"})
 # after tests/integration so that none starts last and leaves one worker running alone; a
 # file missing here is only sent later, in collection order.
 LONGEST_FIRST = (
-    "tests/unit/test_load.py",  # 100
     "tests/unit/test_robustness.py",  # 99
     "tests/unit/test_ray_executor.py",  # 83
     "tests/unit/test_terminal.py",  # 79

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import time
@@ -131,16 +130,3 @@ def stand_in_checkpoint(folder, config: dict | None = None):
     header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
     return folder
-
-
-def ahead_of_neighbours() -> None:
-    """``preexec_fn`` for a timed stand-in run: the child (and the stand-in servers it starts)
-    at niceness -5, where the test process may raise its priority (root); else unchanged.
-    Beside real vLLM on two cores the kit's client was late on whole waves of streams at
-    once (a wave of 8 read ~230 ms late: a launch's TPOT +3.5 to +45 % off the stand-in's
-    own stamps, 2026-12-07) and the kit rightly decided nothing. Niceness ranks the client
-    only against processes of its own autogroup (the real runs' servers, not the demo
-    servers' holder, which has a session of its own), so this narrows the window without
-    closing it: the fixture also runs again while the kit says its bench was disturbed."""
-    with contextlib.suppress(OSError):  # not permitted: the run goes on at the default weight
-        os.nice(-5)

@@ -29,7 +29,7 @@ from speclib.analysis.load.goodput import (
 from speclib.analysis.load.k_schedule import k_schedule, schedule_ranges, validate_schedule
 from speclib.analysis.load.recommend import Recommendation
 from speclib.params.loader import ParamsError, load_params
-from tests.helpers import ahead_of_neighbours, fake_servers_left
+from tests.helpers import fake_servers_left
 from tests.unit.test_robustness import REPO, _params
 from tests.unit.test_sweep import ngram_sweep
 
@@ -284,6 +284,12 @@ TRUE_BREAK_EVEN = {  # where (tokens per step) x STEP_S = 1.3 x STEP_S + SPEC_LO
 
 @pytest.fixture(scope="module")
 def load_run(tmp_path_factory) -> Path:
+    """The stand-in load run, read by the tests marked ``alone``: its truths are timings
+    (a server whose steps grow with the requests in flight, so the client's promptness sets
+    the load it sees). In the parallel tier beside real vLLM, whole waves of streams were
+    read ~230 ms late (a launch's TPOT +3.5 to +45 % off the stand-in's stamps: the kit
+    rightly decided nothing) or the block-to-block spread left c=2 undecided, in four of five
+    full suites (2026-12-06/07)."""
     tmp = tmp_path_factory.mktemp("load")
     path = _params(tmp, n_prompts=24)
     data = yaml.safe_load(path.read_text())
@@ -298,24 +304,21 @@ def load_run(tmp_path_factory) -> Path:
                         "max_replicates": None}  # fmt: skip
     data["analysis"]["slo"] = {"tpot_ms": SLO_TPOT_MS, "percentile": 90}
     path.write_text(yaml.safe_dump(data))
-    for attempt in range(3):
+    for attempt in range(2):
         out = tmp / f"run{attempt}"
         proc = subprocess.run(
             [sys.executable, "-m", "speclib", "run", str(path), "--out", str(out), "--quiet"],
             capture_output=True, text=True, cwd=REPO, timeout=600,
-            preexec_fn=ahead_of_neighbours,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert not fake_servers_left()
         disturbed = _disturbed(out)
         if not disturbed:
             return out
-        # The kit's own checks found the bench disturbed (on a busy CI machine the client
-        # read streams late beside real vLLM and disagreed with the stand-in's stamps,
-        # 2026-12-06): it rightly decided nothing, so the truths below cannot be read from
-        # this run. Said, then run again; a third disturbed run fails the fixture.
+        # The kit's own checks found the bench disturbed: it rightly decided nothing, so the
+        # truths below cannot be read from this run. Said, then run once more.
         print(f"load run {attempt}: the bench was disturbed: {disturbed}")
-    raise AssertionError(f"the load run's bench was disturbed three times: {disturbed}")
+    raise AssertionError(f"the load run's bench was disturbed twice: {disturbed}")
 
 
 def _disturbed(run: Path) -> list[str]:
@@ -328,6 +331,7 @@ def _load(run: Path) -> dict:
     return json.loads((run / "summary.json").read_text())["load"]
 
 
+@pytest.mark.alone
 def test_the_break_even_of_a_server_slowing_with_load_is_found(load_run):
     found = {b["series"]: b for b in _load(load_run)["break_even"]}
     k3 = found["spec-k3"]
@@ -338,6 +342,7 @@ def test_the_break_even_of_a_server_slowing_with_load_is_found(load_run):
     assert k1["estimate"] == pytest.approx(TRUE_BREAK_EVEN["spec-k1"], rel=0.25), k1["text"]
 
 
+@pytest.mark.alone
 def test_goodput_and_the_highest_load_within_the_slo_match_the_truth(load_run):
     load = _load(load_run)
     levels = pd.DataFrame(load["levels"])
@@ -372,6 +377,7 @@ def test_goodput_and_the_highest_load_within_the_slo_match_the_truth(load_run):
         assert row["in_flight"] <= int(row["load"].removeprefix("c=")) + 1e-6
 
 
+@pytest.mark.alone
 def test_the_schedule_uses_k3_where_it_pays_and_0_beyond(load_run):
     (sched,) = _load(load_run)["k_schedules"]
     assert sched["entries"][0] == [1, 2, 3] and sched["entries"][-1][2] == 0, sched["text"]
@@ -380,6 +386,7 @@ def test_the_schedule_uses_k3_where_it_pays_and_0_beyond(load_run):
     assert "validated by vLLM" in sched["validated"]
 
 
+@pytest.mark.alone
 def test_the_confirmation_params_validate_and_hold_three_arms(load_run, tmp_path):
     out = tmp_path / "confirm.yaml"
     proc = subprocess.run(
@@ -394,6 +401,7 @@ def test_the_confirmation_params_validate_and_hold_three_arms(load_run, tmp_path
     assert [lv.concurrency for lv in params.workload.levels] == [1, 2, 4, 8]
 
 
+@pytest.mark.alone
 def test_no_schedule_for_a_family_is_a_clear_error(tmp_path, load_run):
     proc = subprocess.run(
         [sys.executable, "-m", "speclib", "schedule", str(load_run), "--out",
