@@ -406,7 +406,10 @@ def test_streams_that_disagree_with_the_counters_are_flagged(half_run: Path, tmp
 
     run = tmp_path / "run"
     shutil.copytree(half_run, run)
-    after = run / "launches" / "spec-noreq-r1" / "metrics_after.prom"
+    # the launch of block r1 ("spec-noreq-r1.1" where the design put the arms in groups: it
+    # does when the machine's free memory is short, as beside real vLLM on CI)
+    (launch,) = (run / "launches").glob("spec-noreq-r1*")
+    after = launch / "metrics_after.prom"
     lines = after.read_text().splitlines()
     name = "vllm:spec_decode_num_accepted_tokens_total"
     bumped = [

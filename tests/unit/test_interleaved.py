@@ -127,7 +127,9 @@ def test_an_external_draft_series_on_a_plain_server_is_rejected_by_the_mode_gate
 
     path = _params(tmp_path, n_prompts=4)
     data = yaml.safe_load(path.read_text())
-    with FakeServer(default=Script(n_tokens=8, ttft_s=0.01, step_s=0.002), mode="process") as s:
+    # 20 ms between tokens: at 2 ms a busy CI machine read streams late, and the late-read
+    # check rightly made every verdict "untrustworthy" before the mode gate could reject
+    with FakeServer(default=Script(n_tokens=8, ttft_s=0.01, step_s=0.02), mode="process") as s:
         data["server"] = {"model": str(tmp_path), "base_url": s.base_url}
         data["series"][1] = {
             "name": "draft",

@@ -211,7 +211,10 @@ def test_the_draft_cost_is_measured_on_a_served_draft_and_predicts(tmp_path) -> 
     rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     alone = [r for r in rows if r["series"] == "spec.draft-alone" and r["phase"] == "measure"]
     assert len(alone) == 2 * 6 and all(r["ok"] for r in alone)
-    argv = json.loads((out / "launches" / "spec.draft-alone-r0" / "command.json").read_text())
+    # block r0's draft-alone launch ("...-r0.1" where the design put the arms in groups, as it
+    # does when the machine's free memory is short)
+    (launch,) = (out / "launches").glob("spec.draft-alone-r0*")
+    argv = json.loads((launch / "command.json").read_text())
     model = argv["argv"][argv["argv"].index("--model") + 1]
     assert model.endswith("/draft") and "--speculative-config" not in argv["argv"]
     summary = json.loads((out / "summary.json").read_text())
