@@ -25,6 +25,7 @@ pieces=/tmp/coder-pieces run=/tmp/coder-run
 [[ -f /tmp/site/env.sh ]] && source /tmp/site/env.sh
 export PYTHONPATH="/tmp/coder-site:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 py=${PYTHON:-python3}
+source scripts/gpu_run_steps.sh
 while [[ $# -gt 0 ]]; do
   step=$1; shift
   case "$step" in
@@ -79,25 +80,15 @@ PY
   wait)
     limit=540
     if [[ "${1:-}" =~ ^[0-9]+$ ]]; then limit=$1; shift; fi
-    end=$(( $(date +%s) + limit ))
-    while [[ $(date +%s) -lt $end ]] && pgrep -f "speclib run --out $run" >/dev/null; do sleep 10; done
-    if pgrep -f "speclib run --out $run" >/dev/null; then
-      echo "still running after $(( $(date +%s) - $(cat /tmp/coder-run.started) )) s:"
-    else
-      echo "ended after $(( $(date +%s) - $(cat /tmp/coder-run.started) )) s:"
-    fi
-    tail -n 25 "$run/run.log" ;;
+    wait_for_run "$run" /tmp/coder-run.started "$limit" 25 ;;
   finish)
-    if pgrep -f "speclib run --out $run" >/dev/null; then echo "the run is still going"; exit 1; fi
+    if run_going "$run"; then echo "the run is still going"; exit 1; fi
     "$py" -m speclib replay-acceptance "$run" --analyze 2>&1 | tee "$run/replay.log"
     out=${OUT:-/tmp/coder-out}; mkdir -p "$out"
-    cp "$run"/summary.json "$run"/manifest.json "$run"/report.html "$run"/replay.log "$out"/
-    cp "$run"/acceptance_replay.json "$out"/ 2>/dev/null || true
     info=$(ls -d ~/.cache/speclib/real-qwen2.5-coder-*/build-info.json | head -1)
     cp "$info" "$out"/build-info.json
-    tar -czf "$out"/run-gpu-raw.tgz -C "$(dirname "$run")" --exclude=notebooks --exclude='*.pid' \
-      --exclude=analyses "$(basename "$run")"
-    ls -l "$out" ;;
+    cp "$run"/summary.json "$run"/manifest.json "$run"/report.html "$run"/replay.log "$out"/
+    pack_run "$run" "$out" acceptance_replay.json ;;
   *) sed -n '2,16p' "$0"; exit 2 ;;
   esac
 done

@@ -15,7 +15,7 @@ run=/tmp/demo-run
 [[ -f /tmp/site/env.sh ]] && source /tmp/site/env.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 py=${PYTHON:-python3}
-running() { pgrep -f "[s]peclib run --out $run" >/dev/null; }
+source scripts/gpu_run_steps.sh
 while [[ $# -gt 0 ]]; do
   step=$1; shift
   case "$step" in
@@ -39,20 +39,11 @@ PY
   wait)
     limit=540
     if [[ "${1:-}" =~ ^[0-9]+$ ]]; then limit=$1; shift; fi
-    end=$(( $(date +%s) + limit ))
-    while [[ $(date +%s) -lt $end ]] && running; do sleep 5; done
-    if running; then state="still running"; else state="ended"; fi
-    echo "$state after $(( $(date +%s) - $(cat /tmp/demo-run.started) )) s:"
-    tail -n 25 "$run/run.log" ;;
+    wait_for_run "$run" /tmp/demo-run.started "$limit" 25 ;;
   finish)
-    if running; then echo "the run is still going"; exit 1; fi
-    out=${OUT:-/tmp/demo-out}; mkdir -p "$out"
-    for f in summary.json manifest.json params.yaml report.html run.log; do
-      [[ -f "$run/$f" ]] && cp "$run/$f" "$out/"
-    done
-    tar -czf "$out"/run-gpu-raw.tgz -C "$(dirname "$run")" --exclude=notebooks --exclude='*.pid' \
-      --exclude=analyses "$(basename "$run")"
-    ls -l "$out" ;;
+    if run_going "$run"; then echo "the run is still going"; exit 1; fi
+    pack_run "$run" "${OUT:-/tmp/demo-out}" summary.json manifest.json params.yaml report.html \
+      run.log ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
   esac
 done

@@ -17,6 +17,7 @@ run=/tmp/mtp-run
 [[ -f /tmp/site/env.sh ]] && source /tmp/site/env.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1  # the notebooks' kernels import speclib
 py=${PYTHON:-python3}
+source scripts/gpu_run_steps.sh
 while [[ $# -gt 0 ]]; do
   step=$1; shift
   case "$step" in
@@ -30,19 +31,11 @@ while [[ $# -gt 0 ]]; do
   wait)
     limit=0
     if [[ "${1:-}" =~ ^[0-9]+$ ]]; then limit=$1; shift; fi
-    end=$(( $(date +%s) + limit ))
-    while [[ $(date +%s) -lt $end ]] && pgrep -f "speclib run --out $run" >/dev/null; do sleep 5; done
-    state=ended; pgrep -f "speclib run --out $run" >/dev/null && state="still running"
-    echo "mtp: $state after $(( $(date +%s) - $(cat /tmp/mtp-run.started) )) s"
-    tail -n 3 "$run/run.log" 2>/dev/null || true ;;
+    echo -n "mtp: "
+    wait_for_run "$run" /tmp/mtp-run.started "$limit" 3 ;;
   finish)
-    out=${OUT:-/tmp/mtp-out}/mtp; mkdir -p "$out"
-    for f in summary.json manifest.json report.html params.yaml; do
-      cp "$run/$f" "$out/" 2>/dev/null || true
-    done
-    tar -czf "$out"/run-gpu-raw.tgz -C "$(dirname "$run")" --exclude=notebooks --exclude='*.pid' \
-      --exclude=analyses "$(basename "$run")"
-    ls -l "$out" ;;
+    pack_run "$run" "${OUT:-/tmp/mtp-out}/mtp" summary.json manifest.json report.html \
+      params.yaml ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
   esac
 done
