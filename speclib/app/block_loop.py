@@ -201,7 +201,6 @@ def until_decided(
     reaches the target instead. Each added block is run by ``execute``. Why the run stopped
     is recorded in the manifest (:class:`speclib.core.stopping.Stopping`) and logged; the
     analysis adds what is still open. Failed launch ids of the added blocks."""
-    from speclib.analysis.run_look import look_at_run
     from speclib.run.design import plan_blocks
 
     params, rd, plan = run.params, run.rd, run.plan
@@ -212,6 +211,10 @@ def until_decided(
     code, look = "planned", None
     rep = least
     while most > least:
+        # here, not at the top: the analysis imports scipy (~0.8 s of CPU), which a run
+        # with a fixed number of blocks never needs in this process
+        from speclib.analysis.run_look import look_at_run
+
         look = look_at_run(rd)
         log(look.line)
         if look.decided:
