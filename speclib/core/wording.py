@@ -20,10 +20,32 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["STATUS_MARKS", "ratio_words", "speed_words", "time_change_words"]
+__all__ = ["STATUS_MARKS", "bound_text", "ratio_words", "speed_words", "time_change_words"]
 
 STATUS_MARKS = {"pass": "✔", "fail": "✘", "not assessed": "–"}
 """The mark of a gate's or bench check's status; "not assessed" never reads as a pass."""
+
+
+_FIXED_BELOW = 1e4  # a bound past this is written in three significant digits
+
+
+def bound_text(value: float, digits: int = 2, *, sign: bool = False) -> str:
+    """An interval bound (a ratio, or a change in %) as the report writes it: ``digits``
+    decimals, or, from 10,000 on, three significant digits (``4.22e+51``): a bound that far
+    out says the data cannot bound the effect, and forty digits say it no better (they also
+    ran past the printed page, 2026-12-07). ``sign`` writes ``+`` before a positive value;
+    ``∞`` for an infinite one.
+
+    >>> bound_text(0.456), bound_text(4.2228e51), bound_text(73332788552.0, 0, sign=True)
+    ('0.46', '4.22e+51', '+7.33e+10')
+    """
+    value = float(value)
+    if math.isinf(value):
+        return ("+" if sign and value > 0 else "-" if value < 0 else "") + "∞"
+    plus = "+" if sign else ""
+    if abs(value) >= _FIXED_BELOW:
+        return f"{value:{plus}.3g}"
+    return f"{value:{plus}.{digits}f}"
 
 
 def _check(ratio: float) -> float:

@@ -19,7 +19,7 @@ from speclib.core.estimand import Estimand
 from speclib.core.reason_text import render, render_all, word_meaning
 from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
-from speclib.core.wording import ratio_words, speed_words
+from speclib.core.wording import bound_text, ratio_words, speed_words
 from speclib.report.html_format import wrap
 
 __all__ = [
@@ -35,8 +35,15 @@ __all__ = [
 
 
 def conf_words(level: float) -> str:
-    """Confidence level as written everywhere in the report: ``95 %``, ``97.5 %``."""
-    return f"{round(level * 100, 1):g} %"
+    """Confidence level as written everywhere in the report: ``95 %``, ``97.5 %``; a level
+    that one decimal would round to 100 % (Holm over many segments, α spent over several
+    looks) keeps the decimals that show it is not certainty: ``99.996 %``, at most
+    ``> 99.99 %``."""
+    for digits in (1, 2, 3, 4):
+        shown = round(level * 100, digits)
+        if shown < 100 or level >= 1:
+            return f"{shown:g} %"
+    return "> 99.99 %"
 
 
 def instrument_words(an: RunAnalysis) -> str:
@@ -50,23 +57,22 @@ def _effect(ci: Any) -> str:
     conf = conf_words(ci.confidence_level)
     traffic = getattr(ci, "estimand", None) == Estimand.TRAFFIC
     what = "the traffic's mean time per output token" if traffic else "time per output token"
+    low, high = (ci.ci_low - 1) * 100, (ci.ci_high - 1) * 100
     if ci.ci_high < 1:
         return (
             f"cut {what} by {(1 - ci.estimate) * 100:.0f} % "
-            f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %; "
-            f"{speed_words(ci.estimate)})"
+            f"({conf} CI {-high:.0f} to {-low:.0f} %; {speed_words(ci.estimate)})"
         )
     if ci.ci_low > 1:
         more = f"{(ci.estimate - 1) * 100:.0f} %"
         return (
             (f"raised {what} by {more}" if traffic else f"took {more} more {what}")
-            + f" ({conf} CI {(ci.ci_low - 1) * 100:.0f} to {(ci.ci_high - 1) * 100:.0f} % "
+            + f" ({conf} CI {bound_text(low, 0)} to {bound_text(high, 0)} % "
             f"more; {speed_words(ci.estimate)})"
         )
     return (
         f"changed {what} by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
-        f"{(ci.ci_low - 1) * 100:+.0f} to {(ci.ci_high - 1) * 100:+.0f} %, which includes "
-        "no change)"
+        f"{low:+.0f} to {bound_text(high, 0, sign=True)} %, which includes no change)"
     )
 
 
@@ -169,7 +175,7 @@ def _group_words(groups: dict[Any, Any], *, label: str = "") -> str:
     for r in groups.values():
         counts = _counts(r.n_pairs, r.n_blocks)
         if r.has_interval:
-            ci = f"×{r.ci_low:.2f}–×{r.ci_high:.2f}"
+            ci = f"×{r.ci_low:.2f}–×{bound_text(r.ci_high)}"
             where = f"{label}{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
         else:
             where = f"{counts}: {render(r.note) if r.note is not None else 'no interval'}"
@@ -185,7 +191,7 @@ def _segment_words(segments: dict[str, Any]) -> str:
     for s in segments.values():
         counts, ci = _counts(s.n_pairs, s.n_blocks), s.ci
         if ci is not None and ci.decidable:
-            span = f"×{ci.ci_low:.2f}–×{ci.ci_high:.2f}"
+            span = f"×{ci.ci_low:.2f}–×{bound_text(ci.ci_high)}"
             where = f"{conf_words(ci.confidence_level)} CI {span}, df {ci.df}, {counts}"
         else:
             why = s.note if s.note is not None else (ci.note if ci is not None else None)

@@ -42,6 +42,7 @@ CSS = """
 .speclib .speclib-conclusion p, .speclib .speclib-conclusion ul { margin: 0.3em 0; }
 .speclib .speclib-headline { font-size: 1.1em; }
 .speclib code { white-space: pre-wrap; overflow-wrap: anywhere; }
+.speclib p, .speclib li, .speclib .speclib-conclusion { overflow-wrap: break-word; }
 .speclib .speclib-nowrap { white-space: nowrap; }
 @media print {
   .speclib table.speclib-table { font-size: 9px; }

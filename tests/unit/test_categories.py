@@ -17,7 +17,8 @@ from speclib.analysis.verdict.categories import (
     category_ratios,
 )
 from speclib.core.reasons import Code, Reason
-from speclib.core.wording import ratio_words, speed_words, time_change_words
+from speclib.core.wording import bound_text, ratio_words, speed_words, time_change_words
+from speclib.report.conclusion import conf_words
 
 pytestmark = pytest.mark.unit
 
@@ -44,6 +45,18 @@ def test_a_ratio_reads_as_less_time_and_as_speed(ratio: float, words: str) -> No
 def test_the_parts_of_the_wording() -> None:
     assert time_change_words(0.51) == "49 % less time per token"
     assert speed_words(0.51) == "1.96× the speed"
+
+
+def test_a_bound_the_data_cannot_set_reads_short_and_a_level_is_never_certainty() -> None:
+    """With df 1 and Holm over many segments a bound ran to forty digits (``×0.00–×1528233...``)
+    and past the printed page, at "100 % CI" (2026-12-07)."""
+    assert bound_text(0.456) == "0.46" and bound_text(9999.0, 0) == "9999"
+    assert bound_text(1.528233e89) == "1.53e+89" and bound_text(-2e5, 0) == "-2e+05"
+    assert bound_text(73332788552.0, 0, sign=True) == "+7.33e+10"
+    assert bound_text(3.0, 0, sign=True) == "+3" and bound_text(float("inf")) == "∞"
+    assert [conf_words(x) for x in (0.95, 0.975, 0.997, 0.9996, 0.99996, 0.9999999, 1.0)] == [
+        "95 %", "97.5 %", "99.7 %", "99.96 %", "99.996 %", "> 99.99 %", "100 %"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), None, "x"])
@@ -200,7 +213,7 @@ def test_summary_and_report_carry_the_category_intervals(tmp_path: Path) -> None
     assert set(segs) == {"known", "repeat", "unseen"}
     seg = segs["repeat"]
     assert seg["confidence_level"] > repeat["confidence_level"]  # Holm widens it
-    level = f"{round(seg['confidence_level'] * 100, 1):g} %"
+    level = conf_words(seg["confidence_level"])
     span = f"×{seg['ci_low']:.2f}–×{seg['ci_high']:.2f}"
     assert (f"repeat {ratio_words(seg['estimate'])} ({level} CI {span}, df {seg['df']}, "
             f"{seg['n_pairs']} pairs in {seg['n_blocks']} blocks)") in text  # fmt: skip
