@@ -92,7 +92,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"a shared real run or server is used outside {REAL_SERVER_FILES}: {outside}"
         )
-    items[:] = sorted(items, key=lambda item: send_order(item.nodeid))
+    # in the quiet tier the alone stand-in files go right after tests/integration, before the
+    # files that only fill its idle workers
+    items[:] = sorted(items, key=lambda item: (send_order(item.nodeid) != 0,
+                                               item.get_closest_marker("alone") is None,
+                                               send_order(item.nodeid)))  # fmt: skip
 
 
 def real_servers_scope(nodeid: str) -> str:
