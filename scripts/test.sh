@@ -51,18 +51,16 @@ export SPECLIB_NO_SKIPS="${SPECLIB_NO_SKIPS:-1}"
 # them fit beside the real runs (tier one used 1.25 of 2 cores on 2 workers, 2026-12-06).
 # Tests marked `alone` check timings a busy neighbour moves (the real demo run's against
 # vLLM's stamps; a stand-in bench that must pass as on time; the stand-in load run): they run
-# afterwards, in the quiet tier, each file (tests/integration as one) on a worker of its own,
-# with no other real vLLM. There the real servers are the kit's, niced 19 in this session's
-# scheduler autogroup, so the stand-ins (niceness 0) preempt them; in the parallel tier the
-# demo servers' holder has an autogroup of its own at full weight and three workers keep both
-# cores busy, and the stand-in load run's client read whole waves late. The files marked
-# `quiet_tier` (stand-in runs at about half a core, no timing a neighbour moves) fill the
-# workers the alone stand-in files leave idle while the demo run goes on (it takes ~320 s).
+# afterwards, each file (tests/integration as one) on a worker of its own, and nothing else.
+# There the real servers are the kit's, niced 19 in this session's scheduler autogroup, so a
+# stand-in's client and server (niceness 0) preempt them; in the parallel tier the demo
+# servers' holder has an autogroup of its own at full weight and three workers keep both
+# cores busy, and the stand-in clients read whole waves late. Side by side the three took
+# 315 s, one after another 429 s (2026-12-07), every timing check passing either way.
 rc=0
-.venv/bin/python -m pytest -m "not alone and not quiet_tier" -n "${SPECLIB_TEST_WORKERS:-3}" \
-  --dist loadfile --no-loadscope-reorder "$@" || rc=$?
-.venv/bin/python -m pytest -m "alone or quiet_tier" -n 3 --dist loadfile --no-loadscope-reorder \
-  "$@" || rc=$?
+.venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-3}" --dist loadfile \
+  --no-loadscope-reorder "$@" || rc=$?
+.venv/bin/python -m pytest -m alone -n 3 --dist loadfile --no-loadscope-reorder "$@" || rc=$?
 if ! wait "$builder"; then
   echo "[test] the background demo-pair build failed: test-artifacts/build-demo.log"
 fi

@@ -92,11 +92,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"a shared real run or server is used outside {REAL_SERVER_FILES}: {outside}"
         )
-    # in the quiet tier the alone stand-in files go right after tests/integration, before the
-    # files that only fill its idle workers
-    items[:] = sorted(items, key=lambda item: (send_order(item.nodeid) != 0,
-                                               item.get_closest_marker("alone") is None,
-                                               send_order(item.nodeid)))  # fmt: skip
+    items[:] = sorted(items, key=lambda item: send_order(item.nodeid))
 
 
 def real_servers_scope(nodeid: str) -> str:

@@ -22,9 +22,7 @@ import yaml
 
 from speclib.core.records import read_records
 
-# stand-in runs at about half a core that check no timing a neighbour moves: they run in
-# the quiet tier, on a worker the alone files leave idle (scripts/test.sh)
-pytestmark = [pytest.mark.unit, pytest.mark.quiet_tier]
+pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"

@@ -22,10 +22,6 @@ import yaml
 from speclib.core.records import read_records
 from tests.helpers import fake_servers, fake_servers_left
 
-# stand-in runs at about half a core that check no timing a neighbour moves: they run in
-# the quiet tier, on a worker the alone files leave idle (scripts/test.sh)
-pytestmark = pytest.mark.quiet_tier
-
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
 

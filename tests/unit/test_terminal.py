@@ -27,10 +27,6 @@ from speclib.app.progress import RunWatcher
 from speclib.core.run_summary import ComparisonEntry, RunSummary, read_summary, write_summary
 from tests.helpers import fake_servers_left
 
-# stand-in runs at about half a core that check no timing a neighbour moves: they run in
-# the quiet tier, on a worker the alone files leave idle (scripts/test.sh)
-pytestmark = pytest.mark.quiet_tier
-
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
