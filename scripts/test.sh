@@ -56,7 +56,7 @@ export SPECLIB_NO_SKIPS="${SPECLIB_NO_SKIPS:-1}"
 # stand-in's client and server (niceness 0) preempt them; in the parallel tier the demo
 # servers' holder has an autogroup of its own at full weight and three workers keep both
 # cores busy, and the stand-in clients read whole waves late. Side by side the three took
-# 315 s, one after another 429 s (2026-12-07), every timing check passing either way.
+# 303-340 s, one after another 429 s, every timing check passing in 4 of 4 tries (2026-12-07).
 rc=0
 .venv/bin/python -m pytest -m "not alone" -n "${SPECLIB_TEST_WORKERS:-3}" --dist loadfile \
   --no-loadscope-reorder "$@" || rc=$?
