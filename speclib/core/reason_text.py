@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from speclib.core.reasons import Code, Reason
-from speclib.core.wording import bound_text
+from speclib.core.wording import span_text
 
 __all__ = [
     "STYLES",
@@ -271,7 +271,7 @@ def _seg_words(s: Mapping[str, Any], first: bool, mixed: bool) -> str:
     """A segment's ratio, interval and share; a category's share under the user's mix is
     the mix's ("of your mix"), never read as the run's requests."""
     known = s.get("low") is not None and s.get("high") is not None
-    span = f" [{s['low']:.2f}, {bound_text(s['high'])}]" if known else ""
+    span = f" [{span_text(s['low'], s['high'])}]" if known else ""
     whose = "of your mix" if mixed and s["cut"] == "category" else "of requests"
     share = f"{100 * s['share']:.0f} % {whose}" if first else f"{100 * s['share']:.0f} %"
     return f"×{s['ratio']:.2f}{span} on {s['segment']} ({share})"
@@ -280,7 +280,7 @@ def _seg_words(s: Mapping[str, Any], first: bool, mixed: bool) -> str:
 def _apart(v: Mapping[str, Any]) -> str:
     r, lo, hi = v["apart"]
     return (
-        f"; {v['slow']} takes ×{r:.2f} [{lo:.2f}, {bound_text(hi)}] the time per token of "
+        f"; {v['slow']} takes ×{r:.2f} [{span_text(lo, hi)}] the time per token of "
         f"{v['fast']}, beyond δ"
     )
 

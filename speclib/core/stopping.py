@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from speclib.core.wording import span_text
+
 __all__ = [
     "STOP_CODES",
     "OpenVerdict",
@@ -183,20 +185,8 @@ def _name(o: OpenVerdict) -> str:
 def _item(o: OpenVerdict) -> str:
     what = _name(o)
     if o.ratio is not None:
-        what += f" ×{o.ratio:.2f} [{_bound(o.ci_low, low=True)}, {_bound(o.ci_high, low=False)}]"
+        what += f" ×{o.ratio:.2f} [{span_text(o.ci_low, o.ci_high)}]"
     return what
-
-
-def _bound(value: float | None, *, low: bool) -> str:
-    """An interval's bound at two decimals; one beyond ×0.01 or ×100 (a block or two: few
-    degrees of freedom) is said as such, not as fourteen digits."""
-    if value is None:
-        return "–" if low else "∞"
-    if low and value < 0.01:
-        return "<0.01"
-    if not low and value > 100:
-        return ">100"
-    return f"{value:.2f}"
 
 
 def _needs(o: OpenVerdict, blocks: int, block_min: float | None) -> str:

@@ -20,32 +20,42 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["STATUS_MARKS", "bound_text", "ratio_words", "speed_words", "time_change_words"]
+__all__ = [
+    "STATUS_MARKS",
+    "bound_text",
+    "ratio_words",
+    "span_text",
+    "speed_words",
+    "time_change_words",
+]
 
 STATUS_MARKS = {"pass": "✔", "fail": "✘", "not assessed": "–"}
 """The mark of a gate's or bench check's status; "not assessed" never reads as a pass."""
 
 
-_FIXED_BELOW = 1e4  # a bound past this is written in three significant digits
+def bound_text(value: float | None, *, low: bool = False, digits: int = 2) -> str:
+    """An interval's bound on the ratio scale at ``digits`` decimals; one beyond ×0.01 or
+    ×100 (a block or two: few degrees of freedom) is said as such, not as forty digits that
+    ran past the printed page (2026-12-07); a missing or infinite one is ``–`` (low) or
+    ``∞`` (high). Every interval the kit writes (report, terminal, reasons) goes through it.
 
-
-def bound_text(value: float, digits: int = 2, *, sign: bool = False) -> str:
-    """An interval bound (a ratio, or a change in %) as the report writes it: ``digits``
-    decimals, or, from 10,000 on, three significant digits (``4.22e+51``): a bound that far
-    out says the data cannot bound the effect, and forty digits say it no better (they also
-    ran past the printed page, 2026-12-07). ``sign`` writes ``+`` before a positive value;
-    ``∞`` for an infinite one.
-
-    >>> bound_text(0.456), bound_text(4.2228e51), bound_text(73332788552.0, 0, sign=True)
-    ('0.46', '4.22e+51', '+7.33e+10')
+    >>> bound_text(0.456), bound_text(4.2e51), bound_text(2e-10, low=True), bound_text(None)
+    ('0.46', '>100', '<0.01', '∞')
     """
-    value = float(value)
-    if math.isinf(value):
-        return ("+" if sign and value > 0 else "-" if value < 0 else "") + "∞"
-    plus = "+" if sign else ""
-    if abs(value) >= _FIXED_BELOW:
-        return f"{value:{plus}.3g}"
-    return f"{value:{plus}.{digits}f}"
+    if value is None:
+        return "–" if low else "∞"
+    if not math.isfinite(value):
+        return "∞"
+    if low and value < 0.01:
+        return "<0.01"
+    if not low and value > 100:
+        return ">100"
+    return f"{value:.{digits}f}"
+
+
+def span_text(low: float | None, high: float | None, *, digits: int = 2, sep: str = ", ") -> str:
+    """An interval's two bounds (:func:`bound_text`) joined by ``sep``: ``0.45, 0.58``."""
+    return f"{bound_text(low, low=True, digits=digits)}{sep}{bound_text(high, digits=digits)}"
 
 
 def _check(ratio: float) -> float:

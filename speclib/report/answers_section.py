@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from speclib.analysis.run_analysis import RunAnalysis
-from speclib.core.wording import bound_text
+from speclib.core.wording import span_text
 from speclib.report.html_format import wrap
 from speclib.report.measurement_tables import divergence_kinds
 
@@ -168,13 +168,13 @@ def _ratio_cell(an: RunAnalysis, experiment: str, category: str) -> str:
                 if not math.isfinite(seg.estimate):
                     return ""
                 if ci is not None and ci.decidable:
-                    return f" ×{seg.estimate:.2f} [{ci.ci_low:.2f}, {bound_text(ci.ci_high)}]"
+                    return f" ×{seg.estimate:.2f} [{span_text(ci.ci_low, ci.ci_high)}]"
                 return f" ×{seg.estimate:.2f}"
             r = c.by_category.get(category)
             if r is None or not math.isfinite(r.estimate):
                 return ""
             if r.ci_low is not None and r.ci_high is not None:
-                return f" ×{r.estimate:.2f} [{r.ci_low:.2f}, {bound_text(r.ci_high)}] (unadjusted)"
+                return f" ×{r.estimate:.2f} [{span_text(r.ci_low, r.ci_high)}] (unadjusted)"
             return f" ×{r.estimate:.2f}"
     return ""
 

@@ -19,7 +19,7 @@ from speclib.core.estimand import Estimand
 from speclib.core.reason_text import render, render_all, word_meaning
 from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
-from speclib.core.wording import bound_text, ratio_words, speed_words
+from speclib.core.wording import ratio_words, span_text, speed_words
 from speclib.report.html_format import wrap
 
 __all__ = [
@@ -57,23 +57,29 @@ def _effect(ci: Any) -> str:
     conf = conf_words(ci.confidence_level)
     traffic = getattr(ci, "estimand", None) == Estimand.TRAFFIC
     what = "the traffic's mean time per output token" if traffic else "time per output token"
-    low, high = (ci.ci_low - 1) * 100, (ci.ci_high - 1) * 100
     if ci.ci_high < 1:
         return (
             f"cut {what} by {(1 - ci.estimate) * 100:.0f} % "
-            f"({conf} CI {-high:.0f} to {-low:.0f} %; {speed_words(ci.estimate)})"
+            f"({conf} CI {(1 - ci.ci_high) * 100:.0f} to {(1 - ci.ci_low) * 100:.0f} %; "
+            f"{speed_words(ci.estimate)})"
         )
     if ci.ci_low > 1:
         more = f"{(ci.estimate - 1) * 100:.0f} %"
         return (
             (f"raised {what} by {more}" if traffic else f"took {more} more {what}")
-            + f" ({conf} CI {bound_text(low, 0)} to {bound_text(high, 0)} % "
+            + f" ({conf} CI {_pct_more(ci.ci_low)} to {_pct_more(ci.ci_high)} % "
             f"more; {speed_words(ci.estimate)})"
         )
     return (
         f"changed {what} by {(ci.estimate - 1) * 100:+.0f} % ({conf} CI "
-        f"{low:+.0f} to {bound_text(high, 0, sign=True)} %, which includes no change)"
+        f"{(ci.ci_low - 1) * 100:+.0f} to {_pct_more(ci.ci_high, sign='+')} %, which includes "
+        "no change)"
     )
+
+
+def _pct_more(ratio: float, sign: str = "") -> str:
+    """A ratio's bound as a change in %; beyond ×100 said as such, as ``bound_text`` does."""
+    return f">{sign}9900" if ratio > 100 else f"{(ratio - 1) * 100:{sign}.0f}"
 
 
 def _other_ratios(c: Comparison) -> str:
@@ -175,7 +181,7 @@ def _group_words(groups: dict[Any, Any], *, label: str = "") -> str:
     for r in groups.values():
         counts = _counts(r.n_pairs, r.n_blocks)
         if r.has_interval:
-            ci = f"×{r.ci_low:.2f}–×{bound_text(r.ci_high)}"
+            ci = f"×{span_text(r.ci_low, r.ci_high, sep='–×')}"
             where = f"{label}{conf_words(r.confidence_level)} CI {ci}, df {r.df}, {counts}"
         else:
             where = f"{counts}: {render(r.note) if r.note is not None else 'no interval'}"
@@ -191,7 +197,7 @@ def _segment_words(segments: dict[str, Any]) -> str:
     for s in segments.values():
         counts, ci = _counts(s.n_pairs, s.n_blocks), s.ci
         if ci is not None and ci.decidable:
-            span = f"×{ci.ci_low:.2f}–×{bound_text(ci.ci_high)}"
+            span = f"×{span_text(ci.ci_low, ci.ci_high, sep='–×')}"
             where = f"{conf_words(ci.confidence_level)} CI {span}, df {ci.df}, {counts}"
         else:
             why = s.note if s.note is not None else (ci.note if ci is not None else None)

@@ -23,7 +23,7 @@ from speclib.core.reason_text import render
 from speclib.core.reasons import Code
 from speclib.core.stopping import stopping_lines
 from speclib.core.verdict_words import Word
-from speclib.core.wording import STATUS_MARKS, bound_text, speed_words, time_change_words
+from speclib.core.wording import STATUS_MARKS, span_text, speed_words, time_change_words
 from speclib.report.conclusion import (
     conclusion,
     conclusion_html,
@@ -73,7 +73,7 @@ def _ratio_cell(c: Comparison) -> str:
         f"<span class='speclib-nowrap'><b>{ci.estimate:.3f}</b></span><br>"
         f"<span class='speclib-small'>{words}</span><br>"
         f"<span class='speclib-nowrap'>{conf_words(ci.confidence_level)} CI "
-        f"{ci.ci_low:.3f}–{bound_text(ci.ci_high, 3)}</span>"
+        f"{span_text(ci.ci_low, ci.ci_high, digits=3, sep='–')}</span>"
         f"<br><span class='speclib-small' title='{html.escape(ci.label, quote=True)}'>"
         f"{ci.n_pairs} pairs in {ci.n_blocks} block(s){_df_words(ci)}{wilcoxon}</span>"
         f"{_other_ratios_html(c)}{_exclusion_note(c)}"
@@ -431,7 +431,8 @@ def _recommended_row(r: Any) -> str:
     if r.ratio is not None and r.ci_low is not None:
         ratio = (
             f"<b>{r.ratio:.3f}</b> ({(r.ratio - 1) * 100:+.1f} %)<br>"
-            f"{conf_words(r.confidence_level)} CI {r.ci_low:.3f}–{bound_text(r.ci_high, 3)}"
+            f"{conf_words(r.confidence_level)} CI "
+            f"{span_text(r.ci_low, r.ci_high, digits=3, sep='–')}"
         )
     rule = f"smallest value within δ = {r.margin:g} of the best arm (Holm), and ADOPT itself"
     return (

@@ -16,7 +16,7 @@ from speclib.analysis.verdict.resolution import bench_check
 from speclib.core.reason_text import render
 from speclib.core.reasons import Reason
 from speclib.core.verdict_words import FALSE_EFFECT, Word
-from speclib.core.wording import STATUS_MARKS, bound_text
+from speclib.core.wording import STATUS_MARKS, span_text
 from speclib.report.conclusion import (
     at_load,
     conf_words,
@@ -75,7 +75,7 @@ def noise_floor_html(an: RunAnalysis) -> str:
             text = (
                 f"A/A arm (a second copy of the control{at_load(c, an)}): TPOT ratio "
                 f"<b>{ci.estimate:.3f}</b>, {conf_words(ci.confidence_level)} CI "
-                f"{ci.ci_low:.3f}–{bound_text(ci.ci_high, 3)} → <b>{c.word.upper()}</b>. "
+                f"{span_text(ci.ci_low, ci.ci_high, digits=3, sep='–')} → <b>{c.word.upper()}</b>. "
             )
             margin = c.decision.margin if c.decision else an.params.analysis.margin
             check = bench_check(ci, margin=margin).text()

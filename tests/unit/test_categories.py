@@ -17,7 +17,13 @@ from speclib.analysis.verdict.categories import (
     category_ratios,
 )
 from speclib.core.reasons import Code, Reason
-from speclib.core.wording import bound_text, ratio_words, speed_words, time_change_words
+from speclib.core.wording import (
+    bound_text,
+    ratio_words,
+    span_text,
+    speed_words,
+    time_change_words,
+)
 from speclib.report.conclusion import conf_words
 
 pytestmark = pytest.mark.unit
@@ -50,10 +56,11 @@ def test_the_parts_of_the_wording() -> None:
 def test_a_bound_the_data_cannot_set_reads_short_and_a_level_is_never_certainty() -> None:
     """With df 1 and Holm over many segments a bound ran to forty digits (``×0.00–×1528233...``)
     and past the printed page, at "100 % CI" (2026-12-07)."""
-    assert bound_text(0.456) == "0.46" and bound_text(9999.0, 0) == "9999"
-    assert bound_text(1.528233e89) == "1.53e+89" and bound_text(-2e5, 0) == "-2e+05"
-    assert bound_text(73332788552.0, 0, sign=True) == "+7.33e+10"
-    assert bound_text(3.0, 0, sign=True) == "+3" and bound_text(float("inf")) == "∞"
+    assert bound_text(0.456) == "0.46" and bound_text(0.0123, low=True, digits=3) == "0.012"
+    assert bound_text(1.528233e89) == ">100" and bound_text(2.3e-10, low=True) == "<0.01"
+    assert bound_text(None) == "∞" and bound_text(None, low=True) == "–"
+    assert bound_text(float("inf")) == "∞" and bound_text(100.0) == "100.00"
+    assert span_text(2.3e-10, 4.2e51, sep="–×") == "<0.01–×>100"
     assert [conf_words(x) for x in (0.95, 0.975, 0.997, 0.9996, 0.99996, 0.9999999, 1.0)] == [
         "95 %", "97.5 %", "99.7 %", "99.96 %", "99.996 %", "> 99.99 %", "100 %"
     ]  # fmt: skip

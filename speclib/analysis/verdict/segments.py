@@ -58,7 +58,7 @@ from speclib.core.jsonutil import jsonable
 from speclib.core.reason_text import render
 from speclib.core.reasons import Code, Reason
 from speclib.core.verdict_words import Word
-from speclib.core.wording import bound_text
+from speclib.core.wording import span_text
 
 __all__ = [
     "CUTS",
@@ -415,7 +415,7 @@ def heterogeneity(
     beyond = [f for f in found if f[3] > math.exp(bound) or f[4] < math.exp(-bound)]
     if beyond:
         a, b, r, lo, hi = max(beyond, key=lambda f: abs(math.log(f[2])))
-        detail = (f"{cut}: {a} against {b} ×{r:.2f} [{lo:.2f}, {bound_text(hi)}] "
+        detail = (f"{cut}: {a} against {b} ×{r:.2f} [{span_text(lo, hi)}] "
                   f"({100 * level_conf:.4g} % Bonferroni over {tests} pair(s)): the "
                   f"segments differ beyond δ = ±{margin:.3g}")  # fmt: skip
     else:
